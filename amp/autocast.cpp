@@ -1,0 +1,160 @@
+// Autocast state, guard, policy and cast cache (Note [Autocast] in amp/autocast.h).
+#include "amp/autocast.h"
+
+#include <unordered_map>
+
+#include "amp/trace.h"
+#include "ops/op.h"
+#include "ops/ops.h"
+
+namespace ampgrad::amp {
+
+namespace {
+
+struct State {
+  bool enabled[2] = {false, false};
+  DType dtype[2] = {DType::BFloat16, DType::Float16};  // CPU, CUDA
+  int depth = 0;  // enabled regions currently open
+  Trace* trace = nullptr;
+  struct Key {
+    const TensorImpl* impl;
+    DType dtype;
+    bool operator==(const Key& o) const { return impl == o.impl && dtype == o.dtype; }
+  };
+  struct KeyHash {
+    size_t operator()(const Key& k) const { return std::hash<const void*>()(k.impl) ^ static_cast<size_t>(k.dtype); }
+  };
+  // Holds the source alive too, so a key's address cannot be reused while cached.
+  std::unordered_map<Key, std::pair<Tensor, Tensor>, KeyHash> cache;
+  CastCacheStats stats;
+};
+
+thread_local State t_state;
+
+int idx(DeviceType t) { return static_cast<int>(t); }
+
+Tensor cast(Tensor& t, DType dtype, OpRecord* rec) {
+  State& s = t_state;
+  const bool cacheable = t.is_leaf() && t.requires_grad() && t.dtype() == DType::Float32 && s.depth > 0;
+  if (cacheable) {
+    auto it = s.cache.find({t.unsafe_impl(), dtype});
+    if (it != s.cache.end()) {
+      ++s.stats.hits;
+      if (rec) ++rec->cache_hits;
+      return it->second.second;
+    }
+  }
+  Tensor c = to(t, t.device(), dtype);
+  int64_t bytes = static_cast<int64_t>(c.nbytes());
+  s.stats.bytes_converted += bytes;
+  if (rec) {
+    ++rec->casts;
+    rec->bytes_converted += bytes;
+  }
+  if (cacheable) {
+    ++s.stats.misses;
+    s.cache.emplace(State::Key{t.unsafe_impl(), dtype}, std::make_pair(t, c));
+    s.stats.entries = static_cast<int64_t>(s.cache.size());
+  }
+  return c;
+}
+
+}  // namespace
+
+bool is_autocast_enabled(DeviceType type) { return t_state.enabled[idx(type)]; }
+DType get_autocast_dtype(DeviceType type) { return t_state.dtype[idx(type)]; }
+
+AutocastGuard::AutocastGuard(DeviceType type, std::optional<DType> dtype, bool enabled)
+    : type_(type), prev_enabled_(t_state.enabled[idx(type)]), prev_dtype_(t_state.dtype[idx(type)]) {
+  DType d = dtype.value_or(type == DeviceType::CUDA ? DType::Float16 : DType::BFloat16);
+  AG_CHECK(d == DType::Float16 || d == DType::BFloat16,
+           "AutocastGuard: autocast dtype must be float16 or bfloat16, got {}", dtype_name(d));
+  if (enabled) {
+    if (t_state.depth++ == 0) {
+      t_state.cache.clear();
+      t_state.stats = {};
+    }
+  }
+  t_state.enabled[idx(type)] = enabled;
+  t_state.dtype[idx(type)] = d;
+  enabled_region_ = enabled;
+}
+
+AutocastGuard::~AutocastGuard() {
+  t_state.enabled[idx(type_)] = prev_enabled_;
+  t_state.dtype[idx(type_)] = prev_dtype_;
+  if (enabled_region_ && --t_state.depth == 0) t_state.cache.clear();
+}
+
+CastCacheStats cast_cache_stats() {
+  CastCacheStats s = t_state.stats;
+  s.entries = static_cast<int64_t>(t_state.cache.size());
+  return s;
+}
+
+void clear_cast_cache() { t_state.cache.clear(); }
+
+Trace::Trace() : prev_(t_state.trace) { t_state.trace = this; }
+Trace::~Trace() { t_state.trace = prev_; }
+
+namespace detail {
+
+bool policy_active() { return t_state.enabled[0] || t_state.enabled[1] || t_state.trace != nullptr; }
+bool tracing() { return t_state.trace != nullptr; }
+void trace_push(OpRecord&& rec) {
+  if (t_state.trace) t_state.trace->records_.push_back(std::move(rec));
+}
+
+void apply_policy(const OpInfo& op, Tensor* const* inputs, size_t n, OpRecord* rec) {
+  const Tensor* first = nullptr;
+  for (size_t i = 0; i < n; ++i)
+    if (inputs[i]->defined()) {
+      first = inputs[i];
+      break;
+    }
+  if (rec) {
+    rec->op = op.name;
+    rec->category = op.category;
+    for (size_t i = 0; i < n; ++i)
+      if (inputs[i]->defined()) rec->input_dtypes.push_back(inputs[i]->dtype());
+  }
+  if (!first) return;
+  const DeviceType dev = first->device().type;
+  if (!t_state.enabled[idx(dev)]) return;
+  const DType ac = t_state.dtype[idx(dev)];
+  auto castable = [&](const Tensor& t) {
+    return t.defined() && t.device().type == dev && is_floating(t.dtype()) && t.dtype() != DType::Float64;
+  };
+  std::optional<DType> target;
+  switch (op.category) {
+    case Category::passthrough: return;
+    case Category::banned:
+      AG_CHECK(ac != DType::Float16,
+               "{}: unsafe to autocast to float16 (the result can overflow or lose precision); use {} instead, "
+               "or run {} with autocast disabled (AutocastGuard(device, std::nullopt, false))",
+               op.name, op.alternative, op.name);
+      return;
+    case Category::lower: target = ac; break;
+    case Category::fp32: target = DType::Float32; break;
+    case Category::promote: {
+      std::optional<DType> widest;
+      for (size_t i = 0; i < n; ++i) {
+        const Tensor& t = *inputs[i];
+        if (!t.defined() || !is_floating(t.dtype())) continue;
+        widest = widest ? promote_types(*widest, t.dtype()) : t.dtype();
+      }
+      target = widest;
+      break;
+    }
+  }
+  if (!target) return;
+  if (rec) rec->chosen_dtype = target;
+  for (size_t i = 0; i < n; ++i) {
+    Tensor& t = *inputs[i];
+    if (castable(t) && t.dtype() != *target) t = cast(t, *target, rec);
+  }
+}
+
+}  // namespace detail
+
+}  // namespace ampgrad::amp

@@ -1,0 +1,89 @@
+// Autocast: the thread-local state, the RAII guard, the per-category cast policy applied at
+// each op's entry, and the cast cache (the low, policy part of amp/; Note [Autocast]).
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <optional>
+#include <vector>
+
+#include "amp/category.h"
+#include "core/tensor.h"
+
+namespace ampgrad {
+struct OpInfo;
+}
+
+namespace ampgrad::amp {
+
+// Note [Autocast]
+// Every op declares a Category in its record. When the outermost op call on a thread starts
+// (ops called by other ops, and backward formulas, are not re-cast) and autocast is enabled
+// for the device type of the op's first tensor input, the policy casts the op's floating
+// inputs on that device type (never float64, never integers):
+//   lower       -> the autocast dtype (fp16 or bf16)
+//   fp32        -> float32
+//   promote     -> the widest floating dtype among the inputs
+//   passthrough -> nothing; ordinary type promotion applies
+//   banned      -> Error under fp16 autocast, naming the safe alternative
+// Casts are the differentiable `to` op, so gradients reach fp32 leaves in fp32. A float32
+// leaf that requires grad (a parameter) is cast once per outermost autocast region and the
+// copy is reused (the cast cache): that copy is the step's 16-bit working copy of the
+// fp32 master weight. The cache empties when the outermost enabled region exits.
+
+bool is_autocast_enabled(DeviceType type);
+DType get_autocast_dtype(DeviceType type);
+
+// RAII, nestable, restores the previous state on exit (also on exceptions).
+// Defaults: float16 on CUDA, bfloat16 on the CPU. enabled=false turns autocast off inside.
+class AutocastGuard {
+ public:
+  explicit AutocastGuard(DeviceType type = DeviceType::CUDA, std::optional<DType> dtype = std::nullopt,
+                         bool enabled = true);
+  AutocastGuard(DeviceType type, bool enabled) : AutocastGuard(type, std::nullopt, enabled) {}
+  ~AutocastGuard();
+  AutocastGuard(const AutocastGuard&) = delete;
+  AutocastGuard& operator=(const AutocastGuard&) = delete;
+
+ private:
+  DeviceType type_;
+  bool prev_enabled_;
+  DType prev_dtype_;
+  bool enabled_region_ = false;
+};
+
+struct CastCacheStats {
+  int64_t entries = 0;
+  int64_t hits = 0;
+  int64_t misses = 0;
+  int64_t bytes_converted = 0;  // bytes written by casts made under autocast
+};
+CastCacheStats cast_cache_stats();  // this thread's, since the outermost region began
+void clear_cast_cache();
+
+// One op call seen by the policy, for the trace (amp/trace.h).
+struct OpRecord {
+  std::string_view op;
+  Category category;
+  std::vector<DType> input_dtypes;   // as passed by the caller
+  std::optional<DType> chosen_dtype; // what the policy cast to, if it acted
+  DType output_dtype = DType::Float32;
+  int casts = 0;
+  int cache_hits = 0;
+  int64_t bytes_converted = 0;
+};
+
+namespace detail {
+// Whether this op call is the outermost on its thread; the policy runs only for those.
+struct OpDepth {
+  static inline thread_local int depth = 0;
+};
+// True while autocast is enabled for some device type or a trace is recording.
+bool policy_active();
+// Applies the policy to the inputs (replacing them with casts); fills `rec` when tracing.
+void apply_policy(const OpInfo& op, Tensor* const* inputs, size_t n, OpRecord* rec);
+bool tracing();
+void trace_push(OpRecord&& rec);
+}  // namespace detail
+
+}  // namespace ampgrad::amp

@@ -1,0 +1,26 @@
+// amp::Trace: records every op run in its scope, with what autocast did to it.
+#pragma once
+
+#include <vector>
+
+#include "amp/autocast.h"
+
+namespace ampgrad::amp {
+
+// RAII. While alive, each outermost op call on this thread appends an OpRecord. Traces
+// nest: the inner one records, the outer one resumes when the inner ends.
+class Trace {
+ public:
+  Trace();
+  ~Trace();
+  Trace(const Trace&) = delete;
+  Trace& operator=(const Trace&) = delete;
+  const std::vector<OpRecord>& records() const { return records_; }
+
+ private:
+  friend void detail::trace_push(OpRecord&& rec);
+  std::vector<OpRecord> records_;
+  Trace* prev_;
+};
+
+}  // namespace ampgrad::amp

@@ -1,0 +1,76 @@
+// The backward engine: runs the graph's nodes in reverse topological order.
+#include <queue>
+#include <unordered_map>
+
+#include "autograd/node.h"
+#include "ops/ops.h"
+
+namespace ampgrad::autograd {
+
+void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph) {
+  AG_CHECK(root.requires_grad(),
+           "backward: the tensor ({}) does not require grad and has no grad_fn; did you forget requires_grad_() on "
+           "an input, or run the forward under NoGradGuard?",
+           root.desc());
+  Tensor g = grad;
+  if (!g.defined()) {
+    AG_CHECK(root.numel() == 1,
+             "backward: grad can be implicitly created only for scalar outputs, but the output is {}; pass a "
+             "gradient of the same shape",
+             root.desc());
+    g = ones_like(root);
+  } else {
+    AG_CHECK(g.shape() == root.shape(), "backward: gradient {} does not match the output {}", g.desc(),
+             root.desc());
+    AG_CHECK(g.device() == root.device(), "backward: gradient {} is on another device than the output {}",
+             g.desc(), root.desc());
+  }
+  NoGradGuard no_grad;  // formulas build no graph of their own (no double backward)
+
+  Edge start = gradient_edge(root);
+  // Count, for each node, how many edges lead into it from nodes reachable from the root.
+  std::unordered_map<Node*, int> deps;
+  std::vector<Node*> stack{start.node.get()};
+  deps[start.node.get()] = 0;
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    for (const Edge& e : n->next) {
+      if (!e.valid()) continue;
+      auto [it, inserted] = deps.try_emplace(e.node.get(), 0);
+      ++it->second;
+      if (inserted) stack.push_back(e.node.get());
+    }
+  }
+
+  std::unordered_map<Node*, Tensor> pending;  // summed incoming gradient per node
+  pending[start.node.get()] = g;
+  auto later_first = [](Node* a, Node* b) { return a->sequence < b->sequence; };
+  std::priority_queue<Node*, std::vector<Node*>, decltype(later_first)> ready(later_first);
+  ready.push(start.node.get());
+  while (!ready.empty()) {
+    Node* n = ready.top();
+    ready.pop();
+    auto it = pending.find(n);
+    Tensor in = std::move(it->second);
+    pending.erase(it);
+    // A node all of whose incoming gradients are undefined still passes "nothing" on, so
+    // that its children's dependency counts reach zero.
+    Grads outs = in.defined() ? n->apply(in) : Grads(n->next.size());
+    for (size_t i = 0; i < outs.size(); ++i) {
+      const Edge& e = n->next[i];
+      if (!e.valid()) continue;
+      Node* child = e.node.get();
+      if (outs[i].defined()) {
+        auto [slot, inserted] = pending.try_emplace(child, outs[i]);
+        if (!inserted) slot->second = slot->second.defined() ? add(slot->second, outs[i]) : outs[i];
+      } else {
+        pending.try_emplace(child, Tensor());
+      }
+      if (--deps[child] == 0) ready.push(child);
+    }
+    if (!retain_graph) n->release();
+  }
+}
+
+}  // namespace ampgrad::autograd

@@ -1,0 +1,122 @@
+// Autograd graph nodes, saved tensors with version checks, and grad mode.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace ampgrad {
+struct OpInfo;
+}
+
+namespace ampgrad::autograd {
+
+// Note [Autograd graph]
+// An op whose inputs require grad gives its output a grad_fn: a Node that holds an edge to
+// each differentiable input's own grad_fn (or, for a leaf, to the leaf's AccumulateGrad
+// node), the tensors its backward formula needs, and that formula. backward() runs the
+// nodes reachable from the root in reverse topological order. Every node has exactly one
+// output, so a formula maps one incoming gradient to one gradient per input.
+//
+// Note [Grad shape and dtype]
+// A node remembers each input's shape and dtype. After a formula runs, the engine sums a
+// gradient down to its input's shape (undoing broadcasting) and casts it to its input's
+// dtype (undoing type promotion and autocast). Formulas therefore never deal with either.
+
+class Node;
+
+struct Edge {
+  std::shared_ptr<Node> node;  // null: the input needs no gradient
+  bool valid() const { return node != nullptr; }
+};
+
+// A tensor kept for backward, with the version it had when saved (Note [Version counter]).
+struct SavedTensor {
+  Tensor tensor;
+  uint32_t version = 0;
+};
+
+using Grads = std::vector<Tensor>;
+// The backward formula: (incoming gradient, saved tensors) -> one gradient per input
+// (an undefined Tensor where an input gets none).
+using BackwardFn = std::function<Grads(const Tensor& grad, const std::vector<Tensor>& saved)>;
+
+class Node {
+ public:
+  virtual ~Node() = default;
+  virtual std::string_view name() const = 0;
+  // Runs the formula; returns one gradient per next edge, already reduced and cast.
+  virtual Grads apply(const Tensor& grad) = 0;
+  virtual void release() {}  // drop saved state after a backward without retain_graph
+
+  std::vector<Edge> next;
+  uint64_t sequence = 0;  // creation order; later nodes run first among ready ones
+};
+
+class FunctionNode final : public Node {
+ public:
+  FunctionNode(const OpInfo& op, BackwardFn fn) : op_(op), fn_(std::move(fn)) {}
+  std::string_view name() const override;
+  Grads apply(const Tensor& grad) override;
+  void release() override;
+
+  struct InputMeta {
+    Shape shape;
+    DType dtype;
+  };
+  std::vector<InputMeta> inputs;
+  std::vector<SavedTensor> saved;
+
+ private:
+  const OpInfo& op_;
+  BackwardFn fn_;
+  bool released_ = false;
+};
+
+// Adds the incoming gradient into a leaf's .grad.
+class AccumulateGrad final : public Node {
+ public:
+  explicit AccumulateGrad(std::shared_ptr<TensorImpl> leaf) : leaf_(std::move(leaf)) {}
+  std::string_view name() const override { return "AccumulateGrad"; }
+  Grads apply(const Tensor& grad) override;
+
+ private:
+  std::shared_ptr<TensorImpl> leaf_;
+};
+
+// Grad mode: whether ops record history. Thread-local, as in PyTorch.
+bool grad_mode_enabled();
+void set_grad_mode(bool enabled);
+
+// True when grad mode is on and any defined input requires grad.
+bool any_requires_grad(std::initializer_list<const Tensor*> inputs);
+bool any_requires_grad(const std::vector<Tensor>& inputs);
+
+// Gives `out` a FunctionNode for `op` over `inputs`, keeping `saved` for the formula.
+void record(const OpInfo& op, const Tensor& out, const std::vector<Tensor>& inputs,
+            std::vector<Tensor> saved, BackwardFn fn);
+
+// The edge a gradient for `t` flows along (its grad_fn, or its leaf's accumulator).
+Edge gradient_edge(const Tensor& t);
+
+// Runs backward from `root` with gradient `grad`.
+void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph);
+
+}  // namespace ampgrad::autograd
+
+namespace ampgrad {
+// Disables recording in its scope, like torch::NoGradGuard.
+class NoGradGuard {
+ public:
+  NoGradGuard() : prev_(autograd::grad_mode_enabled()) { autograd::set_grad_mode(false); }
+  ~NoGradGuard() { autograd::set_grad_mode(prev_); }
+  NoGradGuard(const NoGradGuard&) = delete;
+  NoGradGuard& operator=(const NoGradGuard&) = delete;
+
+ private:
+  bool prev_;
+};
+}  // namespace ampgrad

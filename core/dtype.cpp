@@ -1,0 +1,30 @@
+// Type promotion between two tensor dtypes, as torch.promote_types.
+#include "core/dtype.h"
+
+namespace ampgrad {
+
+DType promote_types(DType a, DType b) {
+  if (a == b) return a;
+  const auto& ta = traits(a);
+  const auto& tb = traits(b);
+  if (ta.is_floating || tb.is_floating) {
+    if (!ta.is_floating) return b;
+    if (!tb.is_floating) return a;
+    if (ta.float_rank != tb.float_rank) return ta.float_rank > tb.float_rank ? a : b;
+    return DType::Float32;  // float16 with bfloat16: neither holds the other
+  }
+  // Integers and bool: bool < uint8 < int32 < int64; uint8 with a signed type needs the signed one.
+  auto rank = [](DType t) {
+    switch (t) {
+      case DType::Bool: return 0;
+      case DType::UInt8: return 1;
+      case DType::Int32: return 2;
+      default: return 3;
+    }
+  };
+  if (a == DType::UInt8 && b == DType::Bool) return a;
+  if (b == DType::UInt8 && a == DType::Bool) return b;
+  return rank(a) > rank(b) ? a : b;
+}
+
+}  // namespace ampgrad

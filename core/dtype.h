@@ -1,0 +1,104 @@
+// Runtime element types with a constexpr traits table, and PyTorch's type promotion.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string_view>
+
+#include "core/half.h"
+
+namespace ampgrad {
+
+enum class DType : uint8_t { Float32, Float16, BFloat16, Float64, Int64, Int32, Bool, UInt8 };
+inline constexpr int kNumDTypes = 8;
+
+inline constexpr DType kFloat32 = DType::Float32;
+inline constexpr DType kFloat = DType::Float32;
+inline constexpr DType kFloat16 = DType::Float16;
+inline constexpr DType kHalf = DType::Float16;
+inline constexpr DType kBFloat16 = DType::BFloat16;
+inline constexpr DType kFloat64 = DType::Float64;
+inline constexpr DType kDouble = DType::Float64;
+inline constexpr DType kInt64 = DType::Int64;
+inline constexpr DType kLong = DType::Int64;
+inline constexpr DType kInt32 = DType::Int32;
+inline constexpr DType kInt = DType::Int32;
+inline constexpr DType kBool = DType::Bool;
+inline constexpr DType kUInt8 = DType::UInt8;
+
+struct DTypeTraits {
+  std::string_view name;  // as PyTorch prints it: float32, float16, ...
+  std::string_view short_name;  // f32, f16, ...
+  uint8_t itemsize;
+  bool is_floating;
+  bool is_signed;
+  uint8_t float_rank;  // promotion rank among floating types (bf16 and f16 share rank 1)
+};
+
+// Indexed by DType. Order must follow the enum.
+inline constexpr std::array<DTypeTraits, kNumDTypes> kDTypeTraits{{
+    {"float32", "f32", 4, true, true, 2},
+    {"float16", "f16", 2, true, true, 1},
+    {"bfloat16", "bf16", 2, true, true, 1},
+    {"float64", "f64", 8, true, true, 3},
+    {"int64", "i64", 8, false, true, 0},
+    {"int32", "i32", 4, false, true, 0},
+    {"bool", "bool", 1, false, false, 0},
+    {"uint8", "u8", 1, false, false, 0},
+}};
+
+constexpr const DTypeTraits& traits(DType t) { return kDTypeTraits[static_cast<int>(t)]; }
+constexpr size_t itemsize(DType t) { return traits(t).itemsize; }
+constexpr bool is_floating(DType t) { return traits(t).is_floating; }
+constexpr bool is_reduced_float(DType t) { return t == DType::Float16 || t == DType::BFloat16; }
+constexpr std::string_view dtype_name(DType t) { return traits(t).name; }
+
+// Result type of a binary op between two tensors, as torch.promote_types.
+DType promote_types(DType a, DType b);
+
+// The C++ type stored for each DType.
+template <DType D> struct CppType;
+template <> struct CppType<DType::Float32> { using type = float; };
+template <> struct CppType<DType::Float16> { using type = Half; };
+template <> struct CppType<DType::BFloat16> { using type = BFloat16; };
+template <> struct CppType<DType::Float64> { using type = double; };
+template <> struct CppType<DType::Int64> { using type = int64_t; };
+template <> struct CppType<DType::Int32> { using type = int32_t; };
+template <> struct CppType<DType::Bool> { using type = bool; };
+template <> struct CppType<DType::UInt8> { using type = uint8_t; };
+
+template <class T> constexpr DType dtype_of();
+template <> constexpr DType dtype_of<float>() { return DType::Float32; }
+template <> constexpr DType dtype_of<Half>() { return DType::Float16; }
+template <> constexpr DType dtype_of<BFloat16>() { return DType::BFloat16; }
+template <> constexpr DType dtype_of<double>() { return DType::Float64; }
+template <> constexpr DType dtype_of<int64_t>() { return DType::Int64; }
+template <> constexpr DType dtype_of<int32_t>() { return DType::Int32; }
+template <> constexpr DType dtype_of<bool>() { return DType::Bool; }
+template <> constexpr DType dtype_of<uint8_t>() { return DType::UInt8; }
+
+// Arithmetic type a kernel computes in: float for 16-bit floats (load, compute, round on store).
+template <class T> struct AccType { using type = T; };
+template <> struct AccType<Half> { using type = float; };
+template <> struct AccType<BFloat16> { using type = float; };
+template <> struct AccType<bool> { using type = int64_t; };
+template <> struct AccType<uint8_t> { using type = int64_t; };
+template <> struct AccType<int32_t> { using type = int64_t; };
+template <class T> using acc_t = typename AccType<T>::type;
+
+// Calls f(T{}) with T the C++ type of `t`: `visit_dtype(t, [&](auto tag) { using T = decltype(tag); })`.
+template <class F> decltype(auto) visit_dtype(DType t, F&& f) {
+  switch (t) {
+    case DType::Float32: return f(float{});
+    case DType::Float16: return f(Half{});
+    case DType::BFloat16: return f(BFloat16{});
+    case DType::Float64: return f(double{});
+    case DType::Int64: return f(int64_t{});
+    case DType::Int32: return f(int32_t{});
+    case DType::Bool: return f(bool{});
+    case DType::UInt8: return f(uint8_t{});
+  }
+  return f(float{});  // unreachable: every enumerator is handled above
+}
+
+}  // namespace ampgrad

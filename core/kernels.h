@@ -1,0 +1,36 @@
+// The kernel interface every device implements: the CPU reference kernels in ops/ define
+// ampgrad::cpu::*, the CUDA kernels in cuda/ define ampgrad::cuda::* with the same
+// signatures (cuda/kernels.h). Ops check their inputs, allocate outputs and pick the device;
+// kernels only compute. Shapes reaching a kernel are already validated and broadcast.
+#pragma once
+
+#include "core/kernel_kinds.h"
+#include "core/tensor.h"
+
+namespace ampgrad::cpu {
+
+// out = f(x). x has out's shape, any strides, the same dtype; out is contiguous.
+void unary(UnaryKind k, const Tensor& x, const Tensor& out, double a, double b);
+// out = f(x, y). x, y share a dtype and out's shape (broadcast dims have stride 0); out is
+// contiguous, of x's dtype, or Bool for comparisons.
+void binary(BinaryKind k, const Tensor& x, const Tensor& y, const Tensor& out);
+// out = cond ? x : y, all of out's shape; x, y of out's dtype; cond Bool.
+void where(const Tensor& cond, const Tensor& x, const Tensor& y, const Tensor& out);
+// dst = src converted to dst's dtype; same shape, any strides on both, same device.
+void copy(const Tensor& dst, const Tensor& src);
+void fill(const Tensor& dst, double value);
+// x contiguous [outer, r, inner] -> out contiguous [outer, inner] (x's dtype; Int64 for
+// Argmax/Argmin). `indices` (Int64 [outer, inner]) is filled for Max/Min when defined.
+// `param` is the correction of Var.
+void reduce(ReduceKind k, const Tensor& x, const Tensor& out, const Tensor& indices, double param);
+// x contiguous [outer, r, inner]; out the same; softmax (or log_softmax) over r.
+void softmax(const Tensor& x, const Tensor& out, bool log);
+// out[b] = alpha * a[b] @ bm[b] + beta * out[b]; a [B, M, K], bm [B, K, N] of out's dtype,
+// any strides (a batch stride may be 0); out contiguous [B, M, N]. beta == 0 ignores out.
+void gemm(const Tensor& a, const Tensor& bm, const Tensor& out, double alpha, double beta);
+// x contiguous [outer, d, inner], index Int64 contiguous [n] -> out contiguous [outer, n, inner].
+void index_select(const Tensor& x, const Tensor& index, const Tensor& out);
+// out contiguous [outer, d, inner] += src contiguous [outer, n, inner] scattered by index [n].
+void index_add(const Tensor& out, const Tensor& index, const Tensor& src);
+
+}  // namespace ampgrad::cpu

@@ -1,0 +1,47 @@
+// Shape helpers: element counts, contiguous strides, broadcasting and dim wrapping.
+#include "core/shape.h"
+
+#include "core/error.h"
+
+namespace ampgrad {
+
+int64_t shape_numel(const Shape& s) {
+  int64_t n = 1;
+  for (int64_t d : s) n *= d;
+  return n;
+}
+
+Shape contiguous_strides(const Shape& sizes) {
+  Shape strides(sizes.size());
+  int64_t acc = 1;
+  for (size_t i = sizes.size(); i-- > 0;) {
+    strides[i] = acc;
+    acc *= std::max<int64_t>(sizes[i], 1);
+  }
+  return strides;
+}
+
+std::string shape_str(const Shape& s) { return fmt::format("[{}]", fmt::join(s, ", ")); }
+
+Shape broadcast_shapes(std::string_view op, const Shape& a, const Shape& b) {
+  size_t n = std::max(a.size(), b.size());
+  Shape out(n);
+  for (size_t i = 0; i < n; ++i) {
+    int64_t da = i < n - a.size() ? 1 : a[i - (n - a.size())];
+    int64_t db = i < n - b.size() ? 1 : b[i - (n - b.size())];
+    AG_CHECK(da == db || da == 1 || db == 1,
+             "{}: shapes {} and {} cannot be broadcast (dimension {}: {} vs {})", op, shape_str(a), shape_str(b),
+             i, da, db);
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+int64_t wrap_dim(std::string_view op, int64_t dim, int64_t ndim) {
+  int64_t n = std::max<int64_t>(ndim, 1);  // a 0-d tensor accepts dim 0 and -1, as in PyTorch
+  AG_CHECK(dim >= -n && dim < n, "{}: dimension {} is out of range for a tensor of {} dimension{} (expected {} to {})",
+           op, dim, ndim, ndim == 1 ? "" : "s", -n, n - 1);
+  return dim < 0 ? dim + n : dim;
+}
+
+}  // namespace ampgrad

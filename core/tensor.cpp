@@ -1,0 +1,56 @@
+// Tensor construction and metadata; computing methods are in ops/tensor_methods.cpp.
+#include "core/tensor.h"
+
+namespace ampgrad {
+
+int64_t Tensor::size(int64_t d) const { return shape()[wrap_dim("size", d, dim())]; }
+int64_t Tensor::stride(int64_t d) const { return strides()[wrap_dim("stride", d, dim())]; }
+
+bool Tensor::is_contiguous() const {
+  int64_t expected = 1;
+  const auto& sz = shape();
+  const auto& st = strides();
+  for (size_t i = sz.size(); i-- > 0;) {
+    if (sz[i] == 1) continue;
+    if (st[i] != expected) return false;
+    expected *= sz[i];
+  }
+  return true;
+}
+
+void* Tensor::data_ptr() const {
+  auto* base = static_cast<char*>(impl().storage->data());
+  return base ? base + impl().offset * static_cast<int64_t>(element_size()) : nullptr;
+}
+
+std::string Tensor::desc() const {
+  if (!defined()) return "undefined tensor";
+  return fmt::format("{} {} on {}", dtype_name(dtype()), shape_str(shape()), device().str());
+}
+
+Tensor make_tensor(std::shared_ptr<Storage> storage, Shape sizes, Shape strides, int64_t offset, DType dtype) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::move(storage);
+  impl->sizes = std::move(sizes);
+  impl->strides = std::move(strides);
+  impl->offset = offset;
+  impl->dtype = dtype;
+  return Tensor(std::move(impl));
+}
+
+Tensor empty(const Shape& shape, TensorOptions options) {
+  for (int64_t d : shape) AG_CHECK(d >= 0, "empty: negative dimension in shape {}", shape_str(shape));
+  size_t nbytes = static_cast<size_t>(shape_numel(shape)) * itemsize(options.dtype());
+  auto storage = std::make_shared<Storage>(nbytes, options.device());
+  Tensor t = make_tensor(std::move(storage), shape, contiguous_strides(shape), 0, options.dtype());
+  if (options.requires_grad()) t.requires_grad_(true);
+  return t;
+}
+
+Tensor empty_like(const Tensor& t) { return empty(t.shape(), t.options()); }
+
+Tensor alias_with(const Tensor& t, Shape sizes, Shape strides, int64_t offset) {
+  return make_tensor(t.storage(), std::move(sizes), std::move(strides), offset, t.dtype());
+}
+
+}  // namespace ampgrad

@@ -1,0 +1,200 @@
+// Tensor: shared storage + sizes + strides + offset (in elements) + dtype, and its autograd
+// fields. Methods that compute are defined with the ops in ops/tensor_methods.cpp.
+#pragma once
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/scalar.h"
+#include "core/shape.h"
+#include "core/storage.h"
+#include "core/tensor_options.h"
+
+namespace ampgrad {
+
+namespace autograd {
+class Node;
+}
+
+class Tensor;
+
+// The state behind a Tensor handle. Several handles (and views) may share one storage.
+struct TensorImpl {
+  std::shared_ptr<Storage> storage;
+  Shape sizes;
+  Shape strides;
+  int64_t offset = 0;  // in elements
+  DType dtype = DType::Float32;
+
+  // Autograd (Note [Autograd graph] in autograd/node.h).
+  bool requires_grad = false;
+  std::shared_ptr<autograd::Node> grad_fn;       // null for leaves
+  std::shared_ptr<TensorImpl> grad;              // accumulated gradient of a leaf
+  std::weak_ptr<autograd::Node> grad_accumulator;
+};
+
+class Tensor {
+ public:
+  Tensor() = default;
+  explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
+
+  // Metadata.
+  bool defined() const { return impl_ != nullptr; }
+  const Shape& shape() const { return impl().sizes; }
+  const Shape& sizes() const { return impl().sizes; }
+  const Shape& strides() const { return impl().strides; }
+  int64_t size(int64_t dim) const;
+  int64_t stride(int64_t dim) const;
+  int64_t dim() const { return static_cast<int64_t>(impl().sizes.size()); }
+  int64_t numel() const { return shape_numel(impl().sizes); }
+  DType dtype() const { return impl().dtype; }
+  Device device() const { return impl().storage->device(); }
+  bool is_cuda() const { return device().is_cuda(); }
+  bool is_cpu() const { return device().is_cpu(); }
+  bool is_floating_point() const { return is_floating(dtype()); }
+  TensorOptions options() const { return TensorOptions().dtype(dtype()).device(device()); }
+  int64_t storage_offset() const { return impl().offset; }
+  bool is_contiguous() const;
+  size_t element_size() const { return itemsize(dtype()); }
+  size_t nbytes() const { return static_cast<size_t>(numel()) * element_size(); }
+  void* data_ptr() const;  // address of the first element (storage + offset)
+  template <class T> T* data_ptr() const;
+  uint32_t version() const { return impl().storage->version(); }
+  void bump_version() const { impl().storage->bump_version(); }
+  const std::shared_ptr<Storage>& storage() const { return impl().storage; }
+  TensorImpl* unsafe_impl() const { return impl_.get(); }
+  const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
+  bool is_same(const Tensor& o) const { return impl_ == o.impl_; }
+  // One-line description for error messages: "float32 [2, 3] on cpu".
+  std::string desc() const;
+
+  // Conversions.
+  Tensor to(DType dtype) const;
+  Tensor to(Device device) const;
+  Tensor to(DeviceType type) const { return to(Device(type)); }
+  Tensor to(Device device, DType dtype) const;
+  Tensor cpu() const { return to(Device(kCPU)); }
+  Tensor cuda() const { return to(Device(kCUDA)); }
+  Tensor contiguous() const;
+  Tensor clone() const;
+  template <class T> T item() const;
+  template <class T> std::vector<T> to_vector() const;
+  double item_double() const;
+  int64_t item_int64() const;
+
+  // Autograd.
+  bool requires_grad() const { return impl().requires_grad; }
+  Tensor& requires_grad_(bool on = true);
+  const Tensor& requires_grad_(bool on = true) const;
+  bool is_leaf() const { return impl().grad_fn == nullptr; }
+  Tensor grad() const;
+  void set_grad(const Tensor& g) const;
+  const std::shared_ptr<autograd::Node>& grad_fn() const { return impl().grad_fn; }
+  void backward(const Tensor& gradient = Tensor(), bool retain_graph = false) const;
+  Tensor detach() const;
+
+  // Views and shapes.
+  Tensor view(const Shape& shape) const;
+  Tensor reshape(const Shape& shape) const;
+  Tensor flatten(int64_t start_dim = 0, int64_t end_dim = -1) const;
+  Tensor transpose(int64_t d0, int64_t d1) const;
+  Tensor permute(const Shape& dims) const;
+  Tensor t() const;
+  Tensor narrow(int64_t dim, int64_t start, int64_t length) const;
+  Tensor slice(int64_t dim, int64_t start, int64_t end, int64_t step = 1) const;
+  Tensor select(int64_t dim, int64_t index) const;
+  Tensor expand(const Shape& shape) const;
+  Tensor squeeze(int64_t dim) const;
+  Tensor squeeze() const;
+  Tensor unsqueeze(int64_t dim) const;
+  Tensor index_select(int64_t dim, const Tensor& index) const;
+
+  // Math.
+  Tensor pow(const Scalar& exponent) const;
+  Tensor pow(const Tensor& exponent) const;
+  Tensor exp() const;
+  Tensor log() const;
+  Tensor sqrt() const;
+  Tensor abs() const;
+  Tensor neg() const;
+  Tensor relu() const;
+  Tensor tanh() const;
+  Tensor sigmoid() const;
+  Tensor sum() const;
+  Tensor sum(const Shape& dims, bool keepdim = false) const;
+  Tensor mean() const;
+  Tensor mean(const Shape& dims, bool keepdim = false) const;
+  Tensor matmul(const Tensor& other) const;
+  Tensor mm(const Tensor& other) const;
+
+  // In place; each bumps the version counter.
+  Tensor& add_(const Tensor& other, const Scalar& alpha = 1);
+  Tensor& add_(const Scalar& other);
+  Tensor& sub_(const Tensor& other);
+  Tensor& mul_(const Tensor& other);
+  Tensor& mul_(const Scalar& other);
+  Tensor& div_(const Scalar& other);
+  Tensor& zero_();
+  Tensor& fill_(const Scalar& value);
+  Tensor& copy_(const Tensor& src);
+
+  std::string str() const;  // printed like PyTorch
+
+ private:
+  const TensorImpl& impl() const {
+    AG_CHECK(impl_ != nullptr, "tensor: this tensor is undefined (default-constructed or moved from)");
+    return *impl_;
+  }
+  TensorImpl& impl() {
+    AG_CHECK(impl_ != nullptr, "tensor: this tensor is undefined (default-constructed or moved from)");
+    return *impl_;
+  }
+  std::shared_ptr<TensorImpl> impl_;
+};
+
+// Makes a tensor viewing `storage` with the given geometry.
+Tensor make_tensor(std::shared_ptr<Storage> storage, Shape sizes, Shape strides, int64_t offset, DType dtype);
+// Allocates an uninitialized contiguous tensor.
+Tensor empty(const Shape& shape, TensorOptions options = {});
+Tensor empty_like(const Tensor& t);
+// A view of `t` sharing its storage (no autograd history).
+Tensor alias_with(const Tensor& t, Shape sizes, Shape strides, int64_t offset);
+
+template <class T> T* Tensor::data_ptr() const {
+  AG_CHECK(dtype_of<std::remove_cv_t<T>>() == dtype(), "data_ptr: tensor is {}, asked for {}", dtype_name(dtype()),
+           dtype_name(dtype_of<std::remove_cv_t<T>>()));
+  return static_cast<T*>(data_ptr());
+}
+
+template <class T> T Tensor::item() const {
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    return static_cast<T>(item_int64());
+  } else {
+    return static_cast<T>(item_double());
+  }
+}
+
+template <class T> std::vector<T> Tensor::to_vector() const {
+  Tensor c = to(Device(kCPU), dtype_of<T>()).contiguous();
+  std::vector<T> out(static_cast<size_t>(c.numel()));
+  if (!out.empty()) std::memcpy(out.data(), c.data_ptr(), out.size() * sizeof(T));
+  return out;
+}
+
+}  // namespace ampgrad
+
+#include <iosfwd>
+namespace ampgrad {
+std::ostream& operator<<(std::ostream& os, const Tensor& t);
+}  // namespace ampgrad
+
+// fmt::print("{}", t) prints like PyTorch's print(t).
+template <> struct fmt::formatter<ampgrad::Tensor> : fmt::formatter<std::string> {
+  template <class Ctx> auto format(const ampgrad::Tensor& t, Ctx& ctx) const {
+    return fmt::formatter<std::string>::format(t.str(), ctx);
+  }
+};

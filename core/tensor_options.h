@@ -1,0 +1,28 @@
+// TensorOptions: dtype, device and requires_grad for factories, in libtorch's builder style.
+#pragma once
+
+#include "core/device.h"
+#include "core/dtype.h"
+
+namespace ampgrad {
+
+class TensorOptions {
+ public:
+  TensorOptions() = default;
+  TensorOptions(DType d) : dtype_(d) {}  // NOLINT: ag::zeros({2}, ag::kFloat16)
+  TensorOptions(Device d) : device_(d) {}  // NOLINT
+  TensorOptions(DeviceType d) : device_(d) {}  // NOLINT
+  TensorOptions dtype(DType d) const { auto o = *this; o.dtype_ = d; return o; }
+  TensorOptions device(Device d) const { auto o = *this; o.device_ = d; return o; }
+  TensorOptions requires_grad(bool r) const { auto o = *this; o.requires_grad_ = r; return o; }
+  DType dtype() const { return dtype_; }
+  Device device() const { return device_; }
+  bool requires_grad() const { return requires_grad_; }
+
+ private:
+  DType dtype_ = DType::Float32;
+  Device device_;
+  bool requires_grad_ = false;
+};
+
+}  // namespace ampgrad

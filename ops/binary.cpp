@@ -1,0 +1,209 @@
+// Binary elementwise ops with broadcasting and type promotion, where, and comparisons.
+#include "autograd/node.h"
+#include "ops/dispatch.h"
+#include "ops/internal.h"
+#include "ops/op_scope.h"
+#include "ops/ops.h"
+
+namespace ampgrad {
+
+using autograd::Grads;
+using Saved = std::vector<Tensor>;
+using amp::Category;
+
+namespace {
+
+const OpInfo kAdd{"add", Category::passthrough, true, "elementwise, no accumulation: stays in its input dtype"};
+const OpInfo kSub{"sub", Category::passthrough, true, "elementwise, no accumulation: stays in its input dtype"};
+const OpInfo kMul{"mul", Category::passthrough, true, "elementwise, no accumulation: stays in its input dtype"};
+const OpInfo kDiv{"div", Category::passthrough, true, "elementwise, no accumulation: stays in its input dtype"};
+const OpInfo kPow{"pow", Category::fp32, true, "range: powers overflow float16 quickly"};
+const OpInfo kRsub{"rsub", Category::passthrough, true, "elementwise: stays in its input dtype"};
+const OpInfo kMaximum{"maximum", Category::passthrough, true, "exact in any dtype"};
+const OpInfo kMinimum{"minimum", Category::passthrough, true, "exact in any dtype"};
+const OpInfo kWhere{"where", Category::promote, true, "mixes two inputs: both are cast to the wider dtype"};
+const OpInfo kEq{"eq", Category::passthrough, false, "returns bool"};
+const OpInfo kNe{"ne", Category::passthrough, false, "returns bool"};
+const OpInfo kLt{"lt", Category::passthrough, false, "returns bool"};
+const OpInfo kLe{"le", Category::passthrough, false, "returns bool"};
+const OpInfo kGt{"gt", Category::passthrough, false, "returns bool"};
+const OpInfo kGe{"ge", Category::passthrough, false, "returns bool"};
+
+int category_rank(DType t) { return t == kBool ? 0 : (is_floating(t) ? 2 : 1); }
+
+// PyTorch's result_type for two tensors: a 0-dim tensor does not upcast a dimensioned one
+// of the same category (bool < integer < floating).
+DType result_type(const Tensor& a, const Tensor& b) {
+  const bool za = a.dim() == 0, zb = b.dim() == 0;
+  if (za != zb) {
+    const Tensor& dimd = za ? b : a;
+    const Tensor& zero = za ? a : b;
+    if (category_rank(zero.dtype()) <= category_rank(dimd.dtype())) return dimd.dtype();
+    return zero.dtype();
+  }
+  return promote_types(a.dtype(), b.dtype());
+}
+
+Tensor cast_quietly(const Tensor& t, DType dt) {
+  if (t.dtype() == dt) return t;
+  NoGradGuard no_grad;
+  return to(t, t.device(), dt);
+}
+
+// Broadcasts, promotes and runs kernel k; out is Bool for comparisons.
+Tensor binary_forward(const OpInfo& op, BinaryKind k, const Tensor& a, const Tensor& b, bool float_result = false) {
+  check_defined(op, a, "first input");
+  check_defined(op, b, "second input");
+  check_same_device(op, a, b);
+  Shape shape = broadcast_shapes(op.name, a.shape(), b.shape());
+  DType dt = result_type(a, b);
+  if (float_result) dt = float_compute_dtype(dt);
+  AG_CHECK(dt != kBool || is_comparison(k), "{}: arithmetic on bool tensors ({} and {}) is not supported", op.name,
+           a.desc(), b.desc());
+  Tensor x = broadcast_to(cast_quietly(a, dt), shape);
+  Tensor y = broadcast_to(cast_quietly(b, dt), shape);
+  Tensor out = empty_as(shape, is_comparison(k) ? kBool : dt, a);
+  if (out.numel()) kernel::binary(k, x, y, out);
+  return out;
+}
+
+template <class Backward>
+Tensor binary_with_grad(const OpInfo& op, BinaryKind k, const Tensor& a0, const Tensor& b0, Backward bw,
+                        bool float_result = false) {
+  Tensor a = a0, b = b0;
+  OpScope scope(op, a, b);
+  Tensor out = binary_forward(op, k, a, b, float_result);
+  if (autograd::any_requires_grad({&a, &b}) && is_floating(out.dtype())) {
+    autograd::record(op, out, {a, b}, {a, b, out.detach()},
+                     [bw](const Tensor& g, const Saved& s) { return bw(g, s[0], s[1], s[2]); });
+  }
+  return scope.finish(out);
+}
+
+Tensor compare(const OpInfo& op, BinaryKind k, const Tensor& a0, const Tensor& b0) {
+  Tensor a = a0, b = b0;
+  OpScope scope(op, a, b);
+  return scope.finish(binary_forward(op, k, a, b));
+}
+
+Tensor scalar_like(const Tensor& a, const Scalar& s) {
+  return full({}, s, TensorOptions(scalar_result_dtype(a.dtype(), s)).device(a.device()));
+}
+
+}  // namespace
+
+Tensor add(const Tensor& a, const Tensor& b, const Scalar& alpha) {
+  if (alpha.to_double() != 1) return add(a, mul(b, alpha));
+  return binary_with_grad(kAdd, BinaryKind::Add, a, b, [](const Tensor& g, const Tensor&, const Tensor&, const Tensor&) {
+    return Grads{g, g};
+  });
+}
+Tensor sub(const Tensor& a, const Tensor& b, const Scalar& alpha) {
+  if (alpha.to_double() != 1) return sub(a, mul(b, alpha));
+  return binary_with_grad(kSub, BinaryKind::Sub, a, b, [](const Tensor& g, const Tensor&, const Tensor&, const Tensor&) {
+    return Grads{g, neg(g)};
+  });
+}
+Tensor mul(const Tensor& a, const Tensor& b) {
+  return binary_with_grad(kMul, BinaryKind::Mul, a, b, [](const Tensor& g, const Tensor& x, const Tensor& y, const Tensor&) {
+    return Grads{g * y, g * x};
+  });
+}
+Tensor div(const Tensor& a, const Tensor& b) {
+  return binary_with_grad(
+      kDiv, BinaryKind::Div, a, b,
+      [](const Tensor& g, const Tensor& x, const Tensor& y, const Tensor& out) {
+        Tensor gx = g / y;
+        return Grads{gx, -(gx * out)};
+      },
+      /*float_result=*/true);
+}
+Tensor pow(const Tensor& a, const Tensor& e) {
+  return binary_with_grad(
+      kPow, BinaryKind::Pow, a, e,
+      [](const Tensor& g, const Tensor& x, const Tensor& y, const Tensor& out) {
+        Tensor ga = g * y * pow(x, y - 1);
+        // d/dy x^y = x^y log x; taken as 0 where x == 0 (as PyTorch), so 0^y stays finite.
+        Tensor gb = where(eq(x, 0), zeros_like(out), g * out * log(x));
+        return Grads{ga, gb};
+      },
+      /*float_result=*/true);
+}
+Tensor maximum(const Tensor& a, const Tensor& b) {
+  return binary_with_grad(kMaximum, BinaryKind::Maximum, a, b,
+                          [](const Tensor& g, const Tensor& x, const Tensor& y, const Tensor&) {
+                            Tensor half = g * 0.5;  // ties split the gradient, as PyTorch
+                            Tensor zero = zeros_like(g);
+                            return Grads{where(gt(x, y), g, where(eq(x, y), half, zero)),
+                                         where(lt(x, y), g, where(eq(x, y), half, zero))};
+                          });
+}
+Tensor minimum(const Tensor& a, const Tensor& b) {
+  return binary_with_grad(kMinimum, BinaryKind::Minimum, a, b,
+                          [](const Tensor& g, const Tensor& x, const Tensor& y, const Tensor&) {
+                            Tensor half = g * 0.5;
+                            Tensor zero = zeros_like(g);
+                            return Grads{where(lt(x, y), g, where(eq(x, y), half, zero)),
+                                         where(gt(x, y), g, where(eq(x, y), half, zero))};
+                          });
+}
+
+Tensor eq(const Tensor& a, const Tensor& b) { return compare(kEq, BinaryKind::Eq, a, b); }
+Tensor ne(const Tensor& a, const Tensor& b) { return compare(kNe, BinaryKind::Ne, a, b); }
+Tensor lt(const Tensor& a, const Tensor& b) { return compare(kLt, BinaryKind::Lt, a, b); }
+Tensor le(const Tensor& a, const Tensor& b) { return compare(kLe, BinaryKind::Le, a, b); }
+Tensor gt(const Tensor& a, const Tensor& b) { return compare(kGt, BinaryKind::Gt, a, b); }
+Tensor ge(const Tensor& a, const Tensor& b) { return compare(kGe, BinaryKind::Ge, a, b); }
+Tensor eq(const Tensor& a, const Scalar& b) { return eq(a, scalar_like(a, b)); }
+Tensor ne(const Tensor& a, const Scalar& b) { return ne(a, scalar_like(a, b)); }
+Tensor lt(const Tensor& a, const Scalar& b) { return lt(a, scalar_like(a, b)); }
+Tensor le(const Tensor& a, const Scalar& b) { return le(a, scalar_like(a, b)); }
+Tensor gt(const Tensor& a, const Scalar& b) { return gt(a, scalar_like(a, b)); }
+Tensor ge(const Tensor& a, const Scalar& b) { return ge(a, scalar_like(a, b)); }
+
+// Scalar forms: add/mul/rsub/pow run as one unary kernel (no broadcast operand); a float
+// scalar with an integer tensor gives float32, as a Python number does in PyTorch.
+Tensor add(const Tensor& a, const Scalar& b) {
+  return unary_scalar_op(kAdd, UnaryKind::AddScalar, a, b.to_double(), !b.is_floating());
+}
+Tensor sub(const Tensor& a, const Scalar& b) {
+  return unary_scalar_op(kSub, UnaryKind::AddScalar, a, -b.to_double(), !b.is_floating());
+}
+Tensor rsub(const Tensor& a, const Scalar& b) {
+  return unary_scalar_op(kRsub, UnaryKind::RSubScalar, a, b.to_double(), !b.is_floating());
+}
+Tensor mul(const Tensor& a, const Scalar& b) {
+  return unary_scalar_op(kMul, UnaryKind::MulScalar, a, b.to_double(), !b.is_floating());
+}
+Tensor div(const Tensor& a, const Scalar& b) { return div(a, scalar_like(a, b)); }
+Tensor rdiv(const Tensor& a, const Scalar& b) { return div(scalar_like(a, b), a); }
+Tensor pow(const Tensor& a, const Scalar& e) {
+  return unary_scalar_op(kPow, UnaryKind::PowScalar, a, e.to_double(), false);
+}
+
+Tensor where(const Tensor& cond0, const Tensor& a0, const Tensor& b0) {
+  Tensor cond = cond0, a = a0, b = b0;
+  OpScope scope(kWhere, cond, a, b);
+  check_defined(kWhere, cond, "condition");
+  check_defined(kWhere, a, "first input");
+  check_defined(kWhere, b, "second input");
+  AG_CHECK(cond.dtype() == kBool, "where: condition must be bool, got {}", cond.desc());
+  check_same_device(kWhere, cond, a);
+  check_same_device(kWhere, a, b);
+  Shape shape = broadcast_shapes(kWhere.name, broadcast_shapes(kWhere.name, cond.shape(), a.shape()), b.shape());
+  DType dt = result_type(a, b);
+  Tensor out = empty_as(shape, dt, a);
+  if (out.numel())
+    kernel::where(broadcast_to(cond, shape), broadcast_to(cast_quietly(a, dt), shape),
+                  broadcast_to(cast_quietly(b, dt), shape), out);
+  if (autograd::any_requires_grad({&a, &b}) && is_floating(dt)) {
+    autograd::record(kWhere, out, {Tensor(), a, b}, {cond}, [](const Tensor& g, const Saved& s) {
+      Tensor zero = zeros_like(g);
+      return Grads{Tensor(), where(s[0], g, zero), where(s[0], zero, g)};
+    });
+  }
+  return scope.finish(out);
+}
+Tensor where(const Tensor& cond, const Tensor& a, const Scalar& b) { return where(cond, a, scalar_like(a, b)); }
+
+}  // namespace ampgrad

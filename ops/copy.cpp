@@ -1,0 +1,101 @@
+// Casts, device moves, clone and copy_: the ops that move data between dtypes and devices.
+#include "autograd/node.h"
+#include "ops/dispatch.h"
+#include "ops/op_scope.h"
+#include "ops/ops.h"
+#if AMPGRAD_WITH_CUDA
+#include "cuda/runtime.h"
+#endif
+
+namespace ampgrad {
+
+namespace {
+const OpInfo kTo{"to", amp::Category::passthrough, true, "a cast: autocast inserts these, it never changes them"};
+const OpInfo kClone{"clone", amp::Category::passthrough, true, "a copy keeps its dtype"};
+const OpInfo kCopy{"copy_", amp::Category::passthrough, false, "writes into an existing tensor of its own dtype"};
+
+// Copies between devices through a contiguous staging tensor in dst's dtype.
+void copy_across_devices(const Tensor& dst, const Tensor& src) {
+#if AMPGRAD_WITH_CUDA
+  if (src.is_cpu()) {
+    Tensor staged = empty(dst.shape(), TensorOptions(dst.dtype()).device(src.device()));
+    kernel::copy(staged, broadcast_to(src, dst.shape()));
+    Tensor target = dst.is_contiguous() ? dst : empty(dst.shape(), dst.options());
+    cuda::memcpy_h2d(target.data_ptr(), staged.data_ptr(), staged.nbytes());
+    if (!target.is_same(dst)) kernel::copy(dst, target);
+  } else {
+    Tensor staged = empty(dst.shape(), TensorOptions(dst.dtype()).device(src.device()));
+    kernel::copy(staged, broadcast_to(src, dst.shape()));
+    Tensor target = dst.is_contiguous() ? dst : empty(dst.shape(), dst.options());
+    cuda::memcpy_d2h(target.data_ptr(), staged.data_ptr(), staged.nbytes());
+    if (!target.is_same(dst)) kernel::copy(dst, target);
+  }
+#else
+  kernel::no_cuda("copy");
+#endif
+}
+
+void copy_impl(const Tensor& dst, const Tensor& src) {
+  if (dst.numel() == 0) return;
+  if (dst.device() == src.device()) {
+    kernel::copy(dst, broadcast_to(src, dst.shape()));
+  } else {
+    copy_across_devices(dst, src);
+  }
+}
+}  // namespace
+
+void check_inplace(std::string_view op, const Tensor& t) {
+  AG_CHECK(!(autograd::grad_mode_enabled() && t.requires_grad()),
+           "{}: in-place operation on a tensor that requires grad ({}); use the out-of-place form, or wrap the "
+           "update in NoGradGuard (as optimizers do)",
+           op, t.desc());
+}
+
+Tensor to(const Tensor& a0, Device device, DType dtype) {
+  Tensor a = a0;
+  OpScope scope(kTo, a);
+  check_defined(kTo, a, "input");
+  if (a.device() == device && a.dtype() == dtype) return scope.finish(a);
+  Tensor out = empty(a.shape(), TensorOptions(dtype).device(device));
+  copy_impl(out, a);
+  if (is_floating(dtype) && is_floating(a.dtype()) && autograd::any_requires_grad({&a})) {
+    const Device src_device = a.device();
+    const DType src_dtype = a.dtype();
+    autograd::record(kTo, out, {a}, {}, [src_device, src_dtype](const Tensor& g, const std::vector<Tensor>&) {
+      return autograd::Grads{to(g, src_device, src_dtype)};
+    });
+  }
+  return scope.finish(out);
+}
+
+Tensor clone_op(const Tensor& a0) {
+  Tensor a = a0;
+  OpScope scope(kClone, a);
+  Tensor out = empty(a.shape(), a.options());
+  copy_impl(out, a);
+  if (autograd::any_requires_grad({&a}))
+    autograd::record(kClone, out, {a}, {}, [](const Tensor& g, const std::vector<Tensor>&) {
+      return autograd::Grads{g};
+    });
+  return scope.finish(out);
+}
+
+Tensor contiguous(const Tensor& a) { return a.is_contiguous() ? a : clone_op(a); }
+
+Tensor& copy_into(Tensor& dst, const Tensor& src) {
+  Tensor s = src;
+  OpScope scope(kCopy, s);
+  check_inplace(kCopy.name, dst);
+  AG_CHECK(shape_numel(broadcast_shapes(kCopy.name, s.shape(), dst.shape())) == dst.numel(),
+           "copy_: source {} cannot be broadcast to destination {}", s.desc(), dst.desc());
+  copy_impl(dst, s);
+  dst.bump_version();
+  return dst;
+}
+
+void fill_into(const Tensor& dst, double value) {
+  if (dst.numel()) kernel::fill(dst, value);
+}
+
+}  // namespace ampgrad

@@ -1,0 +1,124 @@
+// CPU reference kernels: reductions over the middle dim of [outer, r, inner], and softmax.
+#include <cmath>
+#include <limits>
+#include <type_traits>
+
+#include "core/kernels.h"
+
+namespace ampgrad::cpu {
+
+namespace {
+
+// The reference accumulates in double for every floating dtype: it is the judge.
+template <class T> using ref_acc_t = std::conditional_t<std::is_integral_v<T>, int64_t, double>;
+
+template <class T>
+void reduce_typed(ReduceKind k, const Tensor& x, const Tensor& out, const Tensor& indices, double param) {
+  using A = ref_acc_t<T>;
+  const int64_t outer = x.size(0), r = x.size(1), inner = x.size(2);
+  const T* px = static_cast<const T*>(x.data_ptr());
+  int64_t* pi = indices.defined() ? static_cast<int64_t*>(indices.data_ptr()) : nullptr;
+  for (int64_t o = 0; o < outer; ++o) {
+    for (int64_t i = 0; i < inner; ++i) {
+      auto at = [&](int64_t j) { return static_cast<A>(static_cast<acc_t<T>>(px[(o * r + j) * inner + i])); };
+      const int64_t dst = o * inner + i;
+      if (k == ReduceKind::Argmax || k == ReduceKind::Argmin || k == ReduceKind::Max || k == ReduceKind::Min) {
+        const bool want_max = k == ReduceKind::Argmax || k == ReduceKind::Max;
+        int64_t best = 0;
+        A bv = at(0);
+        for (int64_t j = 1; j < r; ++j) {
+          A v = at(j);
+          if (std::isnan(static_cast<double>(bv))) break;  // NaN wins, first occurrence
+          if (std::isnan(static_cast<double>(v)) || (want_max ? v > bv : v < bv)) {
+            bv = v;
+            best = j;
+          }
+        }
+        if (k == ReduceKind::Argmax || k == ReduceKind::Argmin) {
+          static_cast<int64_t*>(out.data_ptr())[dst] = best;
+        } else {
+          static_cast<T*>(out.data_ptr())[dst] = static_cast<T>(static_cast<acc_t<T>>(bv));
+          if (pi) pi[dst] = best;
+        }
+        continue;
+      }
+      A acc{};
+      switch (k) {
+        case ReduceKind::Sum:
+        case ReduceKind::Mean:
+          for (int64_t j = 0; j < r; ++j) acc += at(j);
+          if (k == ReduceKind::Mean) acc = r ? acc / static_cast<A>(r) : std::numeric_limits<A>::quiet_NaN();
+          break;
+        case ReduceKind::Prod:
+          acc = 1;
+          for (int64_t j = 0; j < r; ++j) acc *= at(j);
+          break;
+        case ReduceKind::Var: {
+          double mean = 0;
+          for (int64_t j = 0; j < r; ++j) mean += static_cast<double>(at(j));
+          mean /= static_cast<double>(r);
+          double ss = 0;
+          for (int64_t j = 0; j < r; ++j) ss += (static_cast<double>(at(j)) - mean) * (static_cast<double>(at(j)) - mean);
+          double denom = static_cast<double>(r) - param;
+          acc = static_cast<A>(denom > 0 ? ss / denom : std::numeric_limits<double>::quiet_NaN());
+          break;
+        }
+        case ReduceKind::LogSumExp: {
+          double m = -std::numeric_limits<double>::infinity();
+          for (int64_t j = 0; j < r; ++j) m = std::max(m, static_cast<double>(at(j)));
+          if (std::isinf(m)) {
+            acc = static_cast<A>(m);  // all -inf gives -inf; +inf gives +inf
+            break;
+          }
+          double s = 0;
+          for (int64_t j = 0; j < r; ++j) s += std::exp(static_cast<double>(at(j)) - m);
+          acc = static_cast<A>(m + std::log(s));
+          break;
+        }
+        default: break;
+      }
+      static_cast<T*>(out.data_ptr())[dst] = static_cast<T>(static_cast<acc_t<T>>(acc));
+    }
+  }
+}
+
+}  // namespace
+
+void reduce(ReduceKind k, const Tensor& x, const Tensor& out, const Tensor& indices, double param) {
+  visit_dtype(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (std::is_same_v<T, bool>) {
+      AG_INTERNAL_ASSERT(false, "cpu reduce on bool");
+    } else {
+      reduce_typed<T>(k, x, out, indices, param);
+    }
+  });
+}
+
+void softmax(const Tensor& x, const Tensor& out, bool log) {
+  visit_dtype(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (std::is_integral_v<T>) {
+      AG_INTERNAL_ASSERT(false, "cpu softmax on integers");
+    } else {
+      const int64_t outer = x.size(0), r = x.size(1), inner = x.size(2);
+      const T* px = static_cast<const T*>(x.data_ptr());
+      T* po = static_cast<T*>(out.data_ptr());
+      for (int64_t o = 0; o < outer; ++o) {
+        for (int64_t i = 0; i < inner; ++i) {
+          auto idx = [&](int64_t j) { return (o * r + j) * inner + i; };
+          double m = -std::numeric_limits<double>::infinity();
+          for (int64_t j = 0; j < r; ++j) m = std::max(m, static_cast<double>(px[idx(j)]));
+          double s = 0;
+          for (int64_t j = 0; j < r; ++j) s += std::exp(static_cast<double>(px[idx(j)]) - m);
+          for (int64_t j = 0; j < r; ++j) {
+            double v = static_cast<double>(px[idx(j)]) - m;
+            po[idx(j)] = static_cast<T>(static_cast<acc_t<T>>(log ? v - std::log(s) : std::exp(v) / s));
+          }
+        }
+      }
+    }
+  });
+}
+
+}  // namespace ampgrad::cpu

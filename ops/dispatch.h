@@ -1,0 +1,60 @@
+// Kernel dispatch by device, and the input checks that many ops share.
+#pragma once
+
+#include "core/kernels.h"
+#include "ops/op.h"
+#if AMPGRAD_WITH_CUDA
+#include "cuda/kernels.h"
+#endif
+
+namespace ampgrad::kernel {
+
+[[noreturn]] void no_cuda(std::string_view what);
+
+// Each forwards to the CPU reference kernel or the CUDA kernel by the device of `out`.
+#if AMPGRAD_WITH_CUDA
+#define AG_KERNEL_ON(dev, fn, ...) ((dev).is_cuda() ? ::ampgrad::cuda::fn(__VA_ARGS__) : ::ampgrad::cpu::fn(__VA_ARGS__))
+#else
+#define AG_KERNEL_ON(dev, fn, ...) ((dev).is_cuda() ? no_cuda(#fn) : ::ampgrad::cpu::fn(__VA_ARGS__))
+#endif
+inline void unary(UnaryKind k, const Tensor& x, const Tensor& out, double a = 0, double b = 0) {
+  AG_KERNEL_ON(out.device(), unary, k, x, out, a, b);
+}
+inline void binary(BinaryKind k, const Tensor& x, const Tensor& y, const Tensor& out) {
+  AG_KERNEL_ON(out.device(), binary, k, x, y, out);
+}
+inline void where(const Tensor& c, const Tensor& x, const Tensor& y, const Tensor& out) {
+  AG_KERNEL_ON(out.device(), where, c, x, y, out);
+}
+inline void copy(const Tensor& dst, const Tensor& src) { AG_KERNEL_ON(dst.device(), copy, dst, src); }
+inline void fill(const Tensor& dst, double v) { AG_KERNEL_ON(dst.device(), fill, dst, v); }
+inline void reduce(ReduceKind k, const Tensor& x, const Tensor& out, const Tensor& idx, double param) {
+  AG_KERNEL_ON(out.device(), reduce, k, x, out, idx, param);
+}
+inline void softmax(const Tensor& x, const Tensor& out, bool log) { AG_KERNEL_ON(out.device(), softmax, x, out, log); }
+inline void gemm(const Tensor& a, const Tensor& b, const Tensor& out, double alpha, double beta) {
+  AG_KERNEL_ON(out.device(), gemm, a, b, out, alpha, beta);
+}
+inline void index_select(const Tensor& x, const Tensor& index, const Tensor& out) {
+  AG_KERNEL_ON(out.device(), index_select, x, index, out);
+}
+inline void index_add(const Tensor& out, const Tensor& index, const Tensor& src) {
+  AG_KERNEL_ON(out.device(), index_add, out, index, src);
+}
+#undef AG_KERNEL_ON
+
+}  // namespace ampgrad::kernel
+
+namespace ampgrad {
+
+// "add: expected all tensors on the same device, got float32 [2] on cpu and float32 [2] on cuda:0"
+void check_same_device(const OpInfo& op, const Tensor& a, const Tensor& b);
+void check_defined(const OpInfo& op, const Tensor& t, std::string_view what);
+// Floating dtype an op computes in for `t`: its own if floating, float32 for integers/bool.
+DType float_compute_dtype(DType t);
+// A 0-dim tensor holding a Python-style scalar, typed so it does not upcast `like`.
+DType scalar_result_dtype(DType tensor_dtype, const Scalar& s);
+// A view of `t` with out's shape: broadcast dims get stride 0 (no copy).
+Tensor broadcast_to(const Tensor& t, const Shape& shape);
+
+}  // namespace ampgrad

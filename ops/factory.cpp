@@ -1,0 +1,98 @@
+// Factories: tensors from values, constants, ranges and random draws.
+#include <cmath>
+#include <cstring>
+
+#include "ops/dispatch.h"
+#include "ops/internal.h"
+#include "ops/ops.h"
+
+namespace ampgrad {
+
+namespace {
+// Builds a CPU tensor of dtype `from` holding `data`, then converts/moves it per `options`.
+Tensor from_host(const void* data, DType from, const Shape& shape, const TensorOptions& options, const char* what) {
+  Tensor host = empty(shape, TensorOptions(from));
+  if (host.nbytes()) std::memcpy(host.data_ptr(), data, host.nbytes());
+  Tensor out = host.to(options.device(), options.dtype());
+  if (options.requires_grad()) {
+    AG_CHECK(is_floating(out.dtype()), "{}: only floating tensors can require grad, got {}", what,
+             dtype_name(out.dtype()));
+    out.requires_grad_(true);
+  }
+  return out;
+}
+
+void check_count(const char* what, size_t n, const Shape& shape) {
+  AG_CHECK(static_cast<int64_t>(n) == shape_numel(shape), "{}: {} values cannot fill shape {} ({} elements)", what,
+           n, shape_str(shape), shape_numel(shape));
+}
+}  // namespace
+
+Tensor tensor(const std::vector<float>& values, const Shape& shape, TensorOptions options) {
+  check_count("tensor", values.size(), shape);
+  return from_host(values.data(), kFloat32, shape, options, "tensor");
+}
+Tensor tensor(const std::vector<float>& values, TensorOptions options) {
+  return tensor(values, Shape{static_cast<int64_t>(values.size())}, options);
+}
+Tensor tensor(const std::vector<double>& values, const Shape& shape, TensorOptions options) {
+  check_count("tensor", values.size(), shape);
+  return from_host(values.data(), kFloat64, shape, options, "tensor");
+}
+Tensor tensor(const std::vector<int64_t>& values, const Shape& shape, TensorOptions options) {
+  check_count("tensor", values.size(), shape);
+  return from_host(values.data(), kInt64, shape, options, "tensor");
+}
+Tensor tensor(const std::vector<int64_t>& values, TensorOptions options) {
+  return tensor(values, Shape{static_cast<int64_t>(values.size())}, options);
+}
+Tensor tensor(const std::vector<bool>& values, const Shape& shape, TensorOptions options) {
+  check_count("tensor", values.size(), shape);
+  std::vector<uint8_t> bytes(values.begin(), values.end());
+  return from_host(bytes.data(), kBool, shape, options, "tensor");
+}
+Tensor tensor(float value, TensorOptions options) { return from_host(&value, kFloat32, {}, options, "tensor"); }
+
+Tensor scalar_tensor(const Scalar& value, TensorOptions options) { return full({}, value, options); }
+
+Tensor full(const Shape& shape, const Scalar& value, TensorOptions options) {
+  Tensor out = empty(shape, TensorOptions(options.dtype()).device(options.device()));
+  fill_into(out, value.to_double());
+  if (options.requires_grad()) out.requires_grad_(true);
+  return out;
+}
+Tensor zeros(const Shape& shape, TensorOptions options) { return full(shape, 0, options); }
+Tensor ones(const Shape& shape, TensorOptions options) { return full(shape, 1, options); }
+Tensor zeros_like(const Tensor& t) { return full(t.shape(), 0, t.options()); }
+Tensor ones_like(const Tensor& t) { return full(t.shape(), 1, t.options()); }
+Tensor full_like(const Tensor& t, const Scalar& value) { return full(t.shape(), value, t.options()); }
+
+Tensor arange(const Scalar& end, TensorOptions options) { return arange(0, end, 1, options); }
+Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step, TensorOptions options) {
+  const double s = start.to_double(), e = end.to_double(), st = step.to_double();
+  AG_CHECK(st != 0, "arange: step must be non-zero");
+  AG_CHECK((e - s) / st >= 0, "arange: start {} cannot reach end {} with step {}", s, e, st);
+  const auto n = static_cast<int64_t>(std::ceil((e - s) / st));
+  std::vector<double> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[i] = s + st * static_cast<double>(i);
+  return from_host(v.data(), kFloat64, {n}, options, "arange");
+}
+
+Tensor rand(const Shape& shape, Generator& gen, TensorOptions options) {
+  AG_CHECK(is_floating(options.dtype()), "rand: expected a floating dtype, got {}", dtype_name(options.dtype()));
+  std::vector<double> v(static_cast<size_t>(shape_numel(shape)));
+  // 24 random bits unless float64, so that rounding to float never reaches 1.0.
+  const bool wide = options.dtype() == kFloat64;
+  for (double& x : v) x = wide ? gen.uniform() : static_cast<double>(gen.next_u64() >> 40) * 0x1.0p-24;
+  return from_host(v.data(), kFloat64, shape, options, "rand");
+}
+Tensor randn(const Shape& shape, Generator& gen, TensorOptions options) {
+  AG_CHECK(is_floating(options.dtype()), "randn: expected a floating dtype, got {}", dtype_name(options.dtype()));
+  std::vector<double> v(static_cast<size_t>(shape_numel(shape)));
+  for (double& x : v) x = gen.normal();
+  return from_host(v.data(), kFloat64, shape, options, "randn");
+}
+Tensor rand(const Shape& shape, TensorOptions options) { return rand(shape, default_generator(), options); }
+Tensor randn(const Shape& shape, TensorOptions options) { return randn(shape, default_generator(), options); }
+
+}  // namespace ampgrad

@@ -1,0 +1,221 @@
+// The matmul family: mm, bmm, matmul (batch dims broadcast), addmm, linear.
+#include "autograd/node.h"
+#include "ops/dispatch.h"
+#include "ops/internal.h"
+#include "ops/op_scope.h"
+#include "ops/ops.h"
+
+namespace ampgrad {
+
+using autograd::Grads;
+using Saved = std::vector<Tensor>;
+using amp::Category;
+
+namespace {
+const OpInfo kMm{"mm", Category::lower, true, "tensor cores: float16/bfloat16 inputs with float32 accumulation"};
+const OpInfo kBmm{"bmm", Category::lower, true, "tensor cores: float16/bfloat16 inputs with float32 accumulation"};
+const OpInfo kMatmul{"matmul", Category::lower, true, "tensor cores: float16/bfloat16 inputs with float32 accumulation"};
+const OpInfo kAddmm{"addmm", Category::lower, true, "tensor cores: float16/bfloat16 inputs with float32 accumulation"};
+const OpInfo kLinear{"linear", Category::lower, true, "tensor cores: float16/bfloat16 inputs with float32 accumulation"};
+
+void check_matmul_dtypes(const OpInfo& op, const Tensor& a, const Tensor& b) {
+  check_same_device(op, a, b);
+  AG_CHECK(a.dtype() == b.dtype(), "{}: expected both inputs to have the same dtype, got {} and {}", op.name,
+           a.desc(), b.desc());
+  AG_CHECK(is_floating(a.dtype()), "{}: expected floating inputs, got {} and {}", op.name, a.desc(), b.desc());
+}
+
+// out[B, M, N] = a[B, M, K] @ b[B, K, N] (batch strides may be 0).
+Tensor batched_gemm(const Tensor& a3, const Tensor& b3, const Tensor& c3 = Tensor(), double alpha = 1,
+                    double beta = 0) {
+  const int64_t batch = a3.size(0), m = a3.size(1), n = b3.size(2);
+  Tensor out = empty({batch, m, n}, a3.options());
+  if (out.numel() == 0) return out;
+  if (a3.size(2) == 0 || (c3.defined() && beta != 0)) {
+    NoGradGuard no_grad;
+    if (c3.defined() && beta != 0) {
+      Tensor o = out;
+      copy_into(o, c3);
+    } else {
+      fill_into(out, 0);
+    }
+    if (a3.size(2) == 0) {
+      if (beta != 1 && c3.defined()) kernel::unary(UnaryKind::MulScalar, out, out, beta, 0);
+      return out;
+    }
+  }
+  kernel::gemm(a3, b3, out, alpha, c3.defined() ? beta : 0);
+  return out;
+}
+
+Tensor mm_forward(const Tensor& a, const Tensor& b) {
+  NoGradGuard no_grad;  // the graph records the op, not its internal views
+  return batched_gemm(a.unsqueeze(0), b.unsqueeze(0)).view({a.size(0), b.size(1)});
+}
+
+Grads mm_backward(const Tensor& g, const Tensor& a, const Tensor& b) {
+  return {mm(g, b.t()), mm(a.t(), g)};
+}
+}  // namespace
+
+Tensor mm(const Tensor& a0, const Tensor& b0) {
+  Tensor a = a0, b = b0;
+  OpScope scope(kMm, a, b);
+  check_defined(kMm, a, "first input");
+  check_defined(kMm, b, "second input");
+  AG_CHECK(a.dim() == 2 && b.dim() == 2, "mm: expected 2-D tensors, got {} and {}", a.desc(), b.desc());
+  AG_CHECK(a.size(1) == b.size(0), "mm: shapes {} and {} cannot be multiplied ({} != {})", shape_str(a.shape()),
+           shape_str(b.shape()), a.size(1), b.size(0));
+  check_matmul_dtypes(kMm, a, b);
+  Tensor out = mm_forward(a, b);
+  if (autograd::any_requires_grad({&a, &b}))
+    autograd::record(kMm, out, {a, b}, {a, b}, [](const Tensor& g, const Saved& s) { return mm_backward(g, s[0], s[1]); });
+  return scope.finish(out);
+}
+
+Tensor bmm(const Tensor& a0, const Tensor& b0) {
+  Tensor a = a0, b = b0;
+  OpScope scope(kBmm, a, b);
+  check_defined(kBmm, a, "first input");
+  check_defined(kBmm, b, "second input");
+  AG_CHECK(a.dim() == 3 && b.dim() == 3, "bmm: expected 3-D tensors, got {} and {}", a.desc(), b.desc());
+  AG_CHECK(a.size(0) == b.size(0), "bmm: batch sizes differ: {} and {}", shape_str(a.shape()), shape_str(b.shape()));
+  AG_CHECK(a.size(2) == b.size(1), "bmm: shapes {} and {} cannot be multiplied ({} != {})", shape_str(a.shape()),
+           shape_str(b.shape()), a.size(2), b.size(1));
+  check_matmul_dtypes(kBmm, a, b);
+  Tensor out = batched_gemm(a, b);
+  if (autograd::any_requires_grad({&a, &b}))
+    autograd::record(kBmm, out, {a, b}, {a, b}, [](const Tensor& g, const Saved& s) {
+      return Grads{bmm(g, s[1].transpose(1, 2)), bmm(s[0].transpose(1, 2), g)};
+    });
+  return scope.finish(out);
+}
+
+Tensor matmul(const Tensor& a0, const Tensor& b0) {
+  Tensor a = a0, b = b0;
+  OpScope scope(kMatmul, a, b);
+  check_defined(kMatmul, a, "first input");
+  check_defined(kMatmul, b, "second input");
+  AG_CHECK(a.dim() >= 1 && b.dim() >= 1, "matmul: both inputs need at least 1 dimension, got {} and {}", a.desc(),
+           b.desc());
+  check_matmul_dtypes(kMatmul, a, b);
+  // 1-D operands become matrices, as in NumPy, and their added dim is dropped at the end.
+  Tensor x = a.dim() == 1 ? a.unsqueeze(0) : a;
+  Tensor y = b.dim() == 1 ? b.unsqueeze(1) : b;
+  const int64_t m = x.size(-2), k = x.size(-1), k2 = y.size(-2), n = y.size(-1);
+  AG_CHECK(k == k2, "matmul: shapes {} and {} cannot be multiplied ({} != {})", shape_str(a.shape()),
+           shape_str(b.shape()), k, k2);
+  Shape xb(x.shape().begin(), x.shape().end() - 2), yb(y.shape().begin(), y.shape().end() - 2);
+  Shape batch = broadcast_shapes(kMatmul.name, xb, yb);
+  const int64_t nb = shape_numel(batch);
+  Shape xs = batch, ys = batch;
+  xs.insert(xs.end(), {m, k});
+  ys.insert(ys.end(), {k, n});
+  Tensor out;
+  {
+    NoGradGuard no_grad;  // the graph records matmul itself, not its reshapes
+    Tensor x3 = broadcast_to(x, xs), y3 = broadcast_to(y, ys);
+    // Collapse batch dims into one when they are laid out as one (always true after broadcast of a 3-D input).
+    auto as3 = [nb](const Tensor& t) {
+      if (t.dim() == 3) return t;
+      if (t.dim() == 2) return t.unsqueeze(0);
+      Tensor c = t;
+      bool uniform = true;
+      for (int64_t i = 0; i + 3 < t.dim(); ++i) uniform = uniform && t.stride(i) == t.stride(i + 1) * t.size(i + 1);
+      if (!uniform) c = t.contiguous();
+      return alias_with(c, {nb, c.size(-2), c.size(-1)}, {c.stride(-3), c.stride(-2), c.stride(-1)}, c.storage_offset());
+    };
+    Shape os = batch;
+    os.insert(os.end(), {m, n});
+    out = batched_gemm(as3(x3), as3(y3)).view(os);
+    if (a.dim() == 1) out = out.squeeze(-2);
+    if (b.dim() == 1) out = out.squeeze(-1);
+  }
+  if (autograd::any_requires_grad({&a, &b})) {
+    autograd::record(kMatmul, out, {a, b}, {a, b}, [](const Tensor& g, const Saved& s) {
+      const Tensor& a = s[0];
+      const Tensor& b = s[1];
+      // Restore the dropped 1-D dims on g, then use the matrix rule; the engine sums the
+      // broadcast batch dims back (Note [Grad shape and dtype]).
+      Tensor gg = g;
+      if (a.dim() == 1) gg = gg.unsqueeze(b.dim() == 1 ? 0 : -2);
+      if (b.dim() == 1) gg = gg.unsqueeze(-1);
+      Tensor x = a.dim() == 1 ? a.unsqueeze(0) : a;
+      Tensor y = b.dim() == 1 ? b.unsqueeze(1) : b;
+      Tensor ga = matmul(gg, y.transpose(-1, -2));
+      Tensor gb = matmul(x.transpose(-1, -2), gg);
+      if (a.dim() == 1) ga = sum_to(ga, {1, a.size(0)}).view(a.shape());
+      if (b.dim() == 1) gb = sum_to(gb, {b.size(0), 1}).view(b.shape());
+      return Grads{ga, gb};
+    });
+  }
+  return scope.finish(out);
+}
+
+Tensor addmm(const Tensor& c0, const Tensor& a0, const Tensor& b0, const Scalar& beta, const Scalar& alpha) {
+  Tensor c = c0, a = a0, b = b0;
+  OpScope scope(kAddmm, c, a, b);
+  check_defined(kAddmm, c, "input");
+  check_defined(kAddmm, a, "mat1");
+  check_defined(kAddmm, b, "mat2");
+  AG_CHECK(a.dim() == 2 && b.dim() == 2, "addmm: expected 2-D mat1 and mat2, got {} and {}", a.desc(), b.desc());
+  AG_CHECK(a.size(1) == b.size(0), "addmm: shapes {} and {} cannot be multiplied ({} != {})", shape_str(a.shape()),
+           shape_str(b.shape()), a.size(1), b.size(0));
+  check_matmul_dtypes(kAddmm, a, b);
+  check_matmul_dtypes(kAddmm, c, a);
+  Shape os{a.size(0), b.size(1)};
+  AG_CHECK(shape_numel(broadcast_shapes(kAddmm.name, c.shape(), os)) == shape_numel(os),
+           "addmm: input {} cannot be broadcast to the product's shape {}", c.desc(), shape_str(os));
+  const double be = beta.to_double(), al = alpha.to_double();
+  Tensor out;
+  {
+    NoGradGuard no_grad;
+    out = batched_gemm(a.unsqueeze(0), b.unsqueeze(0), broadcast_to(c, os).unsqueeze(0), al, be).view(os);
+  }
+  if (autograd::any_requires_grad({&c, &a, &b}))
+    autograd::record(kAddmm, out, {c, a, b}, {a, b}, [be, al](const Tensor& g, const Saved& s) {
+      Grads ab = mm_backward(g, s[0], s[1]);
+      return Grads{be == 1 ? g : g * be, al == 1 ? ab[0] : ab[0] * al, al == 1 ? ab[1] : ab[1] * al};
+    });
+  return scope.finish(out);
+}
+
+Tensor linear(const Tensor& x0, const Tensor& w0, const Tensor& b0) {
+  Tensor x = x0, w = w0, b = b0;
+  OpScope scope(kLinear, x, w, b);
+  check_defined(kLinear, x, "input");
+  check_defined(kLinear, w, "weight");
+  AG_CHECK(w.dim() == 2, "linear: weight must be 2-D [out_features, in_features], got {}", w.desc());
+  AG_CHECK(x.dim() >= 1 && x.size(-1) == w.size(1),
+           "linear: input {} has {} features but weight {} expects {} (in_features)", x.desc(),
+           x.dim() ? x.size(-1) : 0, shape_str(w.shape()), w.size(1));
+  check_matmul_dtypes(kLinear, x, w);
+  if (b.defined()) {
+    check_matmul_dtypes(kLinear, w, b);
+    AG_CHECK(b.dim() == 1 && b.size(0) == w.size(0), "linear: bias {} must be [{}] (out_features)", b.desc(),
+             w.size(0));
+  }
+  Shape os = x.shape();
+  os.back() = w.size(0);
+  Tensor out;
+  {
+    NoGradGuard no_grad;
+    Tensor x2 = x.reshape({-1, x.size(-1)});
+    Tensor wt = w.t();
+    Tensor bias = b.defined() ? broadcast_to(b, {x2.size(0), w.size(0)}).unsqueeze(0) : Tensor();
+    out = batched_gemm(x2.unsqueeze(0), wt.unsqueeze(0), bias, 1, b.defined() ? 1 : 0).view(os);
+  }
+  if (autograd::any_requires_grad({&x, &w, &b})) {
+    autograd::record(kLinear, out, {x, w, b}, {x, w}, [has_bias = b.defined()](const Tensor& g, const Saved& s) {
+      Tensor g2 = g.reshape({-1, g.size(-1)});
+      Tensor x2 = s[0].reshape({-1, s[0].size(-1)});
+      Tensor gx = mm(g2, s[1]).view(s[0].shape());
+      Tensor gw = mm(g2.t(), x2);
+      Tensor gb = has_bias ? sum(g2, {0}) : Tensor();
+      return Grads{gx, gw, gb};
+    });
+  }
+  return scope.finish(out);
+}
+
+}  // namespace ampgrad

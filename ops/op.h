@@ -1,0 +1,36 @@
+// The op record: every op declares itself once, with its name, autocast category and
+// whether it is differentiable; the registry of records feeds amp::op_table() and the
+// tests that walk every op (Note [Op registry]).
+#pragma once
+
+#include <string_view>
+#include <vector>
+
+#include "amp/category.h"
+
+namespace ampgrad {
+
+// Note [Op registry]
+// Each op's .cpp defines one `const OpInfo kFoo{...}` next to the op's function, its checks
+// and its backward formula. The constructor adds the record to the registry at load time,
+// so the op table cannot miss an op, and an op cannot exist without an autocast category.
+// The library is shared so that every record is linked in.
+struct OpInfo {
+  std::string_view name;
+  amp::Category category;
+  bool differentiable;
+  // For ops that exist only as views or as other ops' helpers: shown in the table, but
+  // exempt from the per-op test cases. Empty otherwise.
+  std::string_view reason;  // one line: why this category (range, accumulation, tensor cores)
+  std::string_view alternative;  // for banned ops: what to use instead
+
+  OpInfo(std::string_view name, amp::Category category, bool differentiable, std::string_view reason,
+         std::string_view alternative = {});
+  OpInfo(const OpInfo&) = delete;
+  OpInfo& operator=(const OpInfo&) = delete;
+};
+
+const std::vector<const OpInfo*>& op_registry();
+const OpInfo* find_op(std::string_view name);
+
+}  // namespace ampgrad

@@ -1,0 +1,60 @@
+// OpScope: what every op runs first. It applies the autocast policy to the op's inputs
+// (Note [Autocast] in amp/autocast.h) and, when a trace is recording, logs the call.
+#pragma once
+
+#include <array>
+#include <optional>
+
+#include "amp/autocast.h"
+#include "ops/op.h"
+
+namespace ampgrad {
+
+class OpScope {
+ public:
+  // `inputs` are the op's local copies of its tensor arguments; the policy may replace them.
+  template <class... Ts>
+  OpScope(const OpInfo& op, Ts&... inputs) : op_(op) {
+    if (depth_.outermost && amp::detail::policy_active()) {
+      std::array<Tensor*, sizeof...(Ts)> ptrs{&inputs...};
+      begin(ptrs.data(), ptrs.size());
+    }
+  }
+  OpScope(const OpInfo& op, std::vector<Tensor>& inputs) : op_(op) {
+    if (depth_.outermost && amp::detail::policy_active()) {
+      std::vector<Tensor*> ptrs;
+      for (Tensor& t : inputs) ptrs.push_back(&t);
+      begin(ptrs.data(), ptrs.size());
+    }
+  }
+  OpScope(const OpScope&) = delete;
+  OpScope& operator=(const OpScope&) = delete;
+
+  // Returns `out`, logging it to the trace when one records this call.
+  Tensor finish(Tensor out) {
+    if (record_) {
+      record_->output_dtype = out.dtype();
+      amp::detail::trace_push(std::move(*record_));
+      record_.reset();
+    }
+    return out;
+  }
+
+ private:
+  void begin(Tensor* const* inputs, size_t n) {
+    if (amp::detail::tracing()) record_.emplace();
+    amp::detail::apply_policy(op_, inputs, n, record_ ? &*record_ : nullptr);
+  }
+  // A member, so that the depth is restored even when the policy throws in the constructor.
+  struct Depth {
+    bool outermost = amp::detail::OpDepth::depth++ == 0;
+    Depth() = default;
+    Depth(const Depth&) = delete;
+    ~Depth() { --amp::detail::OpDepth::depth; }
+  };
+  Depth depth_;
+  const OpInfo& op_;
+  std::optional<amp::OpRecord> record_;
+};
+
+}  // namespace ampgrad

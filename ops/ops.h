@@ -1,0 +1,147 @@
+// The public op functions (ag::add, ag::mm, ...). Each is defined, with its record and its
+// backward formula, in its family's .cpp file.
+#pragma once
+
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "core/generator.h"
+#include "core/tensor.h"
+
+namespace ampgrad {
+
+// Factories (ops/factory.cpp).
+Tensor tensor(const std::vector<float>& values, const Shape& shape, TensorOptions options = {});
+Tensor tensor(const std::vector<float>& values, TensorOptions options = {});
+Tensor tensor(const std::vector<double>& values, const Shape& shape, TensorOptions options = kFloat64);
+Tensor tensor(const std::vector<int64_t>& values, const Shape& shape, TensorOptions options = kInt64);
+Tensor tensor(const std::vector<int64_t>& values, TensorOptions options = kInt64);
+Tensor tensor(const std::vector<bool>& values, const Shape& shape, TensorOptions options = kBool);
+Tensor tensor(float value, TensorOptions options = {});  // 0-dim
+Tensor scalar_tensor(const Scalar& value, TensorOptions options = {});
+Tensor zeros(const Shape& shape, TensorOptions options = {});
+Tensor ones(const Shape& shape, TensorOptions options = {});
+Tensor full(const Shape& shape, const Scalar& value, TensorOptions options = {});
+Tensor zeros_like(const Tensor& t);
+Tensor ones_like(const Tensor& t);
+Tensor full_like(const Tensor& t, const Scalar& value);
+Tensor arange(const Scalar& end, TensorOptions options = kInt64);
+Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step = 1, TensorOptions options = kInt64);
+Tensor rand(const Shape& shape, TensorOptions options = {});   // uniform [0, 1)
+Tensor randn(const Shape& shape, TensorOptions options = {});  // standard normal
+Tensor rand(const Shape& shape, Generator& gen, TensorOptions options = {});
+Tensor randn(const Shape& shape, Generator& gen, TensorOptions options = {});
+
+// Elementwise with broadcasting (ops/binary.cpp, ops/unary.cpp).
+Tensor add(const Tensor& a, const Tensor& b, const Scalar& alpha = 1);
+Tensor add(const Tensor& a, const Scalar& b);
+Tensor sub(const Tensor& a, const Tensor& b, const Scalar& alpha = 1);
+Tensor sub(const Tensor& a, const Scalar& b);
+Tensor rsub(const Tensor& a, const Scalar& b);  // b - a
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Scalar& b);
+Tensor div(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Scalar& b);
+Tensor rdiv(const Tensor& a, const Scalar& b);  // b / a
+Tensor neg(const Tensor& a);
+Tensor pow(const Tensor& a, const Scalar& exponent);
+Tensor pow(const Tensor& a, const Tensor& exponent);
+Tensor maximum(const Tensor& a, const Tensor& b);
+Tensor minimum(const Tensor& a, const Tensor& b);
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+Tensor where(const Tensor& cond, const Tensor& a, const Scalar& b);
+Tensor eq(const Tensor& a, const Tensor& b);
+Tensor ne(const Tensor& a, const Tensor& b);
+Tensor lt(const Tensor& a, const Tensor& b);
+Tensor le(const Tensor& a, const Tensor& b);
+Tensor gt(const Tensor& a, const Tensor& b);
+Tensor ge(const Tensor& a, const Tensor& b);
+Tensor eq(const Tensor& a, const Scalar& b);
+Tensor ne(const Tensor& a, const Scalar& b);
+Tensor lt(const Tensor& a, const Scalar& b);
+Tensor le(const Tensor& a, const Scalar& b);
+Tensor gt(const Tensor& a, const Scalar& b);
+Tensor ge(const Tensor& a, const Scalar& b);
+Tensor exp(const Tensor& a);
+Tensor log(const Tensor& a);
+Tensor log1p(const Tensor& a);
+Tensor sqrt(const Tensor& a);
+Tensor rsqrt(const Tensor& a);
+Tensor reciprocal(const Tensor& a);
+Tensor abs(const Tensor& a);
+Tensor sign(const Tensor& a);
+Tensor relu(const Tensor& a);
+Tensor gelu(const Tensor& a);
+Tensor tanh(const Tensor& a);
+Tensor sigmoid(const Tensor& a);
+Tensor softplus(const Tensor& a);
+Tensor clamp(const Tensor& a, std::optional<Scalar> min, std::optional<Scalar> max);
+
+// Reductions (ops/reduce.cpp, ops/softmax.cpp). An empty `dims` reduces over every dim.
+Tensor sum(const Tensor& a);
+Tensor sum(const Tensor& a, const Shape& dims, bool keepdim = false);
+Tensor mean(const Tensor& a);
+Tensor mean(const Tensor& a, const Shape& dims, bool keepdim = false);
+Tensor prod(const Tensor& a);
+Tensor prod(const Tensor& a, int64_t dim, bool keepdim = false);
+Tensor var(const Tensor& a, const Shape& dims = {}, double correction = 1, bool keepdim = false);
+Tensor logsumexp(const Tensor& a, const Shape& dims, bool keepdim = false);
+Tensor max(const Tensor& a);
+Tensor min(const Tensor& a);
+std::pair<Tensor, Tensor> max(const Tensor& a, int64_t dim, bool keepdim = false);  // values, indices
+std::pair<Tensor, Tensor> min(const Tensor& a, int64_t dim, bool keepdim = false);
+Tensor argmax(const Tensor& a);
+Tensor argmax(const Tensor& a, int64_t dim, bool keepdim = false);
+Tensor argmin(const Tensor& a, int64_t dim, bool keepdim = false);
+Tensor softmax(const Tensor& a, int64_t dim);
+Tensor log_softmax(const Tensor& a, int64_t dim);
+// Sums `a` down to `shape` (the reverse of broadcasting), used by autograd.
+Tensor sum_to(const Tensor& a, const Shape& shape);
+
+// Shape (ops/shape.cpp, ops/join.cpp). Views share storage with their input.
+Tensor view(const Tensor& a, const Shape& shape);
+Tensor reshape(const Tensor& a, const Shape& shape);
+Tensor flatten(const Tensor& a, int64_t start_dim = 0, int64_t end_dim = -1);
+Tensor transpose(const Tensor& a, int64_t d0, int64_t d1);
+Tensor permute(const Tensor& a, const Shape& dims);
+Tensor t(const Tensor& a);
+Tensor narrow(const Tensor& a, int64_t dim, int64_t start, int64_t length);
+Tensor slice(const Tensor& a, int64_t dim, int64_t start, int64_t end, int64_t step = 1);
+Tensor select(const Tensor& a, int64_t dim, int64_t index);
+Tensor expand(const Tensor& a, const Shape& shape);
+Tensor squeeze(const Tensor& a, int64_t dim);
+Tensor squeeze(const Tensor& a);
+Tensor unsqueeze(const Tensor& a, int64_t dim);
+Tensor index_select(const Tensor& a, int64_t dim, const Tensor& index);
+Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0);
+Tensor stack(const std::vector<Tensor>& tensors, int64_t dim = 0);
+Tensor contiguous(const Tensor& a);
+
+// Matmul family (ops/matmul.cpp).
+Tensor mm(const Tensor& a, const Tensor& b);
+Tensor bmm(const Tensor& a, const Tensor& b);
+Tensor matmul(const Tensor& a, const Tensor& b);
+Tensor addmm(const Tensor& c, const Tensor& a, const Tensor& b, const Scalar& beta = 1, const Scalar& alpha = 1);
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+
+// Casts and copies (ops/copy.cpp). `to` is differentiable: gradients flow back in the
+// source dtype.
+Tensor to(const Tensor& a, Device device, DType dtype);
+
+// Operators with tensors and scalars.
+Tensor operator+(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& a, const Tensor& b);
+Tensor operator*(const Tensor& a, const Tensor& b);
+Tensor operator/(const Tensor& a, const Tensor& b);
+Tensor operator+(const Tensor& a, const Scalar& b);
+Tensor operator-(const Tensor& a, const Scalar& b);
+Tensor operator*(const Tensor& a, const Scalar& b);
+Tensor operator/(const Tensor& a, const Scalar& b);
+Tensor operator+(const Scalar& a, const Tensor& b);
+Tensor operator-(const Scalar& a, const Tensor& b);
+Tensor operator*(const Scalar& a, const Tensor& b);
+Tensor operator/(const Scalar& a, const Tensor& b);
+Tensor operator-(const Tensor& a);
+
+}  // namespace ampgrad

@@ -1,0 +1,223 @@
+// Reductions over dims with keepdim: sum, mean, prod, var, logsumexp, max/min, argmax/argmin.
+#include <algorithm>
+
+#include "autograd/node.h"
+#include "ops/dispatch.h"
+#include "ops/internal.h"
+#include "ops/op_scope.h"
+#include "ops/ops.h"
+#include "ops/reduce_geometry.h"
+
+namespace ampgrad {
+
+using autograd::Grads;
+using Saved = std::vector<Tensor>;
+using amp::Category;
+
+namespace {
+
+const OpInfo kSum{"sum", Category::fp32, true, "accumulation: long sums lose float16 digits and overflow"};
+const OpInfo kMean{"mean", Category::passthrough, true, "as PyTorch; the kernel accumulates in float32"};
+const OpInfo kProd{"prod", Category::fp32, true, "range: products overflow float16"};
+const OpInfo kVar{"var", Category::passthrough, true, "the kernel accumulates in float32 (PyTorch: no autocast)"};
+const OpInfo kLogSumExp{"logsumexp", Category::fp32, true, "range and accumulation"};
+const OpInfo kMax{"max", Category::passthrough, true, "exact in any dtype"};
+const OpInfo kMin{"min", Category::passthrough, true, "exact in any dtype"};
+const OpInfo kArgmax{"argmax", Category::passthrough, false, "returns indices"};
+const OpInfo kArgmin{"argmin", Category::passthrough, false, "returns indices"};
+
+// Runs kernel k over `dims`; returns the values (shape per keepdim) and, for max/min, indices.
+std::pair<Tensor, Tensor> reduce_forward(const OpInfo& op, ReduceKind k, const Tensor& a, const Shape& dims,
+                                         bool keepdim, DType out_dtype, double param = 0) {
+  check_defined(op, a, "input");
+  ReduceGeometry geo = reduce_geometry(op.name, a, dims);
+  AG_CHECK(geo.r > 0 || k == ReduceKind::Sum || k == ReduceKind::Prod || k == ReduceKind::Mean,
+           "{}: cannot reduce over an empty dimension of {} (the result has no identity)", op.name, a.desc());
+  Shape out_shape = keepdim ? geo.keep_shape : geo.out_shape;
+  Tensor out = empty_as(out_shape, out_dtype, a);
+  Tensor idx;
+  if (k == ReduceKind::Max || k == ReduceKind::Min) idx = empty_as(out_shape, kInt64, a);
+  if (out.numel() == 0) return {out, idx};
+  if (geo.r == 0) {
+    fill_into(out, k == ReduceKind::Prod ? 1.0 : (k == ReduceKind::Mean ? NAN : 0.0));
+    return {out, idx};
+  }
+  Tensor x = geo.x3;
+  if (x.dtype() != out_dtype && k != ReduceKind::Argmax && k != ReduceKind::Argmin) {
+    NoGradGuard no_grad;
+    x = to(x, x.device(), out_dtype);
+  }
+  kernel::reduce(k, x, out, idx, param);
+  return {out, idx};
+}
+
+// Gradient of a reduction, broadcast back over the reduced dims of `in_shape`.
+Tensor expand_back(const Tensor& g, const Shape& in_shape, const Shape& dims, bool keepdim) {
+  Tensor gk = g;
+  if (!keepdim) gk = g.view(reduce_geometry_keep_shape(in_shape, dims));
+  return expand(gk, in_shape);
+}
+
+DType sum_dtype(DType t) { return is_floating(t) ? t : kInt64; }
+
+}  // namespace
+
+Tensor sum(const Tensor& a, const Shape& dims, bool keepdim) {
+  Tensor x = a;
+  OpScope scope(kSum, x);
+  Tensor out = reduce_forward(kSum, ReduceKind::Sum, x, dims, keepdim, sum_dtype(x.dtype())).first;
+  if (autograd::any_requires_grad({&x})) {
+    Shape in_shape = x.shape();
+    autograd::record(kSum, out, {x}, {}, [in_shape, dims, keepdim](const Tensor& g, const Saved&) {
+      return Grads{expand_back(g, in_shape, dims, keepdim)};
+    });
+  }
+  return scope.finish(out);
+}
+Tensor sum(const Tensor& a) { return sum(a, {}, false); }
+
+Tensor mean(const Tensor& a, const Shape& dims, bool keepdim) {
+  Tensor x = a;
+  OpScope scope(kMean, x);
+  check_defined(kMean, x, "input");
+  AG_CHECK(is_floating(x.dtype()), "mean: expected a floating tensor, got {}; convert it with .to(kFloat32)",
+           x.desc());
+  Tensor out = reduce_forward(kMean, ReduceKind::Mean, x, dims, keepdim, x.dtype()).first;
+  if (autograd::any_requires_grad({&x})) {
+    Shape in_shape = x.shape();
+    const double count = static_cast<double>(x.numel()) / static_cast<double>(std::max<int64_t>(out.numel(), 1));
+    autograd::record(kMean, out, {x}, {}, [in_shape, dims, keepdim, count](const Tensor& g, const Saved&) {
+      return Grads{expand_back(g / count, in_shape, dims, keepdim)};
+    });
+  }
+  return scope.finish(out);
+}
+Tensor mean(const Tensor& a) { return mean(a, {}, false); }
+
+Tensor prod(const Tensor& a, int64_t dim, bool keepdim) {
+  Tensor x = a;
+  OpScope scope(kProd, x);
+  check_defined(kProd, x, "input");
+  Shape dims{wrap_dim(kProd.name, dim, x.dim())};
+  Tensor out = reduce_forward(kProd, ReduceKind::Prod, x, dims, keepdim, sum_dtype(x.dtype())).first;
+  if (autograd::any_requires_grad({&x})) {
+    autograd::record(kProd, out, {x}, {x, out.detach()}, [dims, keepdim](const Tensor& g, const Saved& s) {
+      // d prod / d x_i = prod / x_i (inputs with zeros need the product of the others: not handled).
+      return Grads{expand_back(g * s[1], s[0].shape(), dims, keepdim) / s[0]};
+    });
+  }
+  return scope.finish(out);
+}
+Tensor prod(const Tensor& a) { return prod(a.reshape({-1}), 0, false); }
+
+Tensor var(const Tensor& a, const Shape& dims, double correction, bool keepdim) {
+  Tensor x = a;
+  OpScope scope(kVar, x);
+  check_defined(kVar, x, "input");
+  AG_CHECK(is_floating(x.dtype()), "var: expected a floating tensor, got {}", x.desc());
+  Tensor out = reduce_forward(kVar, ReduceKind::Var, x, dims, keepdim, x.dtype(), correction).first;
+  if (autograd::any_requires_grad({&x})) {
+    const double n = static_cast<double>(x.numel()) / static_cast<double>(std::max<int64_t>(out.numel(), 1));
+    autograd::record(kVar, out, {x}, {x}, [dims, keepdim, correction, n](const Tensor& g, const Saved& s) {
+      Tensor centered = s[0] - mean(s[0], dims, true);
+      return Grads{expand_back(g, s[0].shape(), dims, keepdim) * centered * (2.0 / (n - correction))};
+    });
+  }
+  return scope.finish(out);
+}
+
+Tensor logsumexp(const Tensor& a, const Shape& dims, bool keepdim) {
+  Tensor x = a;
+  OpScope scope(kLogSumExp, x);
+  check_defined(kLogSumExp, x, "input");
+  DType dt = float_compute_dtype(x.dtype());
+  Tensor out = reduce_forward(kLogSumExp, ReduceKind::LogSumExp, x, dims, keepdim, dt).first;
+  if (autograd::any_requires_grad({&x})) {
+    autograd::record(kLogSumExp, out, {x}, {x, out.detach()}, [dims, keepdim](const Tensor& g, const Saved& s) {
+      const Shape& in_shape = s[0].shape();
+      return Grads{expand_back(g, in_shape, dims, keepdim) * exp(s[0] - expand_back(s[1], in_shape, dims, keepdim))};
+    });
+  }
+  return scope.finish(out);
+}
+
+namespace {
+std::pair<Tensor, Tensor> max_min_dim(const OpInfo& op, ReduceKind k, const Tensor& a, int64_t dim, bool keepdim) {
+  Tensor x = a;
+  OpScope scope(op, x);
+  check_defined(op, x, "input");
+  AG_CHECK(x.dtype() != kBool, "{}: not supported for bool tensors", op.name);
+  Shape dims{wrap_dim(op.name, dim, x.dim())};
+  auto [values, indices] = reduce_forward(op, k, x, dims, keepdim, x.dtype());
+  if (autograd::any_requires_grad({&x}) && is_floating(x.dtype())) {
+    const int64_t d = dims[0];
+    autograd::record(op, values, {x}, {indices}, [d, keepdim, in_shape = x.shape()](const Tensor& g, const Saved& s) {
+      // The gradient goes to the chosen index only.
+      Shape pos_shape(in_shape.size(), 1);
+      if (!in_shape.empty()) pos_shape[d] = in_shape[d];
+      Tensor pos = arange(0, in_shape.empty() ? 1 : in_shape[d], 1, TensorOptions(kInt64).device(g.device()));
+      Tensor idx = keepdim ? s[0] : unsqueeze(s[0], d);
+      Tensor mask = eq(pos.view(pos_shape), idx);
+      Tensor gk = keepdim ? g : unsqueeze(g, d);
+      return Grads{where(mask, expand(gk, in_shape), zeros(in_shape, g.options()))};
+    });
+  }
+  scope.finish(values);
+  return {values, indices};
+}
+
+Tensor max_min_all(const OpInfo& op, ReduceKind k, const Tensor& a) {
+  Tensor x = a;
+  OpScope scope(op, x);
+  check_defined(op, x, "input");
+  AG_CHECK(x.numel() > 0, "{}: expected a non-empty tensor; {} has no elements", op.name, x.desc());
+  Tensor out = reduce_forward(op, k, x, {}, false, x.dtype()).first;
+  if (autograd::any_requires_grad({&x}) && is_floating(x.dtype())) {
+    autograd::record(op, out, {x}, {x, out.detach()}, [](const Tensor& g, const Saved& s) {
+      // Ties share the gradient evenly, as PyTorch's max() without a dim.
+      Tensor mask = eq(s[0], s[1]).to(g.dtype());
+      return Grads{mask * (g / sum(mask))};
+    });
+  }
+  return scope.finish(out);
+}
+
+Tensor arg_reduce(const OpInfo& op, ReduceKind k, const Tensor& a, std::optional<int64_t> dim, bool keepdim) {
+  Tensor x = a;
+  OpScope scope(op, x);
+  check_defined(op, x, "input");
+  AG_CHECK(x.numel() > 0, "{}: expected a non-empty tensor; {} has no elements", op.name, x.desc());
+  if (!dim) return scope.finish(reduce_forward(op, k, x.reshape({-1}), {0}, false, kInt64).first);
+  Shape dims{wrap_dim(op.name, *dim, x.dim())};
+  return scope.finish(reduce_forward(op, k, x, dims, keepdim, kInt64).first);
+}
+}  // namespace
+
+std::pair<Tensor, Tensor> max(const Tensor& a, int64_t dim, bool keepdim) {
+  return max_min_dim(kMax, ReduceKind::Max, a, dim, keepdim);
+}
+std::pair<Tensor, Tensor> min(const Tensor& a, int64_t dim, bool keepdim) {
+  return max_min_dim(kMin, ReduceKind::Min, a, dim, keepdim);
+}
+Tensor max(const Tensor& a) { return max_min_all(kMax, ReduceKind::Max, a); }
+Tensor min(const Tensor& a) { return max_min_all(kMin, ReduceKind::Min, a); }
+Tensor argmax(const Tensor& a) { return arg_reduce(kArgmax, ReduceKind::Argmax, a, std::nullopt, false); }
+Tensor argmax(const Tensor& a, int64_t dim, bool keepdim) {
+  return arg_reduce(kArgmax, ReduceKind::Argmax, a, dim, keepdim);
+}
+Tensor argmin(const Tensor& a, int64_t dim, bool keepdim) {
+  return arg_reduce(kArgmin, ReduceKind::Argmin, a, dim, keepdim);
+}
+
+Tensor sum_to(const Tensor& a, const Shape& shape) {
+  if (a.shape() == shape) return a;
+  const int64_t lead = a.dim() - static_cast<int64_t>(shape.size());
+  AG_INTERNAL_ASSERT(lead >= 0, "sum_to: {} cannot be summed to {}", a.desc(), shape_str(shape));
+  Shape dims;
+  for (int64_t i = 0; i < a.dim(); ++i)
+    if (i < lead || (shape[i - lead] == 1 && a.shape()[i] != 1)) dims.push_back(i);
+  if (dims.empty()) return a.view(shape);
+  return sum(a, dims, true).view(shape);
+}
+
+}  // namespace ampgrad

@@ -1,0 +1,61 @@
+// The op registry (Note [Op registry]) and the shared op checks.
+#include "ops/dispatch.h"
+#include "ops/op.h"
+
+namespace ampgrad {
+
+namespace {
+std::vector<const OpInfo*>& registry() {
+  static std::vector<const OpInfo*> ops;
+  return ops;
+}
+}  // namespace
+
+OpInfo::OpInfo(std::string_view name_, amp::Category category_, bool differentiable_, std::string_view reason_,
+               std::string_view alternative_)
+    : name(name_), category(category_), differentiable(differentiable_), reason(reason_), alternative(alternative_) {
+  registry().push_back(this);
+}
+
+const std::vector<const OpInfo*>& op_registry() { return registry(); }
+
+const OpInfo* find_op(std::string_view name) {
+  for (const OpInfo* op : registry())
+    if (op->name == name) return op;
+  return nullptr;
+}
+
+void kernel::no_cuda(std::string_view what) {
+  AG_CHECK(false, "{}: a CUDA tensor reached a kernel, but ampgrad was built without CUDA (AMPGRAD_CUDA=OFF)", what);
+}
+
+void check_same_device(const OpInfo& op, const Tensor& a, const Tensor& b) {
+  AG_CHECK(a.device() == b.device(), "{}: expected all tensors on the same device, got {} and {}", op.name, a.desc(),
+           b.desc());
+}
+
+void check_defined(const OpInfo& op, const Tensor& t, std::string_view what) {
+  AG_CHECK(t.defined(), "{}: {} is an undefined tensor", op.name, what);
+}
+
+DType float_compute_dtype(DType t) { return is_floating(t) ? t : DType::Float32; }
+
+DType scalar_result_dtype(DType tensor_dtype, const Scalar& s) {
+  if (is_floating(tensor_dtype)) return tensor_dtype;
+  if (s.is_floating()) return DType::Float32;
+  if (tensor_dtype == DType::Bool && s.is_integral()) return DType::Int64;
+  return tensor_dtype;
+}
+
+Tensor broadcast_to(const Tensor& t, const Shape& shape) {
+  if (t.shape() == shape) return t;
+  const size_t n = shape.size(), m = t.shape().size();
+  Shape strides(n, 0);
+  for (size_t i = 0; i < m; ++i) {
+    size_t j = n - m + i;
+    strides[j] = t.shape()[i] == 1 && shape[j] != 1 ? 0 : t.strides()[i];
+  }
+  return alias_with(t, shape, strides, t.storage_offset());
+}
+
+}  // namespace ampgrad
