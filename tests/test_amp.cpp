@@ -1,0 +1,255 @@
+// Autocast: categories, the policy per op, the guard's nesting, the cast cache and the trace.
+#include <catch2/catch.hpp>
+
+#include <cstring>
+
+#include "op_cases.h"
+
+namespace ag = ampgrad;
+using ag::amp::Category;
+
+namespace {
+
+std::vector<ag::Device> devices() {
+  std::vector<ag::Device> d{ag::Device(ag::kCPU)};
+  if (ag::cuda::is_available()) d.emplace_back(ag::kCUDA);
+  return d;
+}
+
+// Bitwise comparison of two tensors' values (NaN-safe: compares the bytes).
+bool bitwise_equal(const ag::Tensor& a, const ag::Tensor& b) {
+  if (a.dtype() != b.dtype() || a.shape() != b.shape()) return false;
+  ag::Tensor x = a.cpu().contiguous(), y = b.cpu().contiguous();
+  return std::memcmp(x.data_ptr(), y.data_ptr(), x.nbytes()) == 0;
+}
+
+// What the policy should do to each input, computed here from the category alone.
+std::vector<ag::Tensor> cast_by_hand(Category c, ag::DType ac, const std::vector<ag::Tensor>& in) {
+  std::optional<ag::DType> target;
+  if (c == Category::lower) target = ac;
+  if (c == Category::fp32) target = ag::kFloat32;
+  if (c == Category::promote)
+    for (const auto& t : in)
+      if (t.is_floating_point()) target = target ? ag::promote_types(*target, t.dtype()) : t.dtype();
+  std::vector<ag::Tensor> out;
+  for (const auto& t : in)
+    out.push_back(target && t.is_floating_point() && t.dtype() != ag::kFloat64 ? t.to(*target) : t);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("every registered op has an autocast case", "[amp]") {
+  std::vector<std::string> missing;
+  for (const ag::OpInfo* op : ag::op_registry())
+    if (!op_cases::cases().count(std::string(op->name))) missing.emplace_back(op->name);
+  INFO("ops without a case in tests/op_cases.h: " << fmt::format("{}", fmt::join(missing, ", ")));
+  CHECK(missing.empty());
+}
+
+TEST_CASE("categories match PyTorch's CUDA autocast lists", "[amp]") {
+  const std::map<std::string, Category> expected = {
+      {"mm", Category::lower},          {"matmul", Category::lower},       {"bmm", Category::lower},
+      {"addmm", Category::lower},       {"linear", Category::lower},       {"exp", Category::fp32},
+      {"log", Category::fp32},          {"log1p", Category::fp32},         {"pow", Category::fp32},
+      {"rsqrt", Category::fp32},        {"reciprocal", Category::fp32},    {"softplus", Category::fp32},
+      {"sum", Category::fp32},          {"prod", Category::fp32},          {"softmax", Category::fp32},
+      {"log_softmax", Category::fp32},  {"logsumexp", Category::fp32},     {"where", Category::promote},
+      {"cat", Category::promote},       {"stack", Category::promote},      {"add", Category::passthrough},
+      {"mul", Category::passthrough},   {"relu", Category::passthrough},   {"tanh", Category::passthrough},
+      {"sigmoid", Category::passthrough}, {"sqrt", Category::passthrough}, {"mean", Category::passthrough},
+      {"max", Category::passthrough},   {"view", Category::passthrough},   {"reshape", Category::passthrough},
+      {"transpose", Category::passthrough}, {"permute", Category::passthrough},
+  };
+  for (const auto& [name, cat] : expected) {
+    const ag::OpInfo* op = ag::find_op(name);
+    INFO(name);
+    REQUIRE(op != nullptr);
+    CHECK(op->category == cat);
+  }
+  // op_table() lists every op, with its category.
+  auto table = ag::amp::op_table();
+  CHECK(table.size() == ag::op_registry().size());
+  for (const auto& e : table) CHECK(!e.reason.empty());
+}
+
+TEST_CASE("each op under autocast equals the op on hand-cast inputs, bitwise", "[amp][cuda]") {
+  for (ag::Device dev : devices()) {
+    for (ag::DType ac : {ag::kFloat16, ag::kBFloat16}) {
+      for (const ag::OpInfo* op : ag::op_registry()) {
+        auto it = op_cases::cases().find(std::string(op->name));
+        if (it == op_cases::cases().end()) continue;  // reported by the coverage test
+        INFO(op->name << " on " << dev.str() << " under " << ag::dtype_name(ac) << " autocast");
+        ag::manual_seed(7);
+        std::vector<ag::Tensor> in = it->second.inputs(dev);
+        // Mixed precision inputs: the second floating input, if any, arrives in 16 bits.
+        int floating = 0;
+        for (auto& t : in)
+          if (t.is_floating_point() && floating++ == 1) t = t.to(ac);
+        ag::Tensor got;
+        {
+          ag::amp::AutocastGuard guard(dev.type, ac);
+          got = it->second.run(in);
+        }
+        ag::Tensor want = it->second.run(cast_by_hand(op->category, ac, in));
+        CHECK(got.dtype() == want.dtype());
+        CHECK(bitwise_equal(got, want));
+        if (op->category == Category::lower) CHECK(got.dtype() == ac);
+        if (op->category == Category::fp32) CHECK((got.dtype() == ag::kFloat32 || !got.is_floating_point()));
+      }
+    }
+  }
+}
+
+TEST_CASE("the seed cases: mm goes to 16 bits, add stays float32, where promotes", "[amp][cuda]") {
+  for (ag::Device dev : devices()) {
+    INFO(dev.str());
+    auto opt = ag::TensorOptions().device(dev);
+    ag::Tensor a = ag::rand({8, 8}, opt);
+    ag::amp::AutocastGuard autocast(dev.type, ag::kFloat16);
+    CHECK(ag::mm(a, a).dtype() == ag::kFloat16);
+    CHECK(ag::add(a, a).dtype() == ag::kFloat32);
+    ag::Tensor h = ag::rand({8, 8}, opt).to(ag::kFloat16);
+    ag::Tensor f = ag::rand({8, 8}, opt);
+    ag::Tensor w = ag::where(ag::gt(f, 0.5), h, f - 1.5);
+    CHECK(w.dtype() == ag::kFloat32);
+    // float64 and integers are never cast.
+    ag::Tensor d = ag::rand({4, 4}, ag::TensorOptions(ag::kFloat64).device(dev));
+    CHECK(ag::mm(d, d).dtype() == ag::kFloat64);
+    ag::Tensor i = ag::arange(6, ag::TensorOptions(ag::kInt64).device(dev));
+    CHECK(ag::sum(i).dtype() == ag::kInt64);
+  }
+}
+
+TEST_CASE("the guard nests, disables, restores, and survives exceptions", "[amp]") {
+  using ag::amp::is_autocast_enabled;
+  using ag::amp::get_autocast_dtype;
+  CHECK_FALSE(is_autocast_enabled(ag::kCPU));
+  {
+    ag::amp::AutocastGuard outer(ag::kCPU);  // default on the CPU: bfloat16
+    CHECK(is_autocast_enabled(ag::kCPU));
+    CHECK(get_autocast_dtype(ag::kCPU) == ag::kBFloat16);
+    CHECK_FALSE(is_autocast_enabled(ag::kCUDA));
+    {
+      ag::amp::AutocastGuard inner(ag::kCPU, ag::kFloat16);
+      CHECK(get_autocast_dtype(ag::kCPU) == ag::kFloat16);
+      {
+        ag::amp::AutocastGuard off(ag::kCPU, std::nullopt, false);
+        CHECK_FALSE(is_autocast_enabled(ag::kCPU));
+        ag::Tensor a = ag::rand({3, 3});
+        CHECK(ag::mm(a, a).dtype() == ag::kFloat32);
+      }
+      CHECK(is_autocast_enabled(ag::kCPU));
+      CHECK(get_autocast_dtype(ag::kCPU) == ag::kFloat16);
+    }
+    CHECK(get_autocast_dtype(ag::kCPU) == ag::kBFloat16);
+    try {
+      ag::amp::AutocastGuard inner(ag::kCPU, ag::kFloat16, false);
+      throw ag::Error("leaving the region by an exception");
+    } catch (const ag::Error&) {
+    }
+    CHECK(is_autocast_enabled(ag::kCPU));
+    CHECK(get_autocast_dtype(ag::kCPU) == ag::kBFloat16);
+  }
+  CHECK_FALSE(is_autocast_enabled(ag::kCPU));
+  CHECK_THROWS_WITH(ag::amp::AutocastGuard(ag::kCPU, ag::kFloat32),
+                    Catch::Contains("autocast dtype must be float16 or bfloat16"));
+  // An op that throws inside autocast leaves the policy working for the next op.
+  {
+    ag::amp::AutocastGuard g(ag::kCPU, ag::kFloat16);
+    ag::Tensor a = ag::rand({2, 3});
+    CHECK_THROWS_WITH(ag::mm(a, a), Catch::Contains("mm: shapes [2, 3] and [2, 3] cannot be multiplied"));
+    CHECK(ag::mm(a, a.t()).dtype() == ag::kFloat16);
+  }
+}
+
+TEST_CASE("the cast cache casts a parameter once per region and empties after", "[amp]") {
+  ag::Tensor w = ag::rand({4, 4}).requires_grad_();
+  ag::Tensor x = ag::rand({2, 4});
+  {
+    ag::amp::AutocastGuard g(ag::kCPU, ag::kFloat16);
+    ag::Tensor y1 = ag::linear(x, w);
+    auto s1 = ag::amp::cast_cache_stats();
+    CHECK(s1.entries == 1);  // w cached; x is no leaf requiring grad, so it is cast anew
+    CHECK(s1.hits == 0);
+    ag::Tensor y2 = ag::linear(x, w);
+    auto s2 = ag::amp::cast_cache_stats();
+    CHECK(s2.hits == 1);
+    CHECK(s2.entries == 1);
+    CHECK(s2.bytes_converted == 16 * 2 + 2 * (8 * 2));  // w once, x twice, in float16
+    {
+      ag::amp::AutocastGuard nested(ag::kCPU, ag::kFloat16);
+      ag::linear(x, w);
+      CHECK(ag::amp::cast_cache_stats().hits == 2);  // nested regions share the outer cache
+    }
+    CHECK(ag::amp::cast_cache_stats().entries == 1);
+  }
+  CHECK(ag::amp::cast_cache_stats().entries == 0);
+}
+
+TEST_CASE("fp32 parameters get fp32 gradients that match an fp32 run", "[amp][cuda]") {
+  for (ag::Device dev : devices()) {
+    INFO(dev.str());
+    ag::manual_seed(3);
+    auto opt = ag::TensorOptions().device(dev);
+    ag::Tensor w1 = (ag::rand({16, 8}, opt) - 0.5).detach().requires_grad_();
+    ag::Tensor w2 = (ag::rand({4, 16}, opt) - 0.5).detach().requires_grad_();
+    ag::Tensor x = ag::rand({32, 8}, opt);
+    auto loss_fn = [&] { return ag::log_softmax(ag::linear(ag::relu(ag::linear(x, w1)), w2), 1).sum() * -0.01; };
+    loss_fn().backward();
+    std::vector<double> g1 = w1.grad().to_vector<double>(), g2 = w2.grad().to_vector<double>();
+    w1.set_grad({});
+    w2.set_grad({});
+    {
+      ag::amp::AutocastGuard g(dev.type, ag::kFloat16);
+      ag::Tensor loss = loss_fn();
+      CHECK(loss.dtype() == ag::kFloat32);  // sum is an fp32 op
+      loss.backward();
+    }
+    REQUIRE(w1.grad().dtype() == ag::kFloat32);
+    REQUIRE(w2.grad().dtype() == ag::kFloat32);
+    auto check = [](const std::vector<double>& got, const std::vector<double>& want) {
+      double worst = 0, scale = 0;
+      for (size_t i = 0; i < got.size(); ++i) {
+        worst = std::max(worst, std::fabs(got[i] - want[i]));
+        scale = std::max(scale, std::fabs(want[i]));
+      }
+      CHECK(worst <= 1e-2 * scale + 1e-4);  // fp16 inputs: ~1e-3 relative per product
+      CHECK(scale > 0);
+    };
+    check(w1.grad().to_vector<double>(), g1);
+    check(w2.grad().to_vector<double>(), g2);
+  }
+}
+
+TEST_CASE("the trace records ops, casts, cache hits and dtypes", "[amp]") {
+  ag::Tensor w = ag::rand({4, 4}).requires_grad_();
+  ag::Tensor x = ag::rand({2, 4});
+  ag::amp::Trace trace;
+  {
+    ag::amp::AutocastGuard g(ag::kCPU, ag::kFloat16);
+    ag::Tensor h = ag::linear(x, w);
+    ag::Tensor y = ag::linear(h, w);
+    ag::Tensor s = ag::softmax(y, 1);
+    ag::Tensor z = ag::add(s, x.narrow(1, 0, 4));
+  }
+  const auto& r = trace.records();
+  REQUIRE(r.size() == 5);  // linear, linear, softmax, narrow->slice, add; the casts inside are not listed
+  CHECK(r[0].op == "linear");
+  CHECK(r[0].category == Category::lower);
+  CHECK(r[0].input_dtypes == std::vector<ag::DType>{ag::kFloat32, ag::kFloat32});
+  CHECK(r[0].chosen_dtype == ag::kFloat16);
+  CHECK(r[0].output_dtype == ag::kFloat16);
+  CHECK(r[0].casts == 2);
+  CHECK(r[0].cache_hits == 0);
+  CHECK(r[0].bytes_converted == 2 * 4 * 2 + 4 * 4 * 2);
+  CHECK(r[1].casts == 0);
+  CHECK(r[1].cache_hits == 1);  // w again, from the cache
+  CHECK(r[2].op == "softmax");
+  CHECK(r[2].chosen_dtype == ag::kFloat32);
+  CHECK(r[2].output_dtype == ag::kFloat32);
+  CHECK(r[3].op == "slice");
+  CHECK(r[4].op == "add");
+  CHECK_FALSE(r[4].chosen_dtype.has_value());
+  CHECK(r[4].output_dtype == ag::kFloat32);
+}
