@@ -1,6 +1,7 @@
 // amp::Trace: records every op run in its scope, with what autocast did to it.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "amp/autocast.h"
@@ -22,5 +23,8 @@ class Trace {
   std::vector<OpRecord> records_;
   Trace* prev_;
 };
+
+// A fixed-width table: one line per op with category, dtypes in and out, casts and cache hits.
+std::string format_trace(const std::vector<OpRecord>& records);
 
 }  // namespace ampgrad::amp

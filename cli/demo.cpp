@@ -14,6 +14,8 @@ struct DemoArgs {
   int batch = 128;
   double lr = 0.5;
   std::string device = "cpu";
+  std::string amp = "off";
+  bool trace = false;
   uint64_t seed = 0;
 };
 
@@ -47,11 +49,25 @@ void run_demo(const DemoArgs& a) {
   std::printf("demo: MLP %lld-%lld-%lld on synthetic data, %d SGD steps of batch %d, lr %g, on %s\n",
               static_cast<long long>(in), static_cast<long long>(hidden), static_cast<long long>(classes), a.steps,
               a.batch, a.lr, dev.str().c_str());
+  const bool use_amp = a.amp != "off";
+  const DType amp_dtype = a.amp == "fp16" ? kFloat16 : kBFloat16;
+  if (use_amp) std::printf("demo: autocast to %s on %s\n", std::string(dtype_name(amp_dtype)).c_str(), dev.str().c_str());
   auto t0 = std::chrono::steady_clock::now();
   for (int step = 1; step <= a.steps; ++step) {
     auto [x, y, onehot] = batch(a.batch);
-    Tensor logits = linear(relu(linear(x, w1, b1)), w2, b2);
-    Tensor loss = cross_entropy_onehot(logits, onehot);
+    std::optional<amp::Trace> trace;
+    if (a.trace && step == 1) trace.emplace();
+    Tensor loss;
+    {
+      amp::AutocastGuard autocast(dev.type, amp_dtype, use_amp);
+      Tensor logits = linear(relu(linear(x, w1, b1)), w2, b2);
+      loss = cross_entropy_onehot(logits, onehot);
+    }
+    if (trace) {
+      std::printf("demo: the ops of step 1's forward pass, as autocast saw them:\n%s",
+                  amp::format_trace(trace->records()).c_str());
+      trace.reset();
+    }
     for (Tensor& p : params) p.set_grad(Tensor());
     loss.backward();
     {
@@ -62,6 +78,7 @@ void run_demo(const DemoArgs& a) {
   }
   auto [x, y, onehot] = batch(2000);
   NoGradGuard no_grad;
+  amp::AutocastGuard autocast(dev.type, amp_dtype, use_amp);
   Tensor pred = argmax(linear(relu(linear(x, w1, b1)), w2, b2), 1);
   double acc = eq(pred, y).to(kFloat32).mean().item<double>();
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -78,6 +95,10 @@ void add_demo(CLI::App& app) {
   cmd->add_option("--lr", args->lr, "learning rate")->capture_default_str();
   cmd->add_option("--device", args->device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
   cmd->add_option("--seed", args->seed, "random seed")->capture_default_str();
+  cmd->add_option("--amp", args->amp, "autocast the forward pass: fp16, bf16 or off")
+      ->check(CLI::IsMember({"fp16", "bf16", "off"}))
+      ->capture_default_str();
+  cmd->add_flag("--trace", args->trace, "print what autocast did to each op of the first step");
   cmd->callback([args] { run_demo(*args); });
 }
 
