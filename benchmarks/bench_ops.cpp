@@ -1,0 +1,118 @@
+// Issue benchmark for the CUDA backend: ag::mm vs raw cublasGemmEx (TFLOP/s), add and sum
+// vs a device-to-device copy (GB/s), and host time per small op.
+#include <chrono>
+#include <cstdio>
+
+#include <ampgrad/ampgrad.h>
+
+#include "benchmarks/bench_util.h"
+
+namespace ag = ampgrad;
+using ag::bench::median_ms;
+
+namespace {
+
+struct GemmCase {
+  const char* name;
+  ag::DType dtype;
+  bool tf32;
+};
+
+// Raw cuBLAS on the same stream: C = A @ B for row-major square n x n (computed as B^T A^T).
+double raw_cublas_ms(cublasHandle_t h, const ag::Tensor& a, const ag::Tensor& b, ag::Tensor& c, const GemmCase& g) {
+  const int n = static_cast<int>(a.size(0));
+  cudaDataType_t t = g.dtype == ag::kFloat16 ? CUDA_R_16F : (g.dtype == ag::kBFloat16 ? CUDA_R_16BF : CUDA_R_32F);
+  cublasComputeType_t ct = g.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  float alpha = 1, beta = 0;
+  return median_ms([&] {
+    AG_CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, b.data_ptr(), t, n, a.data_ptr(), t, n,
+                                 &beta, c.data_ptr(), t, n, ct, CUBLAS_GEMM_DEFAULT));
+  });
+}
+
+void bench_mm() {
+  cublasHandle_t h;
+  AG_CUBLAS_CHECK(cublasCreate(&h));
+  AG_CUBLAS_CHECK(cublasSetStream(h, ag::cuda::current_stream()));
+  size_t ws_bytes = 32u << 20;
+  void* ws = nullptr;
+  AG_CUDA_CHECK(cudaMalloc(&ws, ws_bytes));
+  AG_CUBLAS_CHECK(cublasSetWorkspace(h, ws, ws_bytes));
+  std::printf("\n## mm: ag::mm vs raw cublasGemmEx, square n x n, TFLOP/s (median of 30 after 5 warm-ups)\n\n");
+  std::printf("| dtype | n | ag::mm | raw cuBLAS | ratio |\n|---|---|---|---|---|\n");
+  const GemmCase cases[] = {{"f32", ag::kFloat32, false}, {"tf32", ag::kFloat32, true},
+                            {"f16", ag::kFloat16, false}, {"bf16", ag::kBFloat16, false}};
+  for (const GemmCase& g : cases) {
+    ag::set_allow_tf32(g.tf32);
+    for (int64_t n : {1024, 2048, 4096, 8192}) {
+      auto opt = ag::TensorOptions(g.dtype).device(ag::kCUDA);
+      ag::Tensor a = ag::randn({n, n}, opt), b = ag::randn({n, n}, opt);
+      ag::Tensor c = ag::empty({n, n}, opt);
+      double flop = 2.0 * n * n * n;
+      double ours = median_ms([&] { ag::Tensor r = ag::mm(a, b); });
+      double raw = raw_cublas_ms(h, a, b, c, g);
+      std::printf("| %s | %lld | %.1f | %.1f | %.3f |\n", g.name, static_cast<long long>(n), flop / ours / 1e9,
+                  flop / raw / 1e9, raw / ours);
+      std::fflush(stdout);
+    }
+  }
+  ag::set_allow_tf32(false);
+  AG_CUDA_CHECK(cudaFree(ws));
+  AG_CUBLAS_CHECK(cublasDestroy(h));
+}
+
+void bench_bandwidth() {
+  const int64_t n = 64ll << 20;
+  std::printf("\n## Memory-bound ops at 64M elements, GB/s (bytes read + written / median time)\n\n");
+  std::printf("| op | dtype | ms | GB/s | vs D2D copy |\n|---|---|---|---|---|\n");
+  for (ag::DType dt : {ag::kFloat32, ag::kFloat16}) {
+    auto opt = ag::TensorOptions(dt).device(ag::kCUDA);
+    ag::Tensor x = ag::randn({n}, opt), y = ag::randn({n}, opt);
+    ag::Tensor dst = ag::empty({n}, opt);
+    const double es = static_cast<double>(ag::itemsize(dt));
+    double copy_ms = median_ms([&] { ag::cuda::memcpy_d2d(dst.data_ptr(), x.data_ptr(), x.nbytes()); });
+    double copy_gbs = 2 * n * es / copy_ms / 1e6;
+    double add_ms = median_ms([&] { ag::Tensor r = ag::add(x, y); });
+    double sum_ms = median_ms([&] { ag::Tensor r = ag::sum(x); });
+    const char* name = ag::traits(dt).short_name.data();
+    std::printf("| D2D copy | %s | %.3f | %.0f | 1.00 |\n", name, copy_ms, copy_gbs);
+    double add_gbs = 3 * n * es / add_ms / 1e6, sum_gbs = n * es / sum_ms / 1e6;
+    std::printf("| add | %s | %.3f | %.0f | %.2f |\n", name, add_ms, add_gbs, add_gbs / copy_gbs);
+    std::printf("| sum | %s | %.3f | %.0f | %.2f |\n", name, sum_ms, sum_gbs, sum_gbs / copy_gbs);
+    std::fflush(stdout);
+  }
+}
+
+void bench_host_overhead() {
+  std::printf("\n## Host time per small op: 10,000 adds of 1,000 elements (wall clock, no sync inside)\n\n");
+  std::printf("| device | autograd recording | us per op |\n|---|---|---|\n");
+  for (ag::Device dev : {ag::Device(ag::kCPU), ag::Device(ag::kCUDA)}) {
+    for (bool grad : {false, true}) {
+      ag::Tensor a = ag::randn({1000}, ag::TensorOptions().device(dev));
+      ag::Tensor b = ag::randn({1000}, ag::TensorOptions().device(dev));
+      if (grad) a.requires_grad_();
+      for (int i = 0; i < 1000; ++i) ag::Tensor r = ag::add(a, b);  // warm the allocator and caches
+      ag::cuda::synchronize();
+      auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < 10000; ++i) ag::Tensor r = ag::add(a, b);
+      double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / 10000;
+      ag::cuda::synchronize();
+      std::printf("| %s | %s | %.2f |\n", dev.str().c_str(), grad ? "yes" : "no", us);
+    }
+  }
+}
+
+}  // namespace
+
+int main() {
+  if (!ag::cuda::is_available()) {
+    std::printf("bench_ops: no CUDA device; this benchmark measures the GPU backend\n");
+    return 0;
+  }
+  auto p = ag::cuda::device_properties(0);
+  std::printf("# bench_ops on %s (%d SMs)\n", p.name.c_str(), p.sm_count);
+  bench_host_overhead();
+  bench_bandwidth();
+  bench_mm();
+  return 0;
+}

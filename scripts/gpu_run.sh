@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine (from the repository root, with dist/gpu carried there):
+# every test binary (the [cuda] cases run for real), then the [cuda] cases under
+# compute-sanitizer memcheck, then the benchmarks. Logs go to $OUT when it is set.
+# Usage: bash dist/gpu/gpu_run.sh [tests|memcheck|bench|all]  (default: all)
+set -uo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+out="${OUT:-/tmp}"
+what="${1:-all}"
+export LD_LIBRARY_PATH="$here:${LD_LIBRARY_PATH:-}"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+status=0
+if [ "$what" = all ] || [ "$what" = tests ]; then
+  for t in "$here"/test_*; do
+    echo "=== $(basename "$t")"
+    "$t" 2>&1 | tee "$out/$(basename "$t").log" | tail -n 4
+    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+  done
+fi
+if [ "$what" = all ] || [ "$what" = memcheck ]; then
+  for t in "$here"/test_*; do
+    "$t" --list-test-names-only "[cuda]" 2>/dev/null | grep -q . || continue
+    echo "=== memcheck $(basename "$t") [cuda]"
+    compute-sanitizer --tool memcheck --leak-check no --error-exitcode 9 "$t" "[cuda]" 2>&1 \
+      | tee "$out/memcheck_$(basename "$t").log" | tail -n 3
+    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+  done
+fi
+if [ "$what" = all ] || [ "$what" = bench ]; then
+  for b in "$here"/bench_*; do
+    [ -x "$b" ] || continue
+    echo "=== $(basename "$b")"
+    "$b" 2>&1 | tee "$out/$(basename "$b").md"
+  done
+fi
+exit $status
