@@ -2,6 +2,7 @@
 #pragma once
 
 #include "amp/autocast.h"
+#include "amp/grad_scaler.h"
 #include "amp/op_table.h"
 #include "amp/trace.h"
 #include "autograd/gradcheck.h"
@@ -11,4 +12,6 @@
 #include "core/tensor.h"
 #include "ops/op.h"
 #include "ops/ops.h"
+#include "optim/adam.h"
+#include "optim/sgd.h"
 #include "cuda/runtime.h"

@@ -1,0 +1,191 @@
+// GradScaler: scale, unscale_, step, update and their device-side state (Note [Loss scaling]).
+#include "amp/grad_scaler.h"
+
+#include <cmath>
+
+#include "autograd/node.h"
+#include "ops/ops.h"
+#if AMPGRAD_WITH_CUDA
+#include "cuda/fused_kernels.h"
+#endif
+
+namespace ampgrad::amp {
+
+namespace {
+void check_and_unscale_kernel(const std::vector<Tensor>& grads, const Tensor& found_inf, const Tensor& inv_scale,
+                              bool write_back) {
+#if AMPGRAD_WITH_CUDA
+  if (found_inf.is_cuda()) return cuda::amp_check_and_unscale(grads, found_inf, inv_scale, write_back);
+#endif
+  cpu::amp_check_and_unscale(grads, found_inf, inv_scale, write_back);
+}
+}  // namespace
+
+GradScaler::GradScaler(GradScalerOptions options) : opt_(options) {
+  AG_CHECK(opt_.init_scale_ > 0, "GradScaler: init_scale must be positive, got {}", opt_.init_scale_);
+  AG_CHECK(opt_.growth_factor_ > 1, "GradScaler: growth_factor must be > 1, got {}", opt_.growth_factor_);
+  AG_CHECK(opt_.backoff_factor_ > 0 && opt_.backoff_factor_ < 1, "GradScaler: backoff_factor must be in (0, 1), got {}",
+           opt_.backoff_factor_);
+  AG_CHECK(opt_.growth_interval_ > 0, "GradScaler: growth_interval must be positive, got {}", opt_.growth_interval_);
+  AG_CHECK(opt_.hysteresis_ >= 1, "GradScaler: hysteresis must be at least 1, got {}", opt_.hysteresis_);
+  AG_CHECK(opt_.min_scale_ <= opt_.max_scale_, "GradScaler: min_scale {} exceeds max_scale {}", opt_.min_scale_,
+           opt_.max_scale_);
+}
+
+void GradScaler::lazy_init(Device device) {
+  if (scale_.defined()) return;
+  TensorOptions f32 = TensorOptions(kFloat32).device(device);
+  scale_ = full({}, opt_.init_scale_, f32);
+  growth_tracker_ = zeros({}, TensorOptions(kInt32).device(device));
+  hysteresis_left_ = full({}, opt_.hysteresis_, TensorOptions(kInt32).device(device));
+}
+
+Tensor GradScaler::scale(const Tensor& loss) {
+  if (!opt_.enabled_) return loss;
+  AG_CHECK(loss.defined() && is_floating(loss.dtype()), "GradScaler.scale: expected a floating loss, got {}",
+           loss.desc());
+  lazy_init(loss.device());
+  AG_CHECK(loss.device() == scale_.device(), "GradScaler.scale: loss {} is on another device than the scaler ({})",
+           loss.desc(), scale_.device().str());
+  return mul(loss, scale_);
+}
+
+GradScaler::PerOptimizer& GradScaler::state_of(optim::Optimizer& opt) {
+  PerOptimizer& st = per_opt_[&opt];
+  if (!st.found_inf.defined()) {
+    Device dev = scale_.defined() ? scale_.device() : opt.params().at(0).device();
+    lazy_init(dev);
+    st.found_inf = zeros({}, TensorOptions(kFloat32).device(dev));
+  }
+  return st;
+}
+
+void GradScaler::check_and_unscale(optim::Optimizer& opt, PerOptimizer& st, bool write_back) {
+  NoGradGuard no_grad;
+  std::vector<Tensor> grads;
+  for (const Tensor& p : opt.params()) {
+    for (const Fault& f : faults_)
+      if (f.at_step == updates_ && f.param.is_same(p) && p.grad().defined()) {
+        Tensor flat = p.grad().view({-1});
+        flat.narrow(0, f.index, 1).fill_(f.value);
+      }
+    if (p.grad().defined()) grads.push_back(p.grad());
+  }
+  st.found_inf.zero_();
+  if (!grads.empty()) check_and_unscale_kernel(grads, st.found_inf, reciprocal(scale_), write_back);
+}
+
+void GradScaler::unscale_(optim::Optimizer& opt) {
+  if (!opt_.enabled_) return;
+  PerOptimizer& st = state_of(opt);
+  AG_CHECK(st.stage == Stage::ready,
+           "GradScaler.unscale_: unscale_() has already been called on this optimizer since the last update()");
+  check_and_unscale(opt, st, /*write_back=*/true);
+  st.stage = Stage::unscaled;
+}
+
+void GradScaler::step(optim::Optimizer& opt) {
+  if (!opt_.enabled_) {
+    opt.step();
+    return;
+  }
+  PerOptimizer& st = state_of(opt);
+  AG_CHECK(st.stage != Stage::stepped, "GradScaler.step: step() has already been called on this optimizer since the last update()");
+  if (st.stage == Stage::ready) {
+    // Check only; the optimizer unscales on the fly (Note [Fused steps]).
+    check_and_unscale(opt, st, /*write_back=*/false);
+    NoGradGuard no_grad;
+    opt.step_gated(st.found_inf, reciprocal(scale_));
+  } else {
+    opt.step_gated(st.found_inf, Tensor());
+  }
+  st.stage = Stage::stepped;
+}
+
+void GradScaler::update(std::optional<double> new_scale) {
+  if (!opt_.enabled_) return;
+  NoGradGuard no_grad;
+  Tensor found;
+  for (auto& [o, st] : per_opt_)
+    if (st.stage != Stage::ready) found = found.defined() ? add(found, st.found_inf) : st.found_inf.clone();
+  AG_CHECK(found.defined(), "GradScaler.update: no inf checks were recorded since the last update(); call "
+                            "scaler.step(optimizer) (or unscale_) first");
+  last_found_inf_ = found;
+  last_scale_ = scale_.clone();
+  if (new_scale) {
+    AG_CHECK(*new_scale > 0, "GradScaler.update: new_scale must be positive, got {}", *new_scale);
+    scale_.fill_(*new_scale);
+  } else {
+#if AMPGRAD_WITH_CUDA
+    if (scale_.is_cuda()) {
+      cuda::amp_update_scale(scale_, growth_tracker_, hysteresis_left_, found, opt_.growth_factor_,
+                             opt_.backoff_factor_, opt_.growth_interval_, opt_.hysteresis_, opt_.min_scale_,
+                             opt_.max_scale_);
+    } else
+#endif
+    {
+      cpu::amp_update_scale(scale_, growth_tracker_, hysteresis_left_, found, opt_.growth_factor_,
+                            opt_.backoff_factor_, opt_.growth_interval_, opt_.hysteresis_, opt_.min_scale_,
+                            opt_.max_scale_);
+    }
+  }
+  for (auto& [o, st] : per_opt_) st.stage = Stage::ready;
+  ++updates_;
+}
+
+double GradScaler::get_scale() const {
+  if (!opt_.enabled_) return 1.0;
+  return scale_.defined() ? scale_.item<double>() : opt_.init_scale_;
+}
+
+ScalerDecision GradScaler::last_decision() const {
+  AG_CHECK(last_found_inf_.defined(), "GradScaler.last_decision: update() has not run yet");
+  ScalerDecision d;
+  d.scale = last_scale_.item<double>();
+  d.found_inf = last_found_inf_.item<double>() != 0;
+  d.step_taken = !d.found_inf;
+  return d;
+}
+
+optim::StateDict GradScaler::state_dict() const {
+  optim::StateDict sd;
+  auto scalar = [](double v) { return tensor(std::vector<double>{v}, {}); };
+  sd["scale"] = scale_.defined() ? scale_.to(kFloat64).cpu() : scalar(opt_.init_scale_);
+  sd["growth_tracker"] = growth_tracker_.defined() ? growth_tracker_.to(kFloat64).cpu() : scalar(0);
+  sd["hysteresis_left"] = hysteresis_left_.defined() ? hysteresis_left_.to(kFloat64).cpu() : scalar(opt_.hysteresis_);
+  sd["growth_factor"] = scalar(opt_.growth_factor_);
+  sd["backoff_factor"] = scalar(opt_.backoff_factor_);
+  sd["growth_interval"] = scalar(static_cast<double>(opt_.growth_interval_));
+  sd["hysteresis"] = scalar(static_cast<double>(opt_.hysteresis_));
+  sd["min_scale"] = scalar(opt_.min_scale_);
+  sd["max_scale"] = scalar(opt_.max_scale_);
+  sd["updates"] = scalar(static_cast<double>(updates_));
+  return sd;
+}
+
+void GradScaler::load_state_dict(const optim::StateDict& sd) {
+  for (const char* key : {"scale", "growth_tracker", "hysteresis_left", "growth_factor", "backoff_factor",
+                          "growth_interval", "hysteresis", "min_scale", "max_scale", "updates"})
+    AG_CHECK(sd.count(key) && sd.at(key).numel() == 1, "GradScaler.load_state_dict: missing or malformed '{}'", key);
+  auto get = [&](const char* k) { return sd.at(k).item<double>(); };
+  opt_.growth_factor_ = get("growth_factor");
+  opt_.backoff_factor_ = get("backoff_factor");
+  opt_.growth_interval_ = static_cast<int64_t>(get("growth_interval"));
+  opt_.hysteresis_ = static_cast<int64_t>(get("hysteresis"));
+  opt_.min_scale_ = get("min_scale");
+  opt_.max_scale_ = get("max_scale");
+  updates_ = static_cast<int64_t>(get("updates"));
+  Device dev = scale_.defined() ? scale_.device() : Device(kCPU);
+  scale_ = full({}, get("scale"), TensorOptions(kFloat32).device(dev));
+  growth_tracker_ = full({}, get("growth_tracker"), TensorOptions(kInt32).device(dev));
+  hysteresis_left_ = full({}, get("hysteresis_left"), TensorOptions(kInt32).device(dev));
+}
+
+void GradScaler::inject_fault(const Tensor& param, int64_t at_step, double value, int64_t index) {
+  AG_CHECK(param.defined() && index >= 0 && index < param.numel(),
+           "GradScaler.inject_fault: element {} is out of range for {}", index, param.desc());
+  AG_CHECK(!std::isfinite(value), "GradScaler.inject_fault: the injected value must be inf or NaN, got {}", value);
+  faults_.push_back({param, at_step, value, index});
+}
+
+}  // namespace ampgrad::amp

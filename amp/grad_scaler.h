@@ -1,0 +1,108 @@
+// GradScaler: dynamic loss scaling whose state lives on the device (Note [Loss scaling]).
+#pragma once
+
+#include <limits>
+#include <map>
+#include <optional>
+#include <vector>
+
+#include "optim/optimizer.h"
+
+namespace ampgrad::amp {
+
+// Note [Loss scaling]
+// float16 gradients below 6e-8 flush to zero. Multiplying the loss by a large scale S moves
+// the gradients up into float16's range; the optimizer step divides them by S again. If S
+// is too large some gradient overflows to inf: that step is skipped and S shrinks
+// (backoff); after growth_interval clean steps in a row S grows. The scale, the growth
+// tracker and the found-inf flags are device tensors; scale, unscale_, step and update
+// queue kernels and never wait for the device, so a whole training step can be captured
+// in a CUDA graph. Only get_scale() (and state_dict()) read a value back to the host.
+struct GradScalerOptions {
+  double init_scale_ = 65536.0;
+  double growth_factor_ = 2.0;
+  double backoff_factor_ = 0.5;
+  int64_t growth_interval_ = 2000;
+  bool enabled_ = true;
+  // Extra policies, off by default: back off only after `hysteresis` overflows
+  // (DeepSpeed/Megatron), and keep the scale within [min_scale, max_scale].
+  int64_t hysteresis_ = 1;
+  double min_scale_ = 0.0;
+  double max_scale_ = std::numeric_limits<double>::infinity();
+
+  GradScalerOptions& init_scale(double v) { init_scale_ = v; return *this; }
+  GradScalerOptions& growth_factor(double v) { growth_factor_ = v; return *this; }
+  GradScalerOptions& backoff_factor(double v) { backoff_factor_ = v; return *this; }
+  GradScalerOptions& growth_interval(int64_t v) { growth_interval_ = v; return *this; }
+  GradScalerOptions& enabled(bool v) { enabled_ = v; return *this; }
+  GradScalerOptions& hysteresis(int64_t v) { hysteresis_ = v; return *this; }
+  GradScalerOptions& min_scale(double v) { min_scale_ = v; return *this; }
+  GradScalerOptions& max_scale(double v) { max_scale_ = v; return *this; }
+};
+
+// What scaler.step() did, for teaching and for `ampgrad explain`; reading it synchronizes.
+struct ScalerDecision {
+  double scale = 0;
+  bool found_inf = false;
+  bool step_taken = false;
+};
+
+class GradScaler {
+ public:
+  explicit GradScaler(GradScalerOptions options = {});
+
+  // loss * scale (differentiable). The first call places the scaler's state on loss's device.
+  Tensor scale(const Tensor& loss);
+  // Divides opt's gradients by the scale in place and records whether any is inf/NaN. At most
+  // once per optimizer between update() calls.
+  void unscale_(optim::Optimizer& opt);
+  // Runs opt's step, gated on the device by the found-inf flag (unscaling on the fly if
+  // unscale_ was not called). At most once per optimizer between update() calls.
+  void step(optim::Optimizer& opt);
+  // Grows or backs off the scale from all optimizers' flags since the last update; with
+  // new_scale, sets it instead.
+  void update(std::optional<double> new_scale = std::nullopt);
+
+  double get_scale() const;  // synchronizes
+  bool is_enabled() const { return opt_.enabled_; }
+  const GradScalerOptions& options() const { return opt_; }
+  // Whether the last update saw an inf/NaN (synchronizes).
+  ScalerDecision last_decision() const;
+
+  optim::StateDict state_dict() const;
+  void load_state_dict(const optim::StateDict& sd);
+
+  // Fault injection: before the unscale of scaler step `at_step` (counting update() calls
+  // from 0), writes `value` (inf or NaN) into element `index` of `param`'s gradient.
+  void inject_fault(const Tensor& param, int64_t at_step, double value = std::numeric_limits<double>::infinity(),
+                    int64_t index = 0);
+  int64_t steps_seen() const { return updates_; }
+
+ private:
+  enum class Stage { ready, unscaled, stepped };
+  struct PerOptimizer {
+    Stage stage = Stage::ready;
+    Tensor found_inf;  // float32 [1]
+  };
+  struct Fault {
+    Tensor param;
+    int64_t at_step;
+    double value;
+    int64_t index;
+  };
+  void lazy_init(Device device);
+  PerOptimizer& state_of(optim::Optimizer& opt);
+  void check_and_unscale(optim::Optimizer& opt, PerOptimizer& st, bool write_back);
+
+  GradScalerOptions opt_;
+  Tensor scale_;            // float32 []
+  Tensor growth_tracker_;   // int32 []
+  Tensor hysteresis_left_;  // int32 []
+  Tensor last_found_inf_;   // float32 []: the flags of the last update, combined
+  Tensor last_scale_;       // the scale that update used
+  std::map<optim::Optimizer*, PerOptimizer> per_opt_;
+  std::vector<Fault> faults_;
+  int64_t updates_ = 0;
+};
+
+}  // namespace ampgrad::amp

@@ -1,0 +1,84 @@
+// The multi-tensor kernels behind the loss scaler and the optimizers (Note [Fused steps]):
+// CPU reference versions in optim/cpu_fused.cpp (ampgrad::cpu), CUDA ones in
+// cuda/fused.cu (ampgrad::cuda, declared in cuda/fused_kernels.h), same signatures.
+#pragma once
+
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace ampgrad {
+
+// Note [Fused steps]
+// A mixed-precision optimizer step is three memory passes in PyTorch: unscale the gradients
+// in place (read + write), check them for inf/NaN, then update. ampgrad does at most two,
+// and never waits for the host:
+//  1. amp_check_and_unscale reads every gradient once and sets found_inf (a float on the
+//     device) if any value is inf or NaN. It writes the unscaled gradients back only when
+//     asked (scaler.unscale_, so that a user can clip them); otherwise the optimizer
+//     unscales on the fly.
+//  2. The optimizer kernel reads found_inf first and returns at once if it is set; else it
+//     updates each parameter with grad * inv_scale, and with master weights also writes the
+//     16-bit working copy. Step counters are device tensors advanced by the same kernel.
+// Every pointer list is processed in chunks by one launch (multi-tensor apply).
+
+struct SgdHyper {
+  double lr = 0.01;
+  double momentum = 0;
+  double dampening = 0;
+  double weight_decay = 0;
+  bool nesterov = false;
+  bool maximize = false;
+};
+
+struct AdamHyper {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0;
+  bool decoupled_weight_decay = false;  // AdamW
+  bool amsgrad = false;
+  bool maximize = false;
+};
+
+// The tensors of one fused optimizer step. `params` are what the optimizer updates (float32
+// masters when `working` is given, else the parameters themselves, any floating dtype);
+// `grads` are aligned with them (16-bit grads of the working copies under master weights).
+// `found_inf` and `inv_scale` are float32 [1] device tensors, or undefined (no scaler).
+struct FusedStep {
+  std::vector<Tensor> params;
+  std::vector<Tensor> grads;
+  std::vector<Tensor> working;  // empty, or the 16-bit copies to write after the update
+  Tensor found_inf;
+  Tensor inv_scale;
+};
+
+}  // namespace ampgrad
+
+namespace ampgrad::cpu {
+
+// found_inf = 1 if any element of `grads` is inf or NaN (found_inf is never cleared here).
+// When `write_back`, also grads *= inv_scale in place.
+void amp_check_and_unscale(const std::vector<Tensor>& grads, const Tensor& found_inf, const Tensor& inv_scale,
+                           bool write_back);
+// The update rule of GradScaler (PyTorch's _amp_update_scale_, with hysteresis and bounds):
+// on found_inf: hysteresis_left -= 1; if it reaches 0, scale = max(scale * backoff, min_scale)
+// and hysteresis_left resets; growth_tracker = 0. Else growth_tracker += 1 and at
+// growth_interval scale = min(scale * growth, max_scale), growth_tracker = 0, and the
+// hysteresis resets. scale, found_inf: float32 [1]; growth_tracker, hysteresis_left: int32 [1].
+void amp_update_scale(const Tensor& scale, const Tensor& growth_tracker, const Tensor& hysteresis_left,
+                      const Tensor& found_inf, double growth_factor, double backoff_factor, int64_t growth_interval,
+                      int64_t hysteresis, double min_scale, double max_scale);
+// `steps` holds one float32 [1] tensor per param (PyTorch's state['step']): read before the
+// update, advanced by one after it when the step is taken (not when found_inf is set).
+// SGD: momentum buffers of the params' (master) dtype, one per param when momentum != 0
+// (else empty); on a param's first step (its step is 0) the buffer is set to the gradient.
+void sgd_step(const FusedStep& s, const std::vector<Tensor>& momentum_bufs, const std::vector<Tensor>& steps,
+              const SgdHyper& h);
+// Adam/AdamW; bias corrections use the advanced step (step + 1). max_exp_avg_sqs is empty
+// unless amsgrad.
+void adam_step(const FusedStep& s, const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
+               const std::vector<Tensor>& max_exp_avg_sqs, const std::vector<Tensor>& steps, const AdamHyper& h);
+
+}  // namespace ampgrad::cpu

@@ -1,0 +1,42 @@
+// Adam and AdamW (decoupled weight decay), with bias correction and optional AMSGrad.
+#pragma once
+
+#include <utility>
+
+#include "optim/optimizer.h"
+
+namespace ampgrad::optim {
+
+struct AdamOptions {
+  explicit AdamOptions(double lr = 1e-3) : lr_(lr) {}
+  AdamOptions& betas(std::pair<double, double> b) { beta1_ = b.first; beta2_ = b.second; return *this; }
+  AdamOptions& eps(double v) { eps_ = v; return *this; }
+  AdamOptions& weight_decay(double v) { weight_decay_ = v; return *this; }
+  AdamOptions& amsgrad(bool v) { amsgrad_ = v; return *this; }
+  AdamOptions& maximize(bool v) { maximize_ = v; return *this; }
+  double lr_, beta1_ = 0.9, beta2_ = 0.999, eps_ = 1e-8, weight_decay_ = 0;
+  bool amsgrad_ = false, maximize_ = false;
+};
+
+// AdamW's default weight decay is 0.01, as in PyTorch.
+struct AdamWOptions : AdamOptions {
+  explicit AdamWOptions(double lr = 1e-3) : AdamOptions(lr) { weight_decay_ = 1e-2; }
+};
+
+class Adam : public Optimizer {
+ public:
+  Adam(std::vector<Tensor> params, AdamOptions options = AdamOptions());
+  Adam(std::vector<std::vector<Tensor>> groups, AdamOptions options, std::vector<double> group_lrs = {});
+  void step_gated(const Tensor& found_inf, const Tensor& inv_scale) override;
+
+ protected:
+  Adam(std::vector<std::vector<Tensor>> groups, AdamOptions options, std::vector<double> group_lrs, bool decoupled);
+};
+
+class AdamW final : public Adam {
+ public:
+  AdamW(std::vector<Tensor> params, AdamWOptions options = AdamWOptions());
+  AdamW(std::vector<std::vector<Tensor>> groups, AdamWOptions options, std::vector<double> group_lrs = {});
+};
+
+}  // namespace ampgrad::optim

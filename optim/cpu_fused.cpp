@@ -1,0 +1,147 @@
+// CPU reference versions of the loss-scaler and optimizer kernels (Note [Fused steps]).
+#include <cmath>
+#include <type_traits>
+
+#include "core/fused_kernels.h"
+
+namespace ampgrad::cpu {
+
+namespace {
+
+float read1(const Tensor& t) { return *static_cast<const float*>(t.data_ptr()); }
+bool skipped(const FusedStep& s) { return s.found_inf.defined() && read1(s.found_inf) != 0.0f; }
+double inv_scale_of(const FusedStep& s) { return s.inv_scale.defined() ? read1(s.inv_scale) : 1.0; }
+
+// Calls f(T*) with the typed data pointer of a contiguous floating tensor.
+template <class F> void with_floating(const Tensor& t, F&& f) {
+  visit_dtype(t.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, Half> ||
+                  std::is_same_v<T, BFloat16>) {
+      f(static_cast<T*>(t.data_ptr()));
+    } else {
+      AG_INTERNAL_ASSERT(false, "fused kernel on a non-floating tensor {}", t.desc());
+    }
+  });
+}
+
+// Element i of a contiguous floating tensor, as double.
+double get(const Tensor& t, int64_t i) {
+  double v = 0;
+  with_floating(t, [&](auto* p) { v = static_cast<double>(p[i]); });
+  return v;
+}
+void set(const Tensor& t, int64_t i, double v) {
+  with_floating(t, [&](auto* p) {
+    using T = std::remove_pointer_t<decltype(p)>;
+    if constexpr (std::is_same_v<T, double>) p[i] = v;
+    else p[i] = T(static_cast<float>(v));
+  });
+}
+
+void advance_steps(const std::vector<Tensor>& steps) {
+  for (const Tensor& st : steps) *static_cast<float*>(st.data_ptr()) += 1.0f;
+}
+
+void write_working(const FusedStep& s, size_t k) {
+  if (s.working.empty()) return;
+  const Tensor& w = s.working[k];
+  for (int64_t i = 0; i < w.numel(); ++i) set(w, i, get(s.params[k], i));
+}
+
+}  // namespace
+
+void amp_check_and_unscale(const std::vector<Tensor>& grads, const Tensor& found_inf, const Tensor& inv_scale,
+                           bool write_back) {
+  const double inv = read1(inv_scale);
+  bool bad = false;
+  for (const Tensor& g : grads) {
+    for (int64_t i = 0; i < g.numel(); ++i) {
+      double v = get(g, i);
+      if (!std::isfinite(v)) bad = true;
+      if (write_back) set(g, i, v * inv);
+    }
+  }
+  if (bad) *static_cast<float*>(found_inf.data_ptr()) = 1.0f;
+}
+
+void amp_update_scale(const Tensor& scale, const Tensor& growth_tracker, const Tensor& hysteresis_left,
+                      const Tensor& found_inf, double growth_factor, double backoff_factor, int64_t growth_interval,
+                      int64_t hysteresis, double min_scale, double max_scale) {
+  float& sc = *static_cast<float*>(scale.data_ptr());
+  int32_t& growth = *static_cast<int32_t*>(growth_tracker.data_ptr());
+  int32_t& hyst = *static_cast<int32_t*>(hysteresis_left.data_ptr());
+  if (read1(found_inf) != 0.0f) {
+    growth = 0;
+    if (--hyst <= 0) {
+      sc = static_cast<float>(std::max(static_cast<double>(sc) * backoff_factor, min_scale));
+      hyst = static_cast<int32_t>(hysteresis);
+    }
+  } else if (++growth >= growth_interval) {
+    const double grown = static_cast<double>(sc) * growth_factor;
+    // As PyTorch: never grow into inf.
+    if (std::isfinite(static_cast<float>(grown))) sc = static_cast<float>(std::min(grown, max_scale));
+    growth = 0;
+    hyst = static_cast<int32_t>(hysteresis);
+  }
+}
+
+void sgd_step(const FusedStep& s, const std::vector<Tensor>& momentum_bufs, const std::vector<Tensor>& steps,
+              const SgdHyper& h) {
+  if (skipped(s)) return;
+  const double inv = inv_scale_of(s);
+  for (size_t k = 0; k < s.params.size(); ++k) {
+    const Tensor& p = s.params[k];
+    const bool first = read1(steps[k]) == 0.0f;
+    for (int64_t i = 0; i < p.numel(); ++i) {
+      double g = get(s.grads[k], i) * inv;
+      if (h.maximize) g = -g;
+      const double x = get(p, i);
+      if (h.weight_decay != 0) g += h.weight_decay * x;
+      if (h.momentum != 0) {
+        double b = first ? g : h.momentum * get(momentum_bufs[k], i) + (1 - h.dampening) * g;
+        set(momentum_bufs[k], i, b);
+        b = get(momentum_bufs[k], i);  // as stored
+        g = h.nesterov ? g + h.momentum * b : b;
+      }
+      set(p, i, x - h.lr * g);
+    }
+    write_working(s, k);
+  }
+  advance_steps(steps);
+}
+
+void adam_step(const FusedStep& s, const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
+               const std::vector<Tensor>& max_exp_avg_sqs, const std::vector<Tensor>& steps, const AdamHyper& h) {
+  if (skipped(s)) return;
+  const double inv = inv_scale_of(s);
+  for (size_t k = 0; k < s.params.size(); ++k) {
+    const Tensor& p = s.params[k];
+    const double step = static_cast<double>(read1(steps[k])) + 1;
+    const double bc1 = 1 - std::pow(h.beta1, step), bc2 = 1 - std::pow(h.beta2, step);
+    for (int64_t i = 0; i < p.numel(); ++i) {
+      double g = get(s.grads[k], i) * inv;
+      if (h.maximize) g = -g;
+      double x = get(p, i);
+      if (h.weight_decay != 0) {
+        if (h.decoupled_weight_decay) x *= 1 - h.lr * h.weight_decay;
+        else g += h.weight_decay * x;
+      }
+      const double m = h.beta1 * get(exp_avgs[k], i) + (1 - h.beta1) * g;
+      const double v = h.beta2 * get(exp_avg_sqs[k], i) + (1 - h.beta2) * g * g;
+      set(exp_avgs[k], i, m);
+      set(exp_avg_sqs[k], i, v);
+      double vv = v;
+      if (h.amsgrad) {
+        vv = std::max(get(max_exp_avg_sqs[k], i), v);
+        set(max_exp_avg_sqs[k], i, vv);
+      }
+      const double denom = std::sqrt(vv) / std::sqrt(bc2) + h.eps;
+      set(p, i, x - (h.lr / bc1) * m / denom);
+    }
+    write_working(s, k);
+  }
+  advance_steps(steps);
+}
+
+}  // namespace ampgrad::cpu

@@ -1,0 +1,196 @@
+// Optimizer base: groups, state, zero_grad, master weights and state_dict.
+#include "optim/optimizer.h"
+
+#include "autograd/node.h"
+#include "ops/ops.h"
+
+namespace ampgrad::optim {
+
+Optimizer::Optimizer(std::vector<std::vector<Tensor>> groups, std::map<std::string, double> defaults,
+                     std::vector<std::string> state_names)
+    : state_names_(std::move(state_names)) {
+  AG_CHECK(!groups.empty(), "optimizer: got no parameter groups");
+  for (auto& params : groups) {
+    AG_CHECK(!params.empty(), "optimizer: a parameter group is empty");
+    Group g;
+    for (const Tensor& p : params) {
+      AG_CHECK(p.defined() && p.is_leaf() && p.requires_grad(),
+               "optimizer: parameters must be leaf tensors that require grad, got {}", p.desc());
+      AG_CHECK(p.is_contiguous(), "optimizer: parameters must be contiguous, got {}", p.desc());
+    }
+    g.params = std::move(params);
+    g.options = defaults;
+    groups_.push_back(std::move(g));
+  }
+}
+
+void Optimizer::zero_grad(bool set_to_none) {
+  for (Group& g : groups_)
+    for (Tensor& p : g.params) {
+      if (set_to_none) {
+        p.set_grad(Tensor());
+      } else if (p.grad().defined()) {
+        NoGradGuard no_grad;
+        p.grad().zero_();
+      }
+    }
+}
+
+std::vector<Tensor> Optimizer::params() const {
+  std::vector<Tensor> all;
+  for (const Group& g : groups_) all.insert(all.end(), g.params.begin(), g.params.end());
+  return all;
+}
+
+double Optimizer::lr(size_t group) const { return groups_.at(group).options.at("lr"); }
+void Optimizer::set_lr(double lr) {
+  for (Group& g : groups_) g.options["lr"] = lr;
+}
+void Optimizer::set_lr(size_t group, double lr) { groups_.at(group).options["lr"] = lr; }
+
+void Optimizer::use_master_weights() {
+  master_weights_ = true;
+  NoGradGuard no_grad;
+  for (Group& g : groups_) {
+    if (!g.masters.empty()) continue;
+    for (const Tensor& p : g.params)
+      g.masters.push_back(is_reduced_float(p.dtype()) ? p.to(kFloat32) : p);  // f32/f64 params are their own master
+  }
+}
+
+Tensor Optimizer::master_of(const Tensor& param) const {
+  for (const Group& g : groups_)
+    for (size_t i = 0; i < g.params.size(); ++i)
+      if (g.params[i].is_same(param)) return g.masters.empty() ? param : g.masters[i];
+  AG_CHECK(false, "optimizer: {} is not one of this optimizer's parameters", param.desc());
+  return param;
+}
+
+FusedStep Optimizer::gather(Group& g, const Tensor& found_inf, const Tensor& inv_scale, std::vector<size_t>& idx) {
+  FusedStep s;
+  s.found_inf = found_inf;
+  s.inv_scale = inv_scale;
+  const bool masters = !g.masters.empty();
+  for (size_t i = 0; i < g.params.size(); ++i) {
+    const Tensor& p = g.params[i];
+    Tensor grad = p.grad();
+    if (!grad.defined()) continue;
+    AG_CHECK(grad.is_contiguous() && grad.shape() == p.shape() && grad.device() == p.device(),
+             "optimizer: the gradient {} of parameter {} is not a contiguous tensor of its shape and device",
+             grad.desc(), p.desc());
+    idx.push_back(i);
+    const Tensor& target = masters ? g.masters[i] : p;
+    s.params.push_back(target);
+    s.grads.push_back(grad);
+    if (masters && !target.is_same(p)) s.working.push_back(p);
+  }
+  AG_CHECK(s.working.empty() || s.working.size() == s.params.size(),
+           "optimizer: with master weights, a group must hold only 16-bit or only 32-bit parameters");
+  // State is created lazily, like PyTorch's, in the dtype of what is updated.
+  for (const std::string& name : state_names_) {
+    auto& st = g.state[name];
+    st.resize(g.params.size());
+    for (size_t i : idx)
+      if (!st[i].defined()) st[i] = zeros_like(masters ? g.masters[i] : g.params[i]);
+  }
+  g.steps.resize(g.params.size());
+  for (size_t i : idx)
+    if (!g.steps[i].defined()) g.steps[i] = zeros({1}, TensorOptions(kFloat32).device(g.params[i].device()));
+  return s;
+}
+
+std::vector<Tensor> Optimizer::state_at(Group& g, const std::string& name, const std::vector<size_t>& idx) {
+  std::vector<Tensor> out;
+  for (size_t i : idx) out.push_back(g.state.at(name)[i]);
+  return out;
+}
+
+std::vector<Tensor> Optimizer::steps_at(Group& g, const std::vector<size_t>& idx) {
+  std::vector<Tensor> out;
+  for (size_t i : idx) out.push_back(g.steps[i]);
+  return out;
+}
+
+StateDict Optimizer::state_dict() const {
+  StateDict sd;
+  size_t base = 0;
+  for (size_t gi = 0; gi < groups_.size(); ++gi) {
+    const Group& g = groups_[gi];
+    for (const auto& [k, v] : g.options) sd[fmt::format("param_groups.{}.{}", gi, k)] = tensor(std::vector<double>{v}, {});
+    sd[fmt::format("param_groups.{}.size", gi)] = tensor(std::vector<double>{static_cast<double>(g.params.size())}, {});
+    for (size_t i = 0; i < g.params.size(); ++i) {
+      const size_t id = base + i;
+      if (i < g.steps.size() && g.steps[i].defined()) sd[fmt::format("state.{}.step", id)] = g.steps[i];
+      for (const auto& [name, ts] : g.state)
+        if (i < ts.size() && ts[i].defined()) sd[fmt::format("state.{}.{}", id, name)] = ts[i];
+      if (!g.masters.empty() && !g.masters[i].is_same(g.params[i])) sd[fmt::format("state.{}.master", id)] = g.masters[i];
+    }
+    base += g.params.size();
+  }
+  return sd;
+}
+
+void Optimizer::load_state_dict(const StateDict& sd) {
+  NoGradGuard no_grad;
+  // Validate everything first, so that a mismatched dict leaves the optimizer unchanged.
+  size_t base = 0;
+  for (size_t gi = 0; gi < groups_.size(); ++gi) {
+    auto it = sd.find(fmt::format("param_groups.{}.size", gi));
+    AG_CHECK(it != sd.end(), "optimizer.load_state_dict: missing param_groups.{}.size", gi);
+    AG_CHECK(static_cast<size_t>(it->second.item<double>()) == groups_[gi].params.size(),
+             "optimizer.load_state_dict: group {} holds {} parameters but the state dict has {}", gi,
+             groups_[gi].params.size(), it->second.item<double>());
+    for (const auto& [k, v] : groups_[gi].options)
+      AG_CHECK(sd.count(fmt::format("param_groups.{}.{}", gi, k)), "optimizer.load_state_dict: missing param_groups.{}.{}",
+               gi, k);
+    base += groups_[gi].params.size();
+  }
+  base = 0;
+  for (size_t gi = 0; gi < groups_.size(); ++gi) {
+    Group& g = groups_[gi];
+    for (auto& [k, v] : g.options) v = sd.at(fmt::format("param_groups.{}.{}", gi, k)).item<double>();
+    for (size_t i = 0; i < g.params.size(); ++i) {
+      const size_t id = base + i;
+      const Device dev = g.params[i].device();
+      auto load = [&](const std::string& key, Tensor& slot, const Tensor& like) {
+        auto it = sd.find(key);
+        if (it == sd.end()) return;
+        AG_CHECK(it->second.numel() == like.numel(), "optimizer.load_state_dict: {} is {} but expected {} elements",
+                 key, it->second.desc(), like.numel());
+        slot = it->second.to(dev, like.dtype()).reshape(like.shape()).clone();
+      };
+      g.steps.resize(g.params.size());
+      load(fmt::format("state.{}.step", id), g.steps[i], zeros({1}, TensorOptions(kFloat32)));
+      if (!g.masters.empty() && !g.masters[i].is_same(g.params[i])) load(fmt::format("state.{}.master", id), g.masters[i], g.masters[i]);
+      for (const std::string& name : state_names_) {
+        auto& st = g.state[name];
+        st.resize(g.params.size());
+        const Tensor& like = g.masters.empty() ? g.params[i] : g.masters[i];
+        load(fmt::format("state.{}.{}", id, name), st[i], like);
+      }
+    }
+    base += g.params.size();
+  }
+}
+
+Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm) {
+  NoGradGuard no_grad;
+  Tensor total;
+  for (const Tensor& p : params) {
+    Tensor g = p.grad();
+    if (!g.defined()) continue;
+    Tensor sq = sum(pow(g.to(kFloat32), 2));
+    total = total.defined() ? total + sq : sq;
+  }
+  AG_CHECK(total.defined(), "clip_grad_norm_: none of the {} parameters has a gradient", params.size());
+  Tensor norm = sqrt(total);
+  // coef = min(max_norm / (norm + 1e-6), 1), computed on the device.
+  Tensor coef = clamp(rdiv(norm + 1e-6, max_norm), std::nullopt, 1.0);
+  for (const Tensor& p : params) {
+    Tensor g = p.grad();
+    if (g.defined()) g.copy_(g * coef);
+  }
+  return norm;
+}
+
+}  // namespace ampgrad::optim

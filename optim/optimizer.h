@@ -1,0 +1,79 @@
+// Optimizer base: parameter groups with their own options, per-parameter state on the
+// parameters' device, zero_grad, state_dict, fp32 master weights, and the gated step that
+// GradScaler drives without a host synchronization (Note [Fused steps]).
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/fused_kernels.h"
+#include "core/tensor.h"
+
+namespace ampgrad::optim {
+
+// Flat, ordered name -> tensor map: the form checkpoints store (scalars are 0-dim float64).
+using StateDict = std::map<std::string, Tensor>;
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  // Updates every parameter that has a gradient.
+  void step() { step_gated(Tensor(), Tensor()); }
+  // The step GradScaler runs: skipped on the device when found_inf is set, gradients
+  // multiplied by inv_scale on the fly (either may be undefined).
+  virtual void step_gated(const Tensor& found_inf, const Tensor& inv_scale) = 0;
+  // set_to_none (the default, as PyTorch 2) drops the gradients; otherwise zeroes them.
+  void zero_grad(bool set_to_none = true);
+
+  size_t num_groups() const { return groups_.size(); }
+  const std::vector<Tensor>& group_params(size_t g) const { return groups_.at(g).params; }
+  std::vector<Tensor> params() const;
+  double lr(size_t group = 0) const;
+  void set_lr(double lr);  // every group
+  void set_lr(size_t group, double lr);
+
+  // Master weights (amp/master_weights.h): every 16-bit parameter gets a float32 master
+  // copy that the optimizer updates; the 16-bit parameter is rewritten from it in the same
+  // kernel. Call before the first step.
+  void use_master_weights();
+  bool has_master_weights() const { return master_weights_; }
+  // The float32 master of `param` (the param itself when it has none).
+  Tensor master_of(const Tensor& param) const;
+
+  StateDict state_dict() const;
+  void load_state_dict(const StateDict& sd);
+
+ protected:
+  struct Group {
+    std::vector<Tensor> params;
+    std::vector<Tensor> masters;  // aligned with params when master weights are on
+    std::map<std::string, double> options;
+    // Per-param state, aligned with params: name -> tensors (e.g. "exp_avg").
+    std::map<std::string, std::vector<Tensor>> state;
+    std::vector<Tensor> steps;  // float32 [1] per param
+  };
+  Optimizer(std::vector<std::vector<Tensor>> groups, std::map<std::string, double> defaults,
+            std::vector<std::string> state_names);
+  // Creates missing state (zeros like the master or param) and collects the params that have
+  // gradients into a FusedStep; `idx` receives their positions in the group.
+  FusedStep gather(Group& g, const Tensor& found_inf, const Tensor& inv_scale, std::vector<size_t>& idx);
+  std::vector<Tensor> state_at(Group& g, const std::string& name, const std::vector<size_t>& idx);
+  std::vector<Tensor> steps_at(Group& g, const std::vector<size_t>& idx);
+  // Runs the CPU or CUDA version of a fused kernel by the device of the step's params.
+  static bool on_cuda(const FusedStep& s) { return !s.params.empty() && s.params[0].is_cuda(); }
+
+  std::vector<Group> groups_;
+  std::vector<std::string> state_names_;
+  bool master_weights_ = false;
+};
+
+// L2 norm of all gradients together; scales them in place so it is at most max_norm.
+// Returns the norm before clipping, as a 0-dim float32 tensor on the gradients' device
+// (no host synchronization). After scaler.unscale_(opt) it sees the true gradients.
+Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm);
+
+}  // namespace ampgrad::optim

@@ -1,0 +1,27 @@
+// SGD with momentum, dampening, Nesterov and weight decay, as torch.optim.SGD.
+#pragma once
+
+#include "optim/optimizer.h"
+
+namespace ampgrad::optim {
+
+struct SGDOptions {
+  explicit SGDOptions(double lr) : lr_(lr) {}
+  SGDOptions& momentum(double v) { momentum_ = v; return *this; }
+  SGDOptions& dampening(double v) { dampening_ = v; return *this; }
+  SGDOptions& weight_decay(double v) { weight_decay_ = v; return *this; }
+  SGDOptions& nesterov(bool v) { nesterov_ = v; return *this; }
+  SGDOptions& maximize(bool v) { maximize_ = v; return *this; }
+  double lr_, momentum_ = 0, dampening_ = 0, weight_decay_ = 0;
+  bool nesterov_ = false, maximize_ = false;
+};
+
+class SGD final : public Optimizer {
+ public:
+  SGD(std::vector<Tensor> params, SGDOptions options);
+  // Several groups; `group_lrs` (optional) overrides lr per group.
+  SGD(std::vector<std::vector<Tensor>> groups, SGDOptions options, std::vector<double> group_lrs = {});
+  void step_gated(const Tensor& found_inf, const Tensor& inv_scale) override;
+};
+
+}  // namespace ampgrad::optim

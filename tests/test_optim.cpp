@@ -1,0 +1,359 @@
+// Optimizers and GradScaler: the seed, PyTorch's scaling test, the update state machine,
+// inf/NaN detection, state_dict round trips, fused vs reference, master weights.
+#include <functional>
+
+#include "common.h"
+
+namespace {
+
+std::vector<ag::Device> devices() {
+  std::vector<ag::Device> d{ag::Device(ag::kCPU)};
+  if (ag::cuda::is_available()) d.emplace_back(ag::kCUDA);
+  return d;
+}
+
+using OptFactory = std::function<std::unique_ptr<ag::optim::Optimizer>(std::vector<ag::Tensor>)>;
+
+std::vector<std::pair<std::string, OptFactory>> optimizers() {
+  return {
+      {"SGD", [](std::vector<ag::Tensor> p) {
+         return std::make_unique<ag::optim::SGD>(p, ag::optim::SGDOptions(0.05).momentum(0.9).weight_decay(1e-3));
+       }},
+      {"SGD nesterov", [](std::vector<ag::Tensor> p) {
+         return std::make_unique<ag::optim::SGD>(p, ag::optim::SGDOptions(0.05).momentum(0.9).nesterov(true));
+       }},
+      {"Adam", [](std::vector<ag::Tensor> p) {
+         return std::make_unique<ag::optim::Adam>(p, ag::optim::AdamOptions(1e-2).weight_decay(1e-3));
+       }},
+      {"Adam amsgrad", [](std::vector<ag::Tensor> p) {
+         return std::make_unique<ag::optim::Adam>(p, ag::optim::AdamOptions(1e-2).amsgrad(true));
+       }},
+      {"AdamW", [](std::vector<ag::Tensor> p) { return std::make_unique<ag::optim::AdamW>(p, ag::optim::AdamWOptions(1e-2)); }},
+  };
+}
+
+// A small MLP's parameters and a loss over fixed data, reproducible from a seed.
+struct Model {
+  std::vector<ag::Tensor> params;
+  ag::Tensor x, y;
+  explicit Model(ag::Device dev, uint64_t seed = 1) {
+    ag::manual_seed(seed);
+    auto opt = ag::TensorOptions().device(dev);
+    params = {(ag::rand({8, 4}, opt) - 0.5).detach().requires_grad_(), (ag::rand({8}, opt) - 0.5).detach().requires_grad_(),
+              (ag::rand({3, 8}, opt) - 0.5).detach().requires_grad_()};
+    x = ag::randn({16, 4}, opt);
+    y = ag::rand({16, 3}, opt);
+  }
+  ag::Tensor loss() const {
+    ag::Tensor h = ag::tanh(ag::linear(x, params[0], params[1]));
+    return ag::mean(ag::pow(ag::linear(h, params[2]) - y, 2));
+  }
+};
+
+std::vector<double> values(const std::vector<ag::Tensor>& ts) {
+  std::vector<double> all;
+  for (const auto& t : ts) {
+    auto v = t.to_vector<double>();
+    all.insert(all.end(), v.begin(), v.end());
+  }
+  return all;
+}
+
+void check_all_close(const std::vector<double>& got, const std::vector<double>& want, double rtol, double atol) {
+  REQUIRE(got.size() == want.size());
+  double worst = 0;
+  for (size_t i = 0; i < got.size(); ++i)
+    worst = std::max(worst, std::fabs(got[i] - want[i]) - rtol * std::fabs(want[i]));
+  CHECK(worst <= atol);
+}
+
+}  // namespace
+
+TEST_CASE("the seed: p^2 + 3 through the scaler and SGD", "[optim][cuda]") {
+  for (ag::Device dev : devices()) {
+    INFO(dev.str());
+    ag::Tensor p = ag::tensor(2.f, ag::TensorOptions().device(dev)).requires_grad_();
+    ag::optim::SGD opt({p}, ag::optim::SGDOptions(0.1).momentum(0));
+    ag::amp::GradScaler scaler;
+    ag::Tensor result = p.pow(2) + 3;
+    scaler.scale(result).backward();
+    CHECK(scaler.get_scale() == 65536);
+    CHECK(p.grad().item<float>() == 262144);
+    scaler.step(opt);
+    CHECK(p.item<float>() == Approx(1.6f).epsilon(1e-6));
+    scaler.update();
+    CHECK(scaler.get_scale() == 65536);
+
+    ag::Tensor q = ag::tensor(2.f, ag::TensorOptions().device(dev)).requires_grad_();
+    ag::optim::SGD plain({q}, ag::optim::SGDOptions(0.1));
+    (q.pow(2) + 3).backward();
+    CHECK(q.grad().item<float>() == 4);
+    plain.step();
+    CHECK(q.item<float>() == Approx(1.6f).epsilon(1e-6));
+  }
+}
+
+TEST_CASE("scaled training with an injected inf equals unscaled training that skips that step", "[optim][cuda]") {
+  // Port of PyTorch's test_grad_scaling_autocast / _run_scaling_case: growth_interval 3,
+  // inf injected at step 4 of 10.
+  const int steps = 10, bad_step = 4;
+  for (ag::Device dev : devices()) {
+    for (auto& [name, make] : optimizers()) {
+      INFO(name << " on " << dev.str());
+      Model scaled(dev), plain(dev);
+      auto opt_s = make(scaled.params);
+      auto opt_p = make(plain.params);
+      ag::amp::GradScaler scaler(ag::amp::GradScalerOptions().init_scale(128).growth_interval(3));
+      scaler.inject_fault(scaled.params[2], bad_step, INFINITY, 5);
+      for (int i = 0; i < steps; ++i) {
+        opt_s->zero_grad();
+        scaler.scale(scaled.loss()).backward();
+        scaler.step(*opt_s);
+        scaler.update();
+        if (i != bad_step) {
+          opt_p->zero_grad();
+          plain.loss().backward();
+          opt_p->step();
+        }
+      }
+      check_all_close(values(scaled.params), values(plain.params), 1e-5, 1e-6);
+      // Optimizer state agrees too.
+      auto sd_s = opt_s->state_dict(), sd_p = opt_p->state_dict();
+      REQUIRE(sd_s.size() == sd_p.size());
+      for (const auto& [k, v] : sd_s) {
+        INFO(k);
+        check_all_close(v.to_vector<double>(), sd_p.at(k).to_vector<double>(), 1e-5, 1e-6);
+      }
+      // Clean steps that completed an interval: steps 0-2 (grow), 3 clean, 4 inf (backoff,
+      // tracker reset), 5-7 (grow), 8-9 clean: 128 * 2 * 0.5 * 2.
+      CHECK(scaler.get_scale() == 128.0 * 2 * 0.5 * 2);
+    }
+  }
+}
+
+TEST_CASE("the scale update state machine", "[optim][cuda]") {
+  for (ag::Device dev : devices()) {
+    INFO(dev.str());
+    auto run = [&](ag::amp::GradScalerOptions o, const std::vector<double>& bad_values) {
+      // One parameter, one step per entry: 0 = clean, inf or NaN = that value injected.
+      ag::Tensor p = ag::tensor({1.f, 2.f, 3.f}, ag::TensorOptions().device(dev)).requires_grad_();
+      ag::optim::SGD opt({p}, ag::optim::SGDOptions(0.0));
+      ag::amp::GradScaler scaler(o);
+      std::vector<double> scales;
+      for (size_t i = 0; i < bad_values.size(); ++i) {
+        if (bad_values[i] != 0) scaler.inject_fault(p, static_cast<int64_t>(i), bad_values[i], 1);
+        opt.zero_grad();
+        scaler.scale((p * p).sum()).backward();
+        scaler.step(opt);
+        scaler.update();
+        scales.push_back(scaler.get_scale());
+      }
+      return scales;
+    };
+    using V = std::vector<double>;
+    auto base = ag::amp::GradScalerOptions().init_scale(16).growth_interval(2);
+    SECTION("growth after growth_interval clean steps, backoff on inf and on NaN, tracker reset") {
+      CHECK(run(base, {0, 0, 0, INFINITY, 0, NAN, 0, 0}) == V{16, 32, 32, 16, 16, 8, 8, 16});
+    }
+    SECTION("hysteresis: back off only after N overflows in a row of updates") {
+      CHECK(run(ag::amp::GradScalerOptions(base).hysteresis(2).growth_interval(100),
+                {INFINITY, INFINITY, INFINITY, INFINITY}) == V{16, 8, 8, 4});
+    }
+    SECTION("min_scale and max_scale bound the scale") {
+      CHECK(run(ag::amp::GradScalerOptions(base).min_scale(4), {INFINITY, INFINITY, INFINITY}) == V{8, 4, 4});
+      CHECK(run(ag::amp::GradScalerOptions(base).max_scale(40).growth_interval(1), {0, 0, 0}) == V{32, 40, 40});
+    }
+    SECTION("update(new_scale) sets the scale") {
+      ag::Tensor p = ag::tensor({1.f}, ag::TensorOptions().device(dev)).requires_grad_();
+      ag::optim::SGD opt({p}, ag::optim::SGDOptions(0.1));
+      ag::amp::GradScaler scaler;
+      scaler.scale(p.sum()).backward();
+      scaler.step(opt);
+      scaler.update(1024.0);
+      CHECK(scaler.get_scale() == 1024);
+    }
+  }
+}
+
+TEST_CASE("inf and NaN are found anywhere; 65504 is finite", "[optim][cuda]") {
+  for (ag::Device dev : devices()) {
+    for (ag::DType dt : {ag::kFloat32, ag::kFloat16}) {
+      INFO(dev.str() << " " << ag::dtype_name(dt));
+      auto opt = ag::TensorOptions(dt).device(dev);
+      // Several tensors, the largest past a typical multi-tensor chunk (65536 elements).
+      std::vector<int64_t> sizes{1, 7, 70001, 3};
+      for (double bad : {INFINITY, -INFINITY, NAN}) {
+        for (size_t t = 0; t < sizes.size(); ++t) {
+          for (int64_t where : {int64_t(0), sizes[t] / 2, sizes[t] - 1, int64_t(65535), int64_t(65536)}) {
+            if (where >= sizes[t]) continue;
+            std::vector<ag::Tensor> ps;
+            for (int64_t n : sizes) {
+              ag::Tensor p = (ag::rand({n}, opt) + 0.5).detach().requires_grad_();
+              p.set_grad((ag::rand({n}, opt) + 0.5).detach());
+              ps.push_back(p);
+            }
+            // 65504 (float16's largest finite) everywhere else in this tensor's first element.
+            ps[(t + 1) % sizes.size()].grad().narrow(0, 0, 1).fill_(65504.0);
+            ps[t].grad().narrow(0, where, 1).fill_(bad);
+            std::vector<double> before = values(ps);
+            ag::optim::SGD sgd(ps, ag::optim::SGDOptions(0.1));
+            ag::amp::GradScaler scaler(ag::amp::GradScalerOptions().init_scale(1));
+            scaler.scale(ps[0].sum() * 0);  // places the scaler on the device
+            scaler.step(sgd);
+            scaler.update();
+            INFO("bad value " << bad << " in tensor " << t << " at " << where);
+            CHECK(scaler.get_scale() == 0.5);
+            CHECK(values(ps) == before);  // the step was skipped
+          }
+        }
+      }
+      // All finite, 65504 included: the step is taken and the scale does not back off.
+      ag::Tensor p = ag::full({5}, 1.0, opt).requires_grad_();
+      p.set_grad(ag::full({5}, 65504.0, opt));
+      ag::optim::SGD sgd({p}, ag::optim::SGDOptions(1e-6));
+      ag::amp::GradScaler scaler(ag::amp::GradScalerOptions().init_scale(1));
+      scaler.scale(p.sum() * 0);
+      scaler.step(sgd);
+      scaler.update();
+      CHECK(scaler.get_scale() == 1);
+      CHECK(p.to_vector<double>()[0] != 1.0);
+    }
+  }
+}
+
+TEST_CASE("unscale_ then clip, and misuse errors", "[optim]") {
+  ag::Tensor p = ag::tensor({3.f, 4.f}).requires_grad_();
+  ag::optim::SGD opt({p}, ag::optim::SGDOptions(1.0));
+  ag::amp::GradScaler scaler(ag::amp::GradScalerOptions().init_scale(1024));
+  scaler.scale((p * p).sum() * 0.5).backward();  // grad = p = [3, 4], scaled by 1024
+  scaler.unscale_(opt);
+  CHECK(p.grad().to_vector<float>() == std::vector<float>{3, 4});
+  ag::Tensor norm = ag::optim::clip_grad_norm_({p}, 1.0);
+  CHECK(norm.item<double>() == Approx(5.0));
+  auto g = p.grad().to_vector<double>();
+  CHECK(g[0] == Approx(0.6).epsilon(1e-5));
+  CHECK(g[1] == Approx(0.8).epsilon(1e-5));
+  CHECK_THROWS_WITH(scaler.unscale_(opt), Catch::Contains("unscale_() has already been called"));
+  scaler.step(opt);
+  CHECK_THROWS_WITH(scaler.step(opt), Catch::Contains("step() has already been called"));
+  scaler.update();
+  CHECK_THROWS_WITH(scaler.update(), Catch::Contains("no inf checks were recorded"));
+  CHECK(p.to_vector<double>()[0] == Approx(3 - 0.6).epsilon(1e-5));
+}
+
+TEST_CASE("several optimizers and losses share one scaler", "[optim]") {
+  Model a(ag::Device(ag::kCPU), 1), b(ag::Device(ag::kCPU), 2);
+  ag::optim::SGD oa(a.params, ag::optim::SGDOptions(0.1)), ob(b.params, ag::optim::SGDOptions(0.1));
+  ag::amp::GradScaler scaler(ag::amp::GradScalerOptions().init_scale(8).growth_interval(1));
+  scaler.inject_fault(b.params[0], 0, NAN);
+  auto before_a = values(a.params), before_b = values(b.params);
+  scaler.scale(a.loss() + b.loss()).backward();
+  scaler.step(oa);
+  scaler.step(ob);
+  scaler.update();
+  CHECK(values(a.params) != before_a);  // a's grads were finite: its step ran
+  CHECK(values(b.params) == before_b);  // b's had a NaN: skipped
+  CHECK(scaler.get_scale() == 4);       // any inf backs off the shared scale
+}
+
+TEST_CASE("state_dict round trips mid-run continue identically", "[optim][cuda]") {
+  for (ag::Device dev : devices()) {
+    for (auto& [name, make] : optimizers()) {
+      INFO(name << " on " << dev.str());
+      Model m1(dev), m2(dev);
+      auto o1 = make(m1.params);
+      ag::amp::GradScaler s1(ag::amp::GradScalerOptions().init_scale(64).growth_interval(2));
+      auto train = [](Model& m, ag::optim::Optimizer& o, ag::amp::GradScaler& s, int n) {
+        for (int i = 0; i < n; ++i) {
+          o.zero_grad();
+          s.scale(m.loss()).backward();
+          s.step(o);
+          s.update();
+        }
+      };
+      train(m1, *o1, s1, 3);
+      // Copy the model, optimizer and scaler state into fresh objects, then continue both.
+      {
+        ag::NoGradGuard ng;
+        for (size_t i = 0; i < m1.params.size(); ++i) m2.params[i].copy_(m1.params[i]);
+      }
+      auto o2 = make(m2.params);
+      o2->load_state_dict(o1->state_dict());
+      ag::amp::GradScaler s2;
+      s2.load_state_dict(s1.state_dict());
+      s2.scale(m2.loss());  // places it on the device
+      ag::amp::GradScaler s2b;
+      s2b.scale(m2.loss());
+      s2b.load_state_dict(s1.state_dict());
+      train(m1, *o1, s1, 4);
+      train(m2, *o2, s2b, 4);
+      CHECK(values(m1.params) == values(m2.params));
+      CHECK(s1.get_scale() == s2b.get_scale());
+    }
+  }
+}
+
+TEST_CASE("fused CUDA optimizers equal the CPU reference", "[optim][cuda]") {
+  if (skip_without_cuda()) return;
+  for (auto& [name, make] : optimizers()) {
+    INFO(name);
+    Model c(ag::Device(ag::kCPU)), g(ag::Device(ag::kCUDA));
+    auto oc = make(c.params), og = make(g.params);
+    ag::amp::GradScaler sc(ag::amp::GradScalerOptions().init_scale(256).growth_interval(2));
+    ag::amp::GradScaler sg(ag::amp::GradScalerOptions().init_scale(256).growth_interval(2));
+    sc.inject_fault(c.params[1], 3);
+    sg.inject_fault(g.params[1], 3);
+    for (int i = 0; i < 8; ++i) {
+      for (auto [m, o, s] : {std::tuple{&c, oc.get(), &sc}, std::tuple{&g, og.get(), &sg}}) {
+        o->zero_grad();
+        s->scale(m->loss()).backward();
+        s->step(*o);
+        s->update();
+      }
+    }
+    check_all_close(values(g.params), values(c.params), 1e-4, 1e-6);
+    CHECK(sg.get_scale() == sc.get_scale());
+  }
+}
+
+TEST_CASE("master weights: 16-bit parameters train like float32 ones", "[optim][cuda]") {
+  for (ag::Device dev : devices()) {
+    for (ag::DType half : {ag::kFloat16, ag::kBFloat16}) {
+      INFO(dev.str() << " " << ag::dtype_name(half));
+      Model ref(dev), low(dev);
+      {
+        ag::NoGradGuard ng;
+        for (auto& p : low.params) p = p.to(half).detach().requires_grad_();
+      }
+      ag::optim::Adam oref(ref.params, ag::optim::AdamOptions(1e-2));
+      ag::optim::Adam olow(low.params, ag::optim::AdamOptions(1e-2));
+      olow.use_master_weights();
+      ag::amp::GradScaler scaler(ag::amp::GradScalerOptions().init_scale(1024));
+      for (int i = 0; i < 20; ++i) {
+        oref.zero_grad();
+        ref.loss().backward();
+        oref.step();
+        olow.zero_grad();
+        ag::Tensor loss;
+        {
+          ag::amp::AutocastGuard ac(dev.type, half);
+          loss = low.loss();
+        }
+        scaler.scale(loss).backward();
+        scaler.step(olow);
+        scaler.update();
+      }
+      for (size_t k = 0; k < ref.params.size(); ++k) {
+        CHECK(low.params[k].dtype() == half);
+        ag::Tensor master = olow.master_of(low.params[k]);
+        CHECK(master.dtype() == ag::kFloat32);
+        // The working copy is the master rounded to 16 bits.
+        CHECK(master.to(half).to_vector<double>() == low.params[k].to_vector<double>());
+        check_all_close(master.to_vector<double>(), ref.params[k].to_vector<double>(), 0, 30 * eps_of(half));
+      }
+      // state_dict holds the masters.
+      auto sd = olow.state_dict();
+      CHECK(sd.count("state.0.master") == 1);
+    }
+  }
+}
