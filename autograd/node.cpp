@@ -42,7 +42,7 @@ Grads FunctionNode::apply(const Tensor& grad) {
   values.reserve(saved.size());
   for (size_t i = 0; i < saved.size(); ++i) {
     const SavedTensor& s = saved[i];
-    AG_CHECK(s.tensor.version() == s.version,
+    AG_CHECK(!s.tensor.defined() || s.tensor.version() == s.version,
              "{}: a tensor saved for backward ({}) was modified by an in-place operation after it was saved "
              "(version {} is now {}); use an out-of-place op or clone() the tensor before modifying it",
              op_.name, s.tensor.desc(), s.version, s.tensor.version());
@@ -76,6 +76,11 @@ Grads AccumulateGrad::apply(const Tensor& grad) {
   if (leaf.grad == nullptr) {
     // Own the gradient: the incoming tensor may be shared with another branch of the graph.
     leaf.grad = g.detach().clone().impl_ptr();
+  } else if (leaf.grad.use_count() == 1 && leaf.grad->dtype == g.dtype()) {
+    // Nobody else holds the gradient: accumulate in place, so it keeps its memory (a
+    // captured CUDA graph relies on that, Note [CUDA graphs]).
+    Tensor acc(leaf.grad);
+    acc.add_(g);
   } else {
     Tensor acc(leaf.grad);
     leaf.grad = add(acc, g).detach().impl_ptr();

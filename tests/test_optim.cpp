@@ -357,3 +357,44 @@ TEST_CASE("master weights: 16-bit parameters train like float32 ones", "[optim][
     }
   }
 }
+
+#if AMPGRAD_WITH_CUDA
+TEST_CASE("a whole AMP training step captures into a CUDA graph: no host synchronization", "[optim][cuda]") {
+  if (skip_without_cuda()) return;
+  // Forward under autocast, scaled backward, unscale + inf check, gated Adam step, scale
+  // update: captured in cudaStreamCaptureModeGlobal, where any wait for the device fails.
+  Model graphed(ag::Device(ag::kCUDA)), eager(ag::Device(ag::kCUDA));
+  ag::optim::Adam og(graphed.params, ag::optim::AdamOptions(1e-2));
+  ag::optim::Adam oe(eager.params, ag::optim::AdamOptions(1e-2));
+  auto opts = ag::amp::GradScalerOptions().init_scale(1024).growth_interval(2);
+  ag::amp::GradScaler sg(opts), se(opts);
+  ag::Tensor loss_g;
+  auto step = [](Model& m, ag::optim::Optimizer& o, ag::amp::GradScaler& s, ag::Tensor& loss_out) {
+    o.zero_grad(/*set_to_none=*/false);
+    {
+      ag::amp::AutocastGuard ac(ag::kCUDA);
+      loss_out = m.loss();
+    }
+    s.scale(loss_out).backward();
+    s.step(o);
+    s.update();
+  };
+  ag::Tensor loss_e;
+  step(graphed, og, sg, loss_g);  // warm-up creates gradients and optimizer/scaler state
+  step(eager, oe, se, loss_e);
+  ag::cuda::CudaGraph graph;
+  graph.capture([&] { step(graphed, og, sg, loss_g); });
+  for (int i = 0; i < 5; ++i) {
+    graph.replay();
+    step(eager, oe, se, loss_e);
+  }
+  ag::cuda::synchronize();
+  check_all_close(values(graphed.params), values(eager.params), 1e-5, 1e-6);
+  CHECK(loss_g.item<double>() == Approx(loss_e.item<double>()).epsilon(1e-5));
+  CHECK(sg.get_scale() == se.get_scale());
+  // A synchronizing call inside a capture is refused, and the stream stays usable.
+  ag::cuda::CudaGraph bad;
+  CHECK_THROWS_AS(bad.capture([&] { (void)sg.get_scale(); }), ag::Error);
+  CHECK(ag::add(graphed.params[0], 1).sum().item<double>() != 0);
+}
+#endif

@@ -15,3 +15,6 @@
 #include "optim/adam.h"
 #include "optim/sgd.h"
 #include "cuda/runtime.h"
+#if AMPGRAD_WITH_CUDA
+#include "cuda/graph.h"
+#endif

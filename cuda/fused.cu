@@ -1,0 +1,319 @@
+// Multi-tensor kernels for the loss scaler and the fused optimizers (Note [Fused steps]):
+// one launch covers up to kMaxTensors tensors, blockIdx.y picking the tensor.
+#include <algorithm>
+#include <cmath>
+
+#include "cuda/common.cuh"
+#include "cuda/fused_kernels.h"
+
+namespace ampgrad::cuda {
+
+namespace {
+
+constexpr int kMaxTensors = 32;
+constexpr int kFusedBlock = 512;
+constexpr int kUnroll = 4;
+
+// Pointers of up to L aligned lists (param, grad, state...) for one launch, passed by value.
+template <int L> struct TensorLists {
+  void* ptr[L][kMaxTensors];
+  int64_t numel[kMaxTensors];
+  float* step[kMaxTensors];  // per-tensor step counters (optimizers), else null
+};
+
+// Grid-stride loop over tensor blockIdx.y, kUnroll independent elements per thread per pass.
+template <class F> __device__ __forceinline__ void for_each_element(int64_t n, F&& f) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x * kUnroll;
+  for (int64_t base = static_cast<int64_t>(blockIdx.x) * blockDim.x * kUnroll + threadIdx.x; base < n;
+       base += stride) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      int64_t i = base + static_cast<int64_t>(u) * blockDim.x;
+      if (i < n) f(i);
+    }
+  }
+}
+
+template <class G>
+__global__ void amp_check_unscale_kernel(TensorLists<1> lists, float* found_inf, const float* inv_scale, bool write) {
+  const int t = blockIdx.y;
+  G* g = static_cast<G*>(lists.ptr[0][t]);
+  const float inv = *inv_scale;
+  bool bad = false;
+  for_each_element(lists.numel[t], [&](int64_t i) {
+    float v = static_cast<float>(to_acc(g[i]));
+    bad |= !isfinite(v);
+    if (write) g[i] = from_acc<G>(v * inv);
+  });
+  // Many threads may write 1.0f; the value is the same, so the race is benign.
+  if (bad) *found_inf = 1.0f;
+}
+
+__global__ void amp_update_scale_kernel(float* scale, int32_t* growth, int32_t* hyst, const float* found_inf,
+                                        double growth_factor, double backoff_factor, int64_t growth_interval,
+                                        int64_t hysteresis, double min_scale, double max_scale) {
+  if (*found_inf != 0.0f) {
+    *growth = 0;
+    if (--*hyst <= 0) {
+      *scale = static_cast<float>(fmax(static_cast<double>(*scale) * backoff_factor, min_scale));
+      *hyst = static_cast<int32_t>(hysteresis);
+    }
+  } else if (++*growth >= growth_interval) {
+    const double grown = static_cast<double>(*scale) * growth_factor;
+    if (isfinite(static_cast<float>(grown))) *scale = static_cast<float>(fmin(grown, max_scale));
+    *growth = 0;
+    *hyst = static_cast<int32_t>(hysteresis);
+  }
+}
+
+// Lists: 0 param (P), 1 grad (G), 2 momentum buffer (P, unused without momentum), 3 working copy (G).
+template <class P, class G>
+__global__ void sgd_kernel(TensorLists<4> lists, const float* found_inf, const float* inv_scale, SgdHyper h,
+                           bool has_working) {
+  if (found_inf && *found_inf != 0.0f) return;
+  const int t = blockIdx.y;
+  using A = std::conditional_t<std::is_same_v<P, double>, double, float>;
+  P* p = static_cast<P*>(lists.ptr[0][t]);
+  const G* g = static_cast<const G*>(lists.ptr[1][t]);
+  P* buf = static_cast<P*>(lists.ptr[2][t]);
+  G* w = static_cast<G*>(lists.ptr[3][t]);
+  const A inv = inv_scale ? static_cast<A>(*inv_scale) : A(1);
+  const bool first = *lists.step[t] == 0.0f;
+  const A lr = static_cast<A>(h.lr), mom = static_cast<A>(h.momentum), damp = static_cast<A>(h.dampening),
+          wd = static_cast<A>(h.weight_decay);
+  for_each_element(lists.numel[t], [&](int64_t i) {
+    A gi = static_cast<A>(to_acc(g[i])) * inv;
+    if (h.maximize) gi = -gi;
+    const A x = static_cast<A>(to_acc(p[i]));
+    if (wd != A(0)) gi += wd * x;
+    if (mom != A(0)) {
+      A b = first ? gi : mom * static_cast<A>(to_acc(buf[i])) + (A(1) - damp) * gi;
+      buf[i] = from_acc<P>(b);
+      b = static_cast<A>(to_acc(buf[i]));
+      gi = h.nesterov ? gi + mom * b : b;
+    }
+    const P nx = from_acc<P>(x - lr * gi);
+    p[i] = nx;
+    if (has_working) w[i] = from_acc<G>(to_acc(nx));
+  });
+}
+
+// Lists: 0 param, 1 grad, 2 exp_avg, 3 exp_avg_sq, 4 max_exp_avg_sq (amsgrad), 5 working copy.
+template <class P, class G>
+__global__ void adam_kernel(TensorLists<6> lists, const float* found_inf, const float* inv_scale, AdamHyper h,
+                            bool has_working) {
+  if (found_inf && *found_inf != 0.0f) return;
+  const int t = blockIdx.y;
+  using A = std::conditional_t<std::is_same_v<P, double>, double, float>;
+  P* p = static_cast<P*>(lists.ptr[0][t]);
+  const G* g = static_cast<const G*>(lists.ptr[1][t]);
+  P* m = static_cast<P*>(lists.ptr[2][t]);
+  P* v = static_cast<P*>(lists.ptr[3][t]);
+  P* vmax = static_cast<P*>(lists.ptr[4][t]);
+  G* w = static_cast<G*>(lists.ptr[5][t]);
+  const A inv = inv_scale ? static_cast<A>(*inv_scale) : A(1);
+  const double step = static_cast<double>(*lists.step[t]) + 1;
+  const A bc1 = static_cast<A>(1 - pow(h.beta1, step));
+  const A bc2_sqrt = static_cast<A>(sqrt(1 - pow(h.beta2, step)));
+  const A lr = static_cast<A>(h.lr), b1 = static_cast<A>(h.beta1), b2 = static_cast<A>(h.beta2),
+          eps = static_cast<A>(h.eps), wd = static_cast<A>(h.weight_decay);
+  const A step_size = lr / bc1;
+  for_each_element(lists.numel[t], [&](int64_t i) {
+    A gi = static_cast<A>(to_acc(g[i])) * inv;
+    if (h.maximize) gi = -gi;
+    A x = static_cast<A>(to_acc(p[i]));
+    if (wd != A(0)) {
+      if (h.decoupled_weight_decay) x *= A(1) - lr * wd;
+      else gi += wd * x;
+    }
+    const A mi = b1 * static_cast<A>(to_acc(m[i])) + (A(1) - b1) * gi;
+    const A vi = b2 * static_cast<A>(to_acc(v[i])) + (A(1) - b2) * gi * gi;
+    m[i] = from_acc<P>(mi);
+    v[i] = from_acc<P>(vi);
+    A vv = vi;
+    if (h.amsgrad) {
+      vv = fmax(static_cast<A>(to_acc(vmax[i])), vi);
+      vmax[i] = from_acc<P>(vv);
+    }
+    const P nx = from_acc<P>(x - step_size * mi / (sqrt(vv) / bc2_sqrt + eps));
+    p[i] = nx;
+    if (has_working) w[i] = from_acc<G>(to_acc(nx));
+  });
+}
+
+__global__ void advance_steps_kernel(TensorLists<1> lists, int n, const float* found_inf) {
+  if (found_inf && *found_inf != 0.0f) return;
+  const int t = threadIdx.x;
+  if (t < n) *lists.step[t] += 1.0f;
+}
+
+const float* f32_or_null(const Tensor& t) { return t.defined() ? static_cast<const float*>(t.data_ptr()) : nullptr; }
+
+// Launches `launch(lists, count, max_numel)` for each run of up to kMaxTensors tensors.
+template <int L, class Fill, class Launch>
+void in_batches(size_t n, Fill&& fill, Launch&& launch) {
+  for (size_t start = 0; start < n; start += kMaxTensors) {
+    TensorLists<L> lists{};
+    const int count = static_cast<int>(std::min<size_t>(kMaxTensors, n - start));
+    int64_t max_numel = 0;
+    for (int j = 0; j < count; ++j) {
+      fill(lists, j, start + j);
+      max_numel = std::max(max_numel, lists.numel[j]);
+    }
+    if (max_numel > 0) launch(lists, count, max_numel);
+  }
+}
+
+dim3 fused_grid(const KernelContext& ctx, int count, int64_t max_numel) {
+  int64_t per_block = static_cast<int64_t>(kFusedBlock) * kUnroll;
+  int64_t x = (max_numel + per_block - 1) / per_block;
+  // Enough blocks in all to fill the device a few times; each loops over its share.
+  int64_t cap = std::max<int64_t>(1, static_cast<int64_t>(ctx.sm_count) * 8 / count);
+  return dim3(static_cast<unsigned>(std::clamp<int64_t>(x, 1, cap)), static_cast<unsigned>(count));
+}
+
+void advance_steps(const KernelContext& ctx, const std::vector<Tensor>& steps, const float* found_inf) {
+  in_batches<1>(
+      steps.size(),
+      [&](TensorLists<1>& l, int j, size_t k) {
+        l.step[j] = static_cast<float*>(steps[k].data_ptr());
+        l.numel[j] = 1;
+      },
+      [&](TensorLists<1>& l, int count, int64_t) {
+        advance_steps_kernel<<<1, kMaxTensors, 0, ctx.stream>>>(l, count, found_inf);
+        AG_CUDA_CHECK_LAUNCH();
+      });
+}
+
+// Calls f(TypeTag<P>, TypeTag<G>) for the (param, grad) dtype pairs the kernels support.
+template <class F> void dispatch_pair(DType p, DType g, const char* op, F&& f) {
+  if (p == g) {
+    dispatch_floating(p, op, [&](auto pt) { f(pt, pt); });
+    return;
+  }
+  AG_CHECK(p == DType::Float32 && (g == DType::Float16 || g == DType::BFloat16),
+           "{} on cuda: parameters of {} with gradients of {} are not supported", op, dtype_name(p), dtype_name(g));
+  if (g == DType::Float16) f(TypeTag<float>{}, TypeTag<__half>{});
+  else f(TypeTag<float>{}, TypeTag<__nv_bfloat16>{});
+}
+
+// Splits a step's tensors into runs of one (param, grad) dtype pair, preserving order.
+std::vector<std::vector<size_t>> by_dtype(const FusedStep& s) {
+  std::vector<std::vector<size_t>> runs;
+  std::vector<std::pair<DType, DType>> keys;
+  for (size_t k = 0; k < s.params.size(); ++k) {
+    std::pair<DType, DType> key{s.params[k].dtype(), s.grads[k].dtype()};
+    size_t r = std::find(keys.begin(), keys.end(), key) - keys.begin();
+    if (r == keys.size()) {
+      keys.push_back(key);
+      runs.emplace_back();
+    }
+    runs[r].push_back(k);
+  }
+  return runs;
+}
+
+}  // namespace
+
+void amp_check_and_unscale(const std::vector<Tensor>& grads, const Tensor& found_inf, const Tensor& inv_scale,
+                           bool write_back) {
+  if (grads.empty()) return;
+  KernelContext ctx(found_inf);
+  for (DType dt : {DType::Float32, DType::Float16, DType::BFloat16, DType::Float64}) {
+    std::vector<const Tensor*> same;
+    for (const Tensor& g : grads)
+      if (g.dtype() == dt) same.push_back(&g);
+    if (same.empty()) continue;
+    dispatch_floating(dt, "amp_check_and_unscale", [&](auto tag) {
+      using G = typename decltype(tag)::type;
+      in_batches<1>(
+          same.size(),
+          [&](TensorLists<1>& l, int j, size_t k) {
+            l.ptr[0][j] = same[k]->data_ptr();
+            l.numel[j] = same[k]->numel();
+          },
+          [&](TensorLists<1>& l, int count, int64_t max_numel) {
+            amp_check_unscale_kernel<G><<<fused_grid(ctx, count, max_numel), kFusedBlock, 0, ctx.stream>>>(
+                l, ptr<float>(found_inf), ptr<float>(inv_scale), write_back);
+            AG_CUDA_CHECK_LAUNCH();
+          });
+    });
+  }
+  for (const Tensor& g : grads)
+    AG_CHECK(is_floating(g.dtype()), "amp_check_and_unscale on cuda: gradient {} is not floating", g.desc());
+}
+
+void amp_update_scale(const Tensor& scale, const Tensor& growth_tracker, const Tensor& hysteresis_left,
+                      const Tensor& found_inf, double growth_factor, double backoff_factor, int64_t growth_interval,
+                      int64_t hysteresis, double min_scale, double max_scale) {
+  KernelContext ctx(scale);
+  amp_update_scale_kernel<<<1, 1, 0, ctx.stream>>>(ptr<float>(scale), ptr<int32_t>(growth_tracker),
+                                                   ptr<int32_t>(hysteresis_left), ptr<float>(found_inf),
+                                                   growth_factor, backoff_factor, growth_interval, hysteresis,
+                                                   min_scale, max_scale);
+  AG_CUDA_CHECK_LAUNCH();
+}
+
+void sgd_step(const FusedStep& s, const std::vector<Tensor>& momentum_bufs, const std::vector<Tensor>& steps,
+              const SgdHyper& h) {
+  if (s.params.empty()) return;
+  KernelContext ctx(s.params[0]);
+  const bool has_working = !s.working.empty();
+  for (const std::vector<size_t>& run : by_dtype(s)) {
+    dispatch_pair(s.params[run[0]].dtype(), s.grads[run[0]].dtype(), "sgd_step", [&](auto pt, auto gt) {
+      using P = typename decltype(pt)::type;
+      using G = typename decltype(gt)::type;
+      in_batches<4>(
+          run.size(),
+          [&](TensorLists<4>& l, int j, size_t r) {
+            size_t k = run[r];
+            l.ptr[0][j] = s.params[k].data_ptr();
+            l.ptr[1][j] = s.grads[k].data_ptr();
+            l.ptr[2][j] = momentum_bufs.empty() ? nullptr : momentum_bufs[k].data_ptr();
+            l.ptr[3][j] = has_working ? s.working[k].data_ptr() : nullptr;
+            l.step[j] = static_cast<float*>(steps[k].data_ptr());
+            l.numel[j] = s.params[k].numel();
+          },
+          [&](TensorLists<4>& l, int count, int64_t max_numel) {
+            sgd_kernel<P, G><<<fused_grid(ctx, count, max_numel), kFusedBlock, 0, ctx.stream>>>(
+                l, f32_or_null(s.found_inf), f32_or_null(s.inv_scale), h, has_working);
+            AG_CUDA_CHECK_LAUNCH();
+          });
+    });
+  }
+  advance_steps(ctx, steps, f32_or_null(s.found_inf));
+}
+
+void adam_step(const FusedStep& s, const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
+               const std::vector<Tensor>& max_exp_avg_sqs, const std::vector<Tensor>& steps, const AdamHyper& h) {
+  if (s.params.empty()) return;
+  KernelContext ctx(s.params[0]);
+  const bool has_working = !s.working.empty();
+  for (const std::vector<size_t>& run : by_dtype(s)) {
+    dispatch_pair(s.params[run[0]].dtype(), s.grads[run[0]].dtype(), "adam_step", [&](auto pt, auto gt) {
+      using P = typename decltype(pt)::type;
+      using G = typename decltype(gt)::type;
+      in_batches<6>(
+          run.size(),
+          [&](TensorLists<6>& l, int j, size_t r) {
+            size_t k = run[r];
+            l.ptr[0][j] = s.params[k].data_ptr();
+            l.ptr[1][j] = s.grads[k].data_ptr();
+            l.ptr[2][j] = exp_avgs[k].data_ptr();
+            l.ptr[3][j] = exp_avg_sqs[k].data_ptr();
+            l.ptr[4][j] = max_exp_avg_sqs.empty() ? nullptr : max_exp_avg_sqs[k].data_ptr();
+            l.ptr[5][j] = has_working ? s.working[k].data_ptr() : nullptr;
+            l.step[j] = static_cast<float*>(steps[k].data_ptr());
+            l.numel[j] = s.params[k].numel();
+          },
+          [&](TensorLists<6>& l, int count, int64_t max_numel) {
+            adam_kernel<P, G><<<fused_grid(ctx, count, max_numel), kFusedBlock, 0, ctx.stream>>>(
+                l, f32_or_null(s.found_inf), f32_or_null(s.inv_scale), h, has_working);
+            AG_CUDA_CHECK_LAUNCH();
+          });
+    });
+  }
+  advance_steps(ctx, steps, f32_or_null(s.found_inf));
+}
+
+}  // namespace ampgrad::cuda

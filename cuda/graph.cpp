@@ -1,0 +1,51 @@
+// CUDA graph capture and replay of ampgrad's stream (Note [CUDA graphs]).
+#include "cuda/graph.h"
+
+#include "cuda/check.h"
+
+namespace ampgrad::cuda {
+// cuda/allocator.cpp: Note [Frees during capture].
+void allocator_capture_begin(int device);
+void allocator_capture_end(int device);
+}  // namespace ampgrad::cuda
+
+namespace ampgrad::cuda {
+
+CudaGraph::~CudaGraph() {
+  if (exec_) (void)cudaGraphExecDestroy(exec_);
+  if (graph_) (void)cudaGraphDestroy(graph_);
+}
+
+void CudaGraph::capture(const std::function<void()>& fn) {
+  AG_CHECK(exec_ == nullptr, "CudaGraph.capture: this graph already holds a capture");
+  device_ = current_device();
+  cudaStream_t stream = current_stream(device_);
+  allocator_capture_begin(device_);
+  AG_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  try {
+    fn();
+  } catch (...) {
+    cudaGraph_t broken = nullptr;
+    (void)cudaStreamEndCapture(stream, &broken);
+    if (broken) (void)cudaGraphDestroy(broken);
+    (void)cudaGetLastError();
+    allocator_capture_end(device_);
+    throw;
+  }
+  cudaGraph_t g = nullptr;
+  cudaError_t err = cudaStreamEndCapture(stream, &g);
+  allocator_capture_end(device_);
+  AG_CUDA_CHECK(err);
+  graph_ = g;
+  cudaGraphExec_t exec = nullptr;
+  AG_CUDA_CHECK(cudaGraphInstantiateWithFlags(&exec, g, cudaGraphInstantiateFlagAutoFreeOnLaunch));
+  exec_ = exec;
+}
+
+void CudaGraph::replay() {
+  AG_CHECK(exec_ != nullptr, "CudaGraph.replay: nothing was captured");
+  DeviceGuard guard(device_);
+  AG_CUDA_CHECK(cudaGraphLaunch(exec_, current_stream(device_)));
+}
+
+}  // namespace ampgrad::cuda
