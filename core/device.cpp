@@ -12,9 +12,11 @@ Device::Device(const std::string& spec) {
     type = DeviceType::CUDA;
     if (spec.size() > 4) {
       AG_CHECK(spec[4] == ':' && spec.size() > 5, "device: cannot parse '{}' (expected cpu, cuda or cuda:N)", spec);
-      size_t used = 0;
-      index = std::stoi(spec.substr(5), &used);
-      AG_CHECK(used == spec.size() - 5 && index >= 0, "device: cannot parse '{}' (expected cuda:N)", spec);
+      const std::string digits = spec.substr(5);
+      // std::stoi would throw std::invalid_argument/out_of_range, which are not ag::Error.
+      AG_CHECK(digits.size() <= 9 && digits.find_first_not_of("0123456789") == std::string::npos,
+               "device: cannot parse '{}' (expected cuda:N)", spec);
+      index = std::stoi(digits);
     }
   } else {
     AG_CHECK(false, "device: cannot parse '{}' (expected cpu, cuda or cuda:N)", spec);

@@ -2,6 +2,8 @@
 #pragma once
 
 #include "core/device.h"
+#include <optional>
+
 #include "core/dtype.h"
 
 namespace ampgrad {
@@ -15,12 +17,13 @@ class TensorOptions {
   TensorOptions dtype(DType d) const { auto o = *this; o.dtype_ = d; return o; }
   TensorOptions device(Device d) const { auto o = *this; o.device_ = d; return o; }
   TensorOptions requires_grad(bool r) const { auto o = *this; o.requires_grad_ = r; return o; }
-  DType dtype() const { return dtype_; }
+  DType dtype() const { return dtype_.value_or(DType::Float32); }
+  bool has_dtype() const { return dtype_.has_value(); }  // factories that infer a dtype ask
   Device device() const { return device_; }
   bool requires_grad() const { return requires_grad_; }
 
  private:
-  DType dtype_ = DType::Float32;
+  std::optional<DType> dtype_;
   Device device_;
   bool requires_grad_ = false;
 };

@@ -35,6 +35,12 @@ Tensor tensor(const std::vector<float>& values, const Shape& shape, TensorOption
 Tensor tensor(const std::vector<float>& values, TensorOptions options) {
   return tensor(values, Shape{static_cast<int64_t>(values.size())}, options);
 }
+Tensor tensor(std::initializer_list<float> values, const Shape& shape, TensorOptions options) {
+  return tensor(std::vector<float>(values), shape, options);
+}
+Tensor tensor(std::initializer_list<float> values, TensorOptions options) {
+  return tensor(std::vector<float>(values), options);
+}
 Tensor tensor(const std::vector<double>& values, const Shape& shape, TensorOptions options) {
   check_count("tensor", values.size(), shape);
   return from_host(values.data(), kFloat64, shape, options, "tensor");
@@ -75,15 +81,22 @@ Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step, Tensor
   const auto n = static_cast<int64_t>(std::ceil((e - s) / st));
   std::vector<double> v(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) v[i] = s + st * static_cast<double>(i);
+  if (!options.has_dtype()) {
+    const bool integral = !start.is_floating() && !end.is_floating() && !step.is_floating();
+    options = options.dtype(integral ? kInt64 : kFloat32);
+  }
   return from_host(v.data(), kFloat64, {n}, options, "arange");
 }
 
 Tensor rand(const Shape& shape, Generator& gen, TensorOptions options) {
   AG_CHECK(is_floating(options.dtype()), "rand: expected a floating dtype, got {}", dtype_name(options.dtype()));
   std::vector<double> v(static_cast<size_t>(shape_numel(shape)));
-  // 24 random bits unless float64, so that rounding to float never reaches 1.0.
-  const bool wide = options.dtype() == kFloat64;
-  for (double& x : v) x = wide ? gen.uniform() : static_cast<double>(gen.next_u64() >> 40) * 0x1.0p-24;
+  // As many random bits as the dtype has significand digits (53, 24, 11, 8), so that every
+  // draw is exact in the dtype and rounding never reaches 1.0.
+  const int digits = options.dtype() == kFloat64 ? 53 : options.dtype() == kFloat16 ? 11
+                   : options.dtype() == kBFloat16 ? 8 : 24;
+  const double scale = std::ldexp(1.0, -digits);
+  for (double& x : v) x = static_cast<double>(gen.next_u64() >> (64 - digits)) * scale;
   return from_host(v.data(), kFloat64, shape, options, "rand");
 }
 Tensor randn(const Shape& shape, Generator& gen, TensorOptions options) {

@@ -2,6 +2,7 @@
 // backward formula, in its family's .cpp file.
 #pragma once
 
+#include <initializer_list>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -14,6 +15,10 @@ namespace ampgrad {
 // Factories (ops/factory.cpp).
 Tensor tensor(const std::vector<float>& values, const Shape& shape, TensorOptions options = {});
 Tensor tensor(const std::vector<float>& values, TensorOptions options = {});
+// Braced lists, as in ag::tensor({1.f, 2.f, 3.f, 4.f}, {2, 2}): without these, {1.f, ...}
+// converts equally well to every std::vector overload and the call is ambiguous.
+Tensor tensor(std::initializer_list<float> values, const Shape& shape, TensorOptions options = {});
+Tensor tensor(std::initializer_list<float> values, TensorOptions options = {});
 Tensor tensor(const std::vector<double>& values, const Shape& shape, TensorOptions options = kFloat64);
 Tensor tensor(const std::vector<int64_t>& values, const Shape& shape, TensorOptions options = kInt64);
 Tensor tensor(const std::vector<int64_t>& values, TensorOptions options = kInt64);
@@ -26,8 +31,9 @@ Tensor full(const Shape& shape, const Scalar& value, TensorOptions options = {})
 Tensor zeros_like(const Tensor& t);
 Tensor ones_like(const Tensor& t);
 Tensor full_like(const Tensor& t, const Scalar& value);
-Tensor arange(const Scalar& end, TensorOptions options = kInt64);
-Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step = 1, TensorOptions options = kInt64);
+// int64 when start, end and step are all integers, else float32, unless options say.
+Tensor arange(const Scalar& end, TensorOptions options = {});
+Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step = 1, TensorOptions options = {});
 Tensor rand(const Shape& shape, TensorOptions options = {});   // uniform [0, 1)
 Tensor randn(const Shape& shape, TensorOptions options = {});  // standard normal
 Tensor rand(const Shape& shape, Generator& gen, TensorOptions options = {});

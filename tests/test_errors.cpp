@@ -1,0 +1,334 @@
+// Bad input throws ag::Error whose message names the op, the shapes, dtypes and devices,
+// and the library keeps working afterwards.
+#include "common.h"
+
+namespace {
+
+using Catch::Contains;
+using Catch::Equals;
+using Catch::StartsWith;
+
+// A small computation after an error: the library must still work (nothing corrupted).
+void still_works() {
+  const ag::Tensor a = ag::tensor({1.f, 2.f, 3.f, 4.f}, {2, 2});
+  const ag::Tensor b = ag::tensor({0.5f, -1.f, 2.f, 0.25f}, {2, 2});
+  check_close(ag::mm(a, b), {4.5, -0.5, 9.5, -2.0}, 0, 0);
+  ag::Tensor x = ag::tensor({1.f, 2.f}).requires_grad_();
+  (x * x).sum().backward();
+  check_close(x.grad(), {2, 4}, 0, 0);
+  CHECK(ag::autograd::grad_mode_enabled());
+}
+
+}  // namespace
+
+TEST_CASE("errors: matmul shapes", "[errors]") {
+  ag::manual_seed(1);
+  SECTION("mm: exact message") {
+    REQUIRE_THROWS_WITH(ag::mm(ag::rand({2, 3}), ag::rand({4, 5})),
+                        Equals("mm: shapes [2, 3] and [4, 5] cannot be multiplied (3 != 4)"));
+    REQUIRE_THROWS_AS(ag::mm(ag::rand({2, 3}), ag::rand({4, 5})), ag::Error);
+  }
+  SECTION("bmm") {
+    REQUIRE_THROWS_WITH(ag::bmm(ag::rand({2, 3, 4}), ag::rand({2, 5, 6})),
+                        Equals("bmm: shapes [2, 3, 4] and [2, 5, 6] cannot be multiplied (4 != 5)"));
+    REQUIRE_THROWS_WITH(ag::bmm(ag::rand({2, 3, 4}), ag::rand({3, 4, 6})),
+                        Contains("bmm") && Contains("[2, 3, 4]") && Contains("[3, 4, 6]") && Contains("batch"));
+  }
+  SECTION("matmul") {
+    REQUIRE_THROWS_WITH(ag::matmul(ag::rand({5, 2, 3}), ag::rand({4})),
+                        Equals("matmul: shapes [5, 2, 3] and [4] cannot be multiplied (3 != 4)"));
+    REQUIRE_THROWS_WITH(ag::matmul(ag::rand({2, 2, 3}), ag::rand({3, 3, 4})),
+                        Contains("matmul") && Contains("[2]") && Contains("[3]") && Contains("broadcast"));
+  }
+  SECTION("linear") {
+    REQUIRE_THROWS_WITH(ag::linear(ag::rand({8, 3}), ag::rand({4, 5})),
+                        Contains("[8, 3]") && Contains("[4, 5]") && Contains("3") && Contains("5"));
+  }
+  still_works();
+}
+
+TEST_CASE("errors: broadcasting", "[errors]") {
+  ag::manual_seed(2);
+  const ag::Tensor a = ag::rand({2, 3});
+  const ag::Tensor b = ag::rand({4});
+  REQUIRE_THROWS_WITH(ag::add(a, b), Equals("add: shapes [2, 3] and [4] cannot be broadcast (dimension 1: 3 vs 4)"));
+  REQUIRE_THROWS_WITH(a + b, StartsWith("add: shapes [2, 3] and [4]"));
+  REQUIRE_THROWS_WITH(a * ag::rand({3, 3}), StartsWith("mul: shapes [2, 3] and [3, 3] cannot be broadcast"));
+  REQUIRE_THROWS_WITH(ag::sub(ag::rand({5, 1, 2}), ag::rand({4, 3})),
+                      Contains("sub") && Contains("[5, 1, 2]") && Contains("[4, 3]") && Contains("2 vs 3"));
+  REQUIRE_THROWS_WITH(ag::where(ag::gt(a, 0.5), a, b), StartsWith("where: shapes [2, 3] and [4] cannot be broadcast"));
+  REQUIRE_THROWS_WITH(a.expand({4, 3}), Contains("expand") && Contains("[2, 3]") && Contains("[4, 3]"));
+  // in place: the result must fit the destination
+  ag::Tensor small = ag::rand({3});
+  REQUIRE_THROWS_WITH(small.add_(a), Contains("add_") && Contains("[2, 3]") && Contains("[3]"));
+  REQUIRE_THROWS_WITH(small.copy_(ag::rand({4})), Contains("copy_") && Contains("[4]") && Contains("[3]"));
+  still_works();
+}
+
+TEST_CASE("errors: wrong rank", "[errors]") {
+  ag::manual_seed(3);
+  REQUIRE_THROWS_WITH(ag::mm(ag::rand({2, 3, 4}), ag::rand({4, 5})),
+                      Equals("mm: expected 2-D tensors, got float32 [2, 3, 4] on cpu and float32 [4, 5] on cpu"));
+  REQUIRE_THROWS_WITH(ag::mm(ag::rand({3}), ag::rand({3, 5})), StartsWith("mm: expected 2-D tensors") &&
+                                                                   Contains("float32 [3] on cpu"));
+  REQUIRE_THROWS_WITH(ag::bmm(ag::rand({2, 3}), ag::rand({3, 4})),
+                      Equals("bmm: expected 3-D tensors, got float32 [2, 3] on cpu and float32 [3, 4] on cpu"));
+  REQUIRE_THROWS_WITH(ag::matmul(ag::tensor(1.f), ag::rand({3})), StartsWith("matmul") && Contains("at least 1"));
+  REQUIRE_THROWS_WITH(ag::t(ag::rand({2, 3, 4})), StartsWith("t:") && Contains("[2, 3, 4]"));
+  REQUIRE_THROWS_WITH(ag::rand({2, 3}).permute({1, 0, 2}), StartsWith("permute") && Contains("[2, 3]"));
+  still_works();
+}
+
+TEST_CASE("errors: unsupported dtypes", "[errors]") {
+  ag::manual_seed(4);
+  const ag::Tensor i = ag::tensor(std::vector<int64_t>{1, 2, 3, 4}, {2, 2});
+  SECTION("mm on int64") {
+    REQUIRE_THROWS_WITH(ag::mm(i, i),
+                        Equals("mm: expected floating inputs, got int64 [2, 2] on cpu and int64 [2, 2] on cpu"));
+  }
+  SECTION("mm with mixed float dtypes (outside autocast)") {
+    REQUIRE_THROWS_WITH(ag::mm(ag::rand({2, 2}), ag::rand({2, 2}).to(ag::kFloat16)),
+                        StartsWith("mm: expected both inputs to have the same dtype") &&
+                            Contains("float32 [2, 2] on cpu") && Contains("float16 [2, 2] on cpu"));
+  }
+  SECTION("mean on int64") {
+    REQUIRE_THROWS_WITH(ag::mean(i), StartsWith("mean: expected a floating tensor, got int64 [2, 2] on cpu"));
+    REQUIRE_THROWS_WITH(i.mean({0}), StartsWith("mean") && Contains("int64"));
+  }
+  SECTION("requires_grad_ on an integer tensor") {
+    ag::Tensor j = i.clone();
+    REQUIRE_THROWS_WITH(j.requires_grad_(),
+                        Equals("requires_grad_: only floating tensors can require grad, got int64 [2, 2] on cpu"));
+    CHECK_FALSE(j.requires_grad());
+    REQUIRE_THROWS_WITH(ag::zeros({2}, ag::TensorOptions(ag::kInt32).requires_grad(true)),
+                        Contains("require grad") && Contains("int32"));
+    REQUIRE_THROWS_WITH(ag::tensor(std::vector<int64_t>{1}, ag::TensorOptions(ag::kInt64).requires_grad(true)),
+                        Contains("require grad") && Contains("int64"));
+  }
+  SECTION("other ops") {
+    REQUIRE_THROWS_WITH(ag::softmax(i, 1), StartsWith("softmax: expected a floating tensor, got int64 [2, 2]"));
+    const ag::Tensor b = ag::tensor(std::vector<bool>{true, false}, {2});
+    REQUIRE_THROWS_WITH(ag::add(b, b), StartsWith("add: arithmetic on bool tensors") && Contains("bool [2] on cpu"));
+    REQUIRE_THROWS_WITH(ag::index_select(ag::rand({3}), 0, ag::tensor({0.f, 1.f})),
+                        StartsWith("index_select: index must be int64 or int32, got float32 [2] on cpu"));
+    REQUIRE_THROWS_WITH(ag::randn({2}, ag::kInt64), Equals("randn: expected a floating dtype, got int64"));
+    REQUIRE_THROWS_WITH(ag::rand({2}).data_ptr<double>(), Equals("data_ptr: tensor is float32, asked for float64"));
+  }
+  still_works();
+}
+
+TEST_CASE("errors: mismatched devices", "[errors][cuda]") {
+  ag::manual_seed(5);
+  SECTION("without CUDA, a CUDA tensor cannot be made") {
+    if (cuda_available()) return;
+    fmt::print("[errors: mismatched devices] no CUDA device: checking only that CUDA tensors are refused\n");
+    REQUIRE_THROWS_WITH(ag::zeros({2}, ag::kCUDA), Contains("cuda"));
+    REQUIRE_THROWS_WITH(ag::rand({2}).cuda(), Contains("cuda"));
+  }
+  SECTION("CPU and CUDA operands") {
+    if (skip_without_cuda()) return;
+    const ag::Tensor c = ag::rand({2, 3});
+    const ag::Tensor g = ag::rand({3, 2}).cuda();
+    const ag::Tensor g2 = ag::rand({2, 3}).cuda();
+    REQUIRE_THROWS_WITH(ag::mm(c, g), Equals("mm: expected all tensors on the same device, got float32 [2, 3] on cpu "
+                                             "and float32 [3, 2] on cuda:0"));
+    REQUIRE_THROWS_WITH(ag::add(c, g2), StartsWith("add: expected all tensors on the same device") &&
+                                            Contains("on cpu") && Contains("on cuda:0"));
+    REQUIRE_THROWS_WITH(ag::cat({c, g2}), StartsWith("cat: expected all tensors on the same device"));
+    REQUIRE_THROWS_WITH(ag::index_select(g2, 0, ag::tensor(std::vector<int64_t>{0})),
+                        StartsWith("index_select: expected all tensors on the same device"));
+    ag::Tensor y = (g2 * 2).sum();
+    REQUIRE_THROWS_WITH(y.backward(ag::tensor(1.f)), Contains("backward") && Contains("device"));
+  }
+  still_works();
+}
+
+TEST_CASE("errors: dimension out of range", "[errors]") {
+  ag::manual_seed(6);
+  const ag::Tensor a = ag::rand({2, 3});
+  REQUIRE_THROWS_WITH(
+      a.sum({5}), Equals("sum: dimension 5 is out of range for a tensor of 2 dimensions (expected -2 to 1)"));
+  REQUIRE_THROWS_WITH(a.sum({-3}), StartsWith("sum: dimension -3 is out of range"));
+  REQUIRE_THROWS_WITH(a.mean({2}), StartsWith("mean: dimension 2 is out of range for a tensor of 2 dimensions"));
+  REQUIRE_THROWS_WITH(
+      a.transpose(0, 2),
+      Equals("transpose: dimension 2 is out of range for a tensor of 2 dimensions (expected -2 to 1)"));
+  REQUIRE_THROWS_WITH(
+      ag::softmax(a, 3),
+      Equals("softmax: dimension 3 is out of range for a tensor of 2 dimensions (expected -2 to 1)"));
+  REQUIRE_THROWS_WITH(ag::log_softmax(ag::rand({4}), -2),
+                      Equals("log_softmax: dimension -2 is out of range for a tensor of 1 dimension (expected -1 to 0)"));
+  REQUIRE_THROWS_WITH(ag::cat({a, a}, 2), StartsWith("cat: dimension 2 is out of range"));
+  REQUIRE_THROWS_WITH(a.unsqueeze(4), StartsWith("unsqueeze: dimension 4 is out of range"));
+  REQUIRE_THROWS_WITH(a.size(2), StartsWith("size: dimension 2 is out of range"));
+  REQUIRE_THROWS_WITH(ag::max(a, 2), StartsWith("max: dimension 2 is out of range"));
+  REQUIRE_THROWS_WITH(a.sum({0, -2}), Contains("sum") && Contains("more than once"));
+  still_works();
+}
+
+TEST_CASE("errors: index out of range", "[errors]") {
+  ag::manual_seed(7);
+  const ag::Tensor a = ag::rand({3, 4});
+  REQUIRE_THROWS_WITH(a.index_select(0, ag::tensor(std::vector<int64_t>{0, 10, 1})),
+                      Equals("index_select: index 10 is out of range for dimension 0 of size 3 (float32 [3, 4] on cpu)"));
+  REQUIRE_THROWS_WITH(a.index_select(1, ag::tensor(std::vector<int64_t>{-1})),
+                      StartsWith("index_select: index -1 is out of range for dimension 1 of size 4"));
+  REQUIRE_THROWS_WITH(a.select(0, 3),
+                      Equals("select: index 3 is out of range for dimension 0 of size 3 (float32 [3, 4] on cpu)"));
+  REQUIRE_THROWS_WITH(a.select(1, -5), StartsWith("select: index -5 is out of range for dimension 1 of size 4"));
+  REQUIRE_THROWS_WITH(
+      a.narrow(0, 2, 2),
+      Equals("narrow: start 2 and length 2 are out of range for dimension 0 of size 3 (float32 [3, 4] on cpu)"));
+  REQUIRE_THROWS_WITH(a.narrow(1, 0, -1), StartsWith("narrow: start 0 and length -1 are out of range"));
+  // negative indices within range are fine
+  CHECK(a.select(0, -1).to_vector<float>() == a.select(0, 2).to_vector<float>());
+  still_works();
+}
+
+TEST_CASE("errors: item on a tensor with several elements", "[errors]") {
+  const ag::Tensor a = ag::rand({2, 3});
+  REQUIRE_THROWS_WITH(
+      a.item<float>(),
+      Equals("item: only a tensor with one element can be converted to a number, got float32 [2, 3] on cpu"));
+  REQUIRE_THROWS_WITH(ag::zeros({0}).item<double>(), StartsWith("item:") && Contains("float32 [0] on cpu"));
+  REQUIRE_THROWS_WITH(ag::arange(3).item<int64_t>(), StartsWith("item:") && Contains("int64 [3] on cpu"));
+  CHECK(ag::rand({1, 1}).item<float>() >= 0);  // one element in any shape is fine
+  still_works();
+}
+
+TEST_CASE("errors: backward misuse", "[errors][autograd]") {
+  ag::manual_seed(8);
+  SECTION("non-scalar output without a gradient") {
+    ag::Tensor x = ag::rand({3}).requires_grad_();
+    const ag::Tensor y = x * 2;
+    REQUIRE_THROWS_WITH(y.backward(), StartsWith("backward: grad can be implicitly created only for scalar outputs") &&
+                                          Contains("float32 [3] on cpu"));
+    REQUIRE_THROWS_WITH(y.backward(ag::rand({2})),
+                        Contains("backward") && Contains("float32 [2] on cpu") && Contains("float32 [3] on cpu"));
+    // the graph is intact: a proper gradient works
+    y.backward(ag::ones({3}));
+    check_close(x.grad(), {2, 2, 2}, 0, 0);
+  }
+  SECTION("output that does not require grad") {
+    const ag::Tensor x = ag::rand({3});
+    const ag::Tensor y = (x * 2).sum();
+    REQUIRE_THROWS_WITH(y.backward(), StartsWith("backward: the tensor (float32 [] on cpu) does not require grad"));
+    ag::Tensor w = ag::rand({3}).requires_grad_();
+    ag::Tensor z;
+    {
+      ag::NoGradGuard no_grad;
+      z = (w * 2).sum();
+    }
+    REQUIRE_THROWS_WITH(z.backward(), Contains("does not require grad") && Contains("NoGradGuard"));
+  }
+  SECTION("in-place edit of a tensor saved for backward") {
+    ag::Tensor x = ag::rand({3}).requires_grad_();
+    ag::Tensor w = ag::rand({3});
+    const ag::Tensor y = (x * w).sum();
+    w.add_(1);
+    REQUIRE_THROWS_WITH(y.backward(), StartsWith("mul: a tensor saved for backward (float32 [3] on cpu) was modified "
+                                                 "by an in-place operation") &&
+                                          Contains("version 0 is now 1"));
+    CHECK_FALSE(x.grad().defined());
+  }
+  SECTION("in-place edit through a view of a saved tensor") {
+    ag::Tensor x = ag::rand({2, 2}).requires_grad_();
+    ag::Tensor w = ag::rand({2, 2});
+    const ag::Tensor y = ag::mm(x, w).sum();
+    ag::Tensor row = w.select(0, 1);
+    row.fill_(3);
+    REQUIRE_THROWS_WITH(y.backward(), StartsWith("mm: a tensor saved for backward (float32 [2, 2] on cpu) was "
+                                                 "modified by an in-place operation"));
+  }
+  SECTION("in-place on a leaf that requires grad") {
+    ag::Tensor x = ag::rand({3}).requires_grad_();
+    REQUIRE_THROWS_WITH(x.add_(1), StartsWith("add_: in-place operation on a tensor that requires grad (float32 [3] "
+                                              "on cpu)") &&
+                                       Contains("NoGradGuard"));
+    REQUIRE_THROWS_WITH(x.fill_(0), StartsWith("fill_: in-place operation"));
+    REQUIRE_THROWS_WITH(x.copy_(ag::rand({3})), StartsWith("copy_: in-place operation"));
+    {
+      ag::NoGradGuard no_grad;
+      x.mul_(2.0);  // allowed, as optimizers do
+    }
+  }
+  SECTION("second backward without retain_graph") {
+    ag::Tensor x = ag::rand({3}).requires_grad_();
+    const ag::Tensor y = x.exp().sum();
+    y.backward();
+    REQUIRE_THROWS_WITH(y.backward(), StartsWith("sum: trying to run backward through the graph a second time") &&
+                                          Contains("retain_graph"));
+    // with retain_graph, twice is fine and accumulates
+    ag::Tensor p = ag::rand({3}).requires_grad_();
+    const ag::Tensor q = (p * 3).sum();
+    q.backward({}, /*retain_graph=*/true);
+    q.backward();
+    check_close(p.grad(), {6, 6, 6}, 0, 0);
+  }
+  SECTION("requires_grad_(false) on a non-leaf") {
+    ag::Tensor x = ag::rand({3}).requires_grad_();
+    ag::Tensor y = x * 2;
+    REQUIRE_THROWS_WITH(y.requires_grad_(false), StartsWith("requires_grad_: cannot turn off requires_grad of a "
+                                                            "non-leaf tensor (float32 [3] on cpu)"));
+  }
+  still_works();
+}
+
+TEST_CASE("errors: views and reshapes", "[errors]") {
+  ag::manual_seed(9);
+  const ag::Tensor a = ag::rand({3, 4});
+  SECTION("view of a non-contiguous tensor") {
+    REQUIRE_THROWS_WITH(a.t().view({12}),
+                        StartsWith("view: input float32 [4, 3] on cpu is not contiguous (strides [1, 4])") &&
+                            Contains("reshape"));
+    CHECK(a.t().reshape({12}).numel() == 12);  // the suggested fix works
+  }
+  SECTION("wrong number of elements") {
+    REQUIRE_THROWS_WITH(a.reshape({5, 3}),
+                        Equals("reshape: shape [5, 3] is invalid for input float32 [3, 4] on cpu (12 elements)"));
+    REQUIRE_THROWS_WITH(a.view({5, -1}),
+                        Equals("view: shape [5, -1] is invalid for input float32 [3, 4] on cpu (12 elements)"));
+    REQUIRE_THROWS_WITH(a.reshape({-1, -1}), StartsWith("reshape: only one dimension can be -1"));
+    REQUIRE_THROWS_WITH(a.reshape({-2, 6}), StartsWith("reshape: invalid size -2"));
+  }
+  SECTION("factories") {
+    REQUIRE_THROWS_WITH(ag::tensor({1.f, 2.f, 3.f}, {2, 2}),
+                        Equals("tensor: 3 values cannot fill shape [2, 2] (4 elements)"));
+    REQUIRE_THROWS_WITH(ag::zeros({2, -1}), StartsWith("empty: negative dimension in shape [2, -1]"));
+    REQUIRE_THROWS_WITH(ag::arange(0, 5, 0), StartsWith("arange: step must be non-zero"));
+    REQUIRE_THROWS_WITH(ag::arange(5, 0, 1), StartsWith("arange: start 5 cannot reach end 0"));
+  }
+  still_works();
+}
+
+TEST_CASE("errors: cat and stack", "[errors]") {
+  ag::manual_seed(10);
+  REQUIRE_THROWS_WITH(
+      ag::cat({ag::rand({2, 3}), ag::rand({2, 4})}, 0),
+      Equals("cat: sizes must match except in dimension 0; tensor 1 is [2, 4] but tensor 0 is [2, 3]"));
+  REQUIRE_THROWS_WITH(ag::cat({ag::rand({2, 3}), ag::rand({3})}, 0),
+                      StartsWith("cat: tensor 1 has 1 dims but tensor 0 has 2"));
+  REQUIRE_THROWS_WITH(ag::cat({}, 0), Equals("cat: expected a non-empty list of tensors"));
+  REQUIRE_THROWS_WITH(ag::cat({ag::tensor(1.f)}), Contains("cat") && Contains("zero-dim"));
+  REQUIRE_THROWS_WITH(ag::stack({ag::rand({2, 3}), ag::rand({3, 2})}),
+                      Equals("stack: all tensors must have the same shape; tensor 1 is [3, 2] but tensor 0 is [2, 3]"));
+  // along dim 1 the first dims must match
+  CHECK(ag::cat({ag::rand({2, 3}), ag::rand({2, 4})}, 1).sizes() == ag::Shape{2, 7});
+  still_works();
+}
+
+TEST_CASE("errors: undefined tensors", "[errors]") {
+  const ag::Tensor u;
+  REQUIRE_THROWS_WITH(u.shape(), Contains("undefined"));
+  REQUIRE_THROWS_WITH(ag::add(u, ag::rand({2})), Equals("add: first input is an undefined tensor"));
+  REQUIRE_THROWS_WITH(ag::mm(ag::rand({2, 2}), u), Equals("mm: second input is an undefined tensor"));
+  CHECK(u.str() == "tensor(undefined)");
+  still_works();
+}
+
+TEST_CASE("errors: device strings", "[errors]") {
+  REQUIRE_THROWS_WITH(ag::Device("gpu"), Equals("device: cannot parse 'gpu' (expected cpu, cuda or cuda:N)"));
+  REQUIRE_THROWS_WITH(ag::Device("cuda:x"), StartsWith("device:") && Contains("cuda:x"));
+  CHECK(ag::Device("cuda:1").index == 1);
+  still_works();
+}
