@@ -112,3 +112,20 @@ constexpr bool unary_takes_integers(UnaryKind k) {
 }
 
 }  // namespace ampgrad
+
+namespace ampgrad {
+
+// A counter-based random number: element i of stream `seed` (splitmix64 of seed and i),
+// identical on the CPU and in CUDA kernels, so dropout masks match across devices.
+AG_HOST_DEVICE inline uint64_t hash_random(uint64_t seed, uint64_t i) {
+  uint64_t z = seed * 0x9E3779B97F4A7C15ull + i + 0x632BE59BD9B4E019ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+// Uniform in [0, 1) with 24 random bits.
+AG_HOST_DEVICE inline float hash_uniform(uint64_t seed, uint64_t i) {
+  return static_cast<float>(hash_random(seed, i) >> 40) * (1.0f / 16777216.0f);
+}
+
+}  // namespace ampgrad

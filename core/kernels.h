@@ -34,3 +34,20 @@ void index_select(const Tensor& x, const Tensor& index, const Tensor& out);
 void index_add(const Tensor& out, const Tensor& index, const Tensor& src);
 
 }  // namespace ampgrad::cpu
+
+#include "core/conv_params.h"
+
+namespace ampgrad::cpu {
+
+// x [N, C, H, W] (any strides) -> cols contiguous [N, C*kh*kw, oh*ow], row (c, i, j) holding
+// x[n, c, oy*sh - ph + i*dh, ox*sw - pw + j*dw] or pad_value outside the image.
+void im2col(const Tensor& x, const Tensor& cols, const Window2d& w, double pad_value);
+// The adjoint: out contiguous [N, C, H, W] = sum of the cols entries that read each pixel.
+// Deterministic: each output pixel gathers its own contributions.
+void col2im(const Tensor& cols, const Tensor& out, const Window2d& w);
+// out contiguous floating: out[i] = keep(seed, offset + i) ? scale : 0, with keep drawn
+// with probability p_keep by the counter-based hash of core/kernel_kinds.h (same bits on
+// every device).
+void dropout_mask(const Tensor& out, double p_keep, double scale, uint64_t seed, uint64_t offset);
+
+}  // namespace ampgrad::cpu

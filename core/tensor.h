@@ -80,6 +80,8 @@ class Tensor {
   Tensor cpu() const { return to(Device(kCPU)); }
   Tensor cuda() const { return to(Device(kCUDA)); }
   Tensor contiguous() const;
+  // The same values in channels-last (NHWC) memory, still indexed [N, C, H, W].
+  Tensor to_channels_last() const;
   Tensor clone() const;
   template <class T> T item() const;
   template <class T> std::vector<T> to_vector() const;
@@ -96,6 +98,9 @@ class Tensor {
   const std::shared_ptr<autograd::Node>& grad_fn() const { return impl().grad_fn; }
   void backward(const Tensor& gradient = Tensor(), bool retain_graph = false) const;
   Tensor detach() const;
+  // Makes this tensor hold other's data (storage, geometry, dtype) while staying the same
+  // object, so handles held elsewhere (an optimizer's) follow; as libtorch's set_data.
+  void set_data(const Tensor& other) const;
 
   // Views and shapes.
   Tensor view(const Shape& shape) const;

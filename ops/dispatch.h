@@ -41,6 +41,15 @@ inline void index_select(const Tensor& x, const Tensor& index, const Tensor& out
 inline void index_add(const Tensor& out, const Tensor& index, const Tensor& src) {
   AG_KERNEL_ON(out.device(), index_add, out, index, src);
 }
+inline void im2col(const Tensor& x, const Tensor& cols, const Window2d& w, double pad_value) {
+  AG_KERNEL_ON(cols.device(), im2col, x, cols, w, pad_value);
+}
+inline void col2im(const Tensor& cols, const Tensor& out, const Window2d& w) {
+  AG_KERNEL_ON(out.device(), col2im, cols, out, w);
+}
+inline void dropout_mask(const Tensor& out, double p_keep, double scale, uint64_t seed, uint64_t offset) {
+  AG_KERNEL_ON(out.device(), dropout_mask, out, p_keep, scale, seed, offset);
+}
 #undef AG_KERNEL_ON
 
 }  // namespace ampgrad::kernel

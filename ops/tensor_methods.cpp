@@ -50,6 +50,19 @@ void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
 
 Tensor Tensor::detach() const { return alias_with(*this, shape(), strides(), storage_offset()); }
 
+void Tensor::set_data(const Tensor& other) const {
+  AG_CHECK(other.defined(), "set_data: the new data is an undefined tensor");
+  AG_CHECK(is_leaf(), "set_data: only leaf tensors can take new data, got {}", desc());
+  TensorImpl* self = unsafe_impl();
+  const TensorImpl* src = other.unsafe_impl();
+  if (self->dtype != src->dtype || self->storage->device() != src->storage->device()) self->grad = nullptr;
+  self->storage = src->storage;
+  self->sizes = src->sizes;
+  self->strides = src->strides;
+  self->offset = src->offset;
+  self->dtype = src->dtype;
+}
+
 Tensor Tensor::view(const Shape& s) const { return ampgrad::view(*this, s); }
 Tensor Tensor::reshape(const Shape& s) const { return ampgrad::reshape(*this, s); }
 Tensor Tensor::flatten(int64_t s, int64_t e) const { return ampgrad::flatten(*this, s, e); }

@@ -1,0 +1,44 @@
+// The CUDA implementations of the kernel interface of core/kernels.h (same signatures,
+// namespace ampgrad::cuda). Every tensor passed here lives on a CUDA device.
+#pragma once
+
+#include "core/kernel_kinds.h"
+#include "core/tensor.h"
+
+namespace ampgrad::cuda {
+
+void unary(UnaryKind k, const Tensor& x, const Tensor& out, double a, double b);
+void binary(BinaryKind k, const Tensor& x, const Tensor& y, const Tensor& out);
+void where(const Tensor& cond, const Tensor& x, const Tensor& y, const Tensor& out);
+void copy(const Tensor& dst, const Tensor& src);
+void fill(const Tensor& dst, double value);
+void reduce(ReduceKind k, const Tensor& x, const Tensor& out, const Tensor& indices, double param);
+void softmax(const Tensor& x, const Tensor& out, bool log);
+void gemm(const Tensor& a, const Tensor& bm, const Tensor& out, double alpha, double beta);
+void index_select(const Tensor& x, const Tensor& index, const Tensor& out);
+void index_add(const Tensor& out, const Tensor& index, const Tensor& src);
+
+}  // namespace ampgrad::cuda
+
+#include "core/conv_params.h"
+
+namespace ampgrad::cuda {
+
+void im2col(const Tensor& x, const Tensor& cols, const Window2d& w, double pad_value);
+void col2im(const Tensor& cols, const Tensor& out, const Window2d& w);
+void dropout_mask(const Tensor& out, double p_keep, double scale, uint64_t seed, uint64_t offset);
+
+// cuDNN convolution (cuda/conv.cpp). x [N, C, H, W], weight [K, C/groups, kh, kw], out
+// [N, K, oh, ow]; each in NCHW or channels-last (NHWC) strides as given (out is allocated by
+// the caller in x's memory format). bias [K] or undefined. f32 (TF32 only when
+// allow_tf32()), f16/bf16 on tensor cores with f32 accumulation, f64.
+void conv2d_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out,
+                    const Conv2dParams& p);
+void conv2d_backward_data(const Tensor& grad_out, const Tensor& weight, const Tensor& grad_in, const Conv2dParams& p);
+void conv2d_backward_weight(const Tensor& x, const Tensor& grad_out, const Tensor& grad_weight, const Conv2dParams& p);
+// Opt-in (off by default, like torch.backends.cudnn.benchmark): time cuDNN's candidate
+// algorithms once per shape and cache the fastest; otherwise take cuDNN's heuristic choice.
+void set_cudnn_benchmark(bool on);
+bool cudnn_benchmark();
+
+}  // namespace ampgrad::cuda

@@ -1,0 +1,82 @@
+// Layer construction (PyTorch's default initialization) and forward passes.
+#include "nn/layers.h"
+
+#include <cmath>
+
+#include "autograd/node.h"
+#include "nn/init.h"
+#include "ops/nn_ops.h"
+#include "ops/ops.h"
+
+namespace ampgrad::nn {
+
+namespace {
+// PyTorch's reset_parameters for Linear and Conv: kaiming_uniform_(a = sqrt(5)) on the
+// weight (a bound of 1/sqrt(fan_in)), and the bias uniform in +-1/sqrt(fan_in).
+void default_init(const Tensor& weight, const Tensor& bias) {
+  init::kaiming_uniform_(weight, std::sqrt(5.0));
+  if (bias.defined()) {
+    const double bound = 1.0 / std::sqrt(static_cast<double>(init::fans(weight).first));
+    init::uniform_(bias, -bound, bound);
+  }
+}
+}  // namespace
+
+Linear::Linear(int64_t in, int64_t out, LinearOptions o) : Module("Linear") {
+  AG_CHECK(in > 0 && out > 0, "Linear: features must be positive, got in {} out {}", in, out);
+  weight = register_parameter("weight", empty({out, in}, o.options));
+  if (o.bias) bias = register_parameter("bias", empty({out}, o.options));
+  default_init(weight, bias);
+}
+
+Tensor Linear::forward(const Tensor& x) { return linear(x, weight, bias); }
+
+Conv2d::Conv2d(int64_t in, int64_t out, std::array<int64_t, 2> k, Conv2dOptions o) : Module("Conv2d"), opts(o) {
+  AG_CHECK(in > 0 && out > 0 && o.groups > 0 && in % o.groups == 0 && out % o.groups == 0,
+           "Conv2d: channels in {} and out {} must be positive multiples of groups {}", in, out, o.groups);
+  weight = register_parameter("weight", empty({out, in / o.groups, k[0], k[1]}, o.options));
+  if (o.bias) bias = register_parameter("bias", empty({out}, o.options));
+  default_init(weight, bias);
+}
+
+Tensor Conv2d::forward(const Tensor& x) {
+  return conv2d(x, weight, bias, opts.stride, opts.padding, opts.dilation, opts.groups);
+}
+
+Tensor MaxPool2d::forward(const Tensor& x) { return max_pool2d(x, kernel_, stride_, padding_); }
+Tensor AvgPool2d::forward(const Tensor& x) { return avg_pool2d(x, kernel_, stride_, padding_); }
+Tensor AdaptiveAvgPool2d::forward(const Tensor& x) { return adaptive_avg_pool2d(x, out_); }
+Tensor ReLU::forward(const Tensor& x) { return relu(x); }
+Tensor GELU::forward(const Tensor& x) { return gelu(x); }
+Tensor Tanh::forward(const Tensor& x) { return tanh(x); }
+Tensor Sigmoid::forward(const Tensor& x) { return sigmoid(x); }
+Tensor Dropout::forward(const Tensor& x) { return dropout(x, p_, is_training()); }
+Tensor Flatten::forward(const Tensor& x) { return flatten(x, start_, end_); }
+
+BatchNorm2d::BatchNorm2d(int64_t n, double eps, double momentum, TensorOptions o)
+    : Module("BatchNorm2d"), eps_(eps), momentum_(momentum) {
+  TensorOptions f32 = TensorOptions(kFloat32).device(o.device());
+  weight = register_parameter("weight", ones({n}, f32));
+  bias = register_parameter("bias", zeros({n}, f32));
+  running_mean = register_buffer("running_mean", zeros({n}, f32));
+  running_var = register_buffer("running_var", ones({n}, f32));
+  num_batches_tracked = register_buffer("num_batches_tracked", zeros({}, TensorOptions(kInt64).device(o.device())));
+}
+
+Tensor BatchNorm2d::forward(const Tensor& x) {
+  AG_CHECK(x.dim() == 4, "BatchNorm2d: expected a 4-D input [N, C, H, W], got {}", x.desc());
+  if (is_training()) {
+    NoGradGuard no_grad;
+    num_batches_tracked.add_(1);
+  }
+  return batch_norm(x, running_mean, running_var, weight, bias, is_training(), momentum_, eps_);
+}
+
+LayerNorm::LayerNorm(Shape shape, double eps, TensorOptions o) : Module("LayerNorm"), shape_(shape), eps_(eps) {
+  weight = register_parameter("weight", ones(shape, o));
+  bias = register_parameter("bias", zeros(shape, o));
+}
+
+Tensor LayerNorm::forward(const Tensor& x) { return layer_norm(x, shape_, weight, bias, eps_); }
+
+}  // namespace ampgrad::nn

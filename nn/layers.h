@@ -1,0 +1,137 @@
+// The layers: Linear, Conv2d, pooling, activations, Dropout, Flatten, BatchNorm2d, LayerNorm.
+// Each initializes its parameters as PyTorch's layer of the same name does.
+#pragma once
+
+#include <array>
+
+#include "nn/module.h"
+
+namespace ampgrad::nn {
+
+struct LinearOptions {
+  bool bias = true;
+  TensorOptions options;  // dtype/device of the parameters
+};
+
+class Linear : public Module {
+ public:
+  Linear(int64_t in_features, int64_t out_features, LinearOptions o = {});
+  Tensor forward(const Tensor& x) override;
+  Tensor weight, bias;
+};
+
+struct Conv2dOptions {
+  std::array<int64_t, 2> stride{1, 1};
+  std::array<int64_t, 2> padding{0, 0};
+  std::array<int64_t, 2> dilation{1, 1};
+  int64_t groups = 1;
+  bool bias = true;
+  TensorOptions options;
+};
+
+class Conv2d : public Module {
+ public:
+  Conv2d(int64_t in_channels, int64_t out_channels, std::array<int64_t, 2> kernel_size, Conv2dOptions o = {});
+  Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, Conv2dOptions o = {})
+      : Conv2d(in_channels, out_channels, {kernel_size, kernel_size}, o) {}
+  Tensor forward(const Tensor& x) override;
+  Tensor weight, bias;
+  Conv2dOptions opts;
+};
+
+class MaxPool2d : public Module {
+ public:
+  explicit MaxPool2d(std::array<int64_t, 2> kernel, std::array<int64_t, 2> stride = {0, 0},
+                     std::array<int64_t, 2> padding = {0, 0})
+      : Module("MaxPool2d"), kernel_(kernel), stride_(stride), padding_(padding) {}
+  explicit MaxPool2d(int64_t k) : MaxPool2d({k, k}) {}
+  Tensor forward(const Tensor& x) override;
+
+ private:
+  std::array<int64_t, 2> kernel_, stride_, padding_;
+};
+
+class AvgPool2d : public Module {
+ public:
+  explicit AvgPool2d(std::array<int64_t, 2> kernel, std::array<int64_t, 2> stride = {0, 0},
+                     std::array<int64_t, 2> padding = {0, 0})
+      : Module("AvgPool2d"), kernel_(kernel), stride_(stride), padding_(padding) {}
+  explicit AvgPool2d(int64_t k) : AvgPool2d({k, k}) {}
+  Tensor forward(const Tensor& x) override;
+
+ private:
+  std::array<int64_t, 2> kernel_, stride_, padding_;
+};
+
+class AdaptiveAvgPool2d : public Module {
+ public:
+  explicit AdaptiveAvgPool2d(std::array<int64_t, 2> out) : Module("AdaptiveAvgPool2d"), out_(out) {}
+  Tensor forward(const Tensor& x) override;
+
+ private:
+  std::array<int64_t, 2> out_;
+};
+
+class ReLU : public Module {
+ public:
+  ReLU() : Module("ReLU") {}
+  Tensor forward(const Tensor& x) override;
+};
+class GELU : public Module {
+ public:
+  GELU() : Module("GELU") {}
+  Tensor forward(const Tensor& x) override;
+};
+class Tanh : public Module {
+ public:
+  Tanh() : Module("Tanh") {}
+  Tensor forward(const Tensor& x) override;
+};
+class Sigmoid : public Module {
+ public:
+  Sigmoid() : Module("Sigmoid") {}
+  Tensor forward(const Tensor& x) override;
+};
+
+class Dropout : public Module {
+ public:
+  explicit Dropout(double p = 0.5) : Module("Dropout"), p_(p) {}
+  Tensor forward(const Tensor& x) override;
+
+ private:
+  double p_;
+};
+
+class Flatten : public Module {
+ public:
+  explicit Flatten(int64_t start_dim = 1, int64_t end_dim = -1) : Module("Flatten"), start_(start_dim), end_(end_dim) {}
+  Tensor forward(const Tensor& x) override;
+
+ private:
+  int64_t start_, end_;
+};
+
+// Running statistics and the affine parameters are float32 whatever the input dtype, so
+// under autocast (or with 16-bit activations) the statistics keep their precision.
+class BatchNorm2d : public Module {
+ public:
+  explicit BatchNorm2d(int64_t num_features, double eps = 1e-5, double momentum = 0.1, TensorOptions o = {});
+  Tensor forward(const Tensor& x) override;
+  Tensor weight, bias, running_mean, running_var, num_batches_tracked;
+
+ private:
+  double eps_, momentum_;
+};
+
+class LayerNorm : public Module {
+ public:
+  explicit LayerNorm(Shape normalized_shape, double eps = 1e-5, TensorOptions o = {});
+  Tensor forward(const Tensor& x) override;
+  Tensor weight, bias;
+
+ private:
+  Shape shape_;
+  double eps_;
+};
+
+}  // namespace ampgrad::nn

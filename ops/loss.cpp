@@ -1,0 +1,110 @@
+// Losses: nll_loss, cross_entropy (label smoothing, ignore_index), mse, and binary cross-entropy.
+#include "ops/dispatch.h"
+#include "ops/internal.h"
+#include "ops/nn_ops.h"
+#include "ops/op_scope.h"
+#include "ops/ops.h"
+
+namespace ampgrad {
+
+using amp::Category;
+
+namespace {
+const OpInfo kNllLoss{"nll_loss", Category::fp32, true, "losses: range and accumulation, as PyTorch"};
+const OpInfo kCrossEntropy{"cross_entropy", Category::fp32, true, "losses: exp, log and a sum over classes"};
+const OpInfo kMseLoss{"mse_loss", Category::fp32, true, "losses: squares overflow float16"};
+const OpInfo kBceWithLogits{"binary_cross_entropy_with_logits", Category::fp32, true,
+                            "losses: the stable log-sigmoid form"};
+const OpInfo kBce{"binary_cross_entropy", Category::banned, true,
+                  "log of probabilities near 0 or 1 is unsafe in float16", "binary_cross_entropy_with_logits"};
+
+void check_classification(const OpInfo& op, const Tensor& input, const Tensor& target) {
+  check_defined(op, input, "input");
+  check_defined(op, target, "target");
+  AG_CHECK(input.dim() == 2, "{}: expected input [N, C], got {}", op.name, input.desc());
+  AG_CHECK(is_floating(input.dtype()), "{}: expected a floating input, got {}", op.name, input.desc());
+  AG_CHECK(target.dtype() == kInt64 && target.dim() == 1 && target.size(0) == input.size(0),
+           "{}: expected an int64 target [{}] of class indices, got {}", op.name, input.size(0), target.desc());
+  check_same_device(op, input, target);
+  if (target.is_cpu()) {
+    for (int64_t t : target.to_vector<int64_t>())
+      AG_CHECK((t >= 0 && t < input.size(1)) || t == -100,
+               "{}: target {} is out of range for {} classes (and is not ignore_index -100)", op.name, t,
+               input.size(1));
+  }
+}
+
+// sum over valid rows of -log_probs[i, target[i]], and the count of valid rows (float).
+std::pair<Tensor, Tensor> picked_nll(const Tensor& log_probs, const Tensor& target, int64_t ignore_index) {
+  const int64_t c = log_probs.size(1);
+  Tensor valid = ne(target, ignore_index);
+  Tensor safe = where(valid, target, zeros_like(target));
+  Tensor classes = arange(0, c, 1, TensorOptions(kInt64).device(target.device())).view({1, c});
+  Tensor onehot = eq(classes, safe.view({-1, 1}));
+  Tensor picked = sum(where(onehot, log_probs, zeros_like(log_probs)), {1});
+  Tensor validf = valid.to(log_probs.dtype());
+  return {-sum(picked * validf), sum(validf)};
+}
+}  // namespace
+
+Tensor nll_loss(const Tensor& log_probs0, const Tensor& target0, int64_t ignore_index) {
+  Tensor lp = log_probs0, target = target0;
+  OpScope scope(kNllLoss, lp, target);
+  check_classification(kNllLoss, lp, target);
+  auto [total, count] = picked_nll(lp, target, ignore_index);
+  return scope.finish(total / count);
+}
+
+Tensor cross_entropy(const Tensor& logits0, const Tensor& target0, double label_smoothing, int64_t ignore_index) {
+  Tensor logits = logits0, target = target0;
+  OpScope scope(kCrossEntropy, logits, target);
+  check_classification(kCrossEntropy, logits, target);
+  AG_CHECK(label_smoothing >= 0 && label_smoothing <= 1, "cross_entropy: label_smoothing must be in [0, 1], got {}",
+           label_smoothing);
+  Tensor lp = log_softmax(logits, 1);
+  auto [total, count] = picked_nll(lp, target, ignore_index);
+  Tensor loss = total / count;
+  if (label_smoothing > 0) {
+    // (1 - e) * nll + e * mean over classes of -log p, over the valid rows.
+    Tensor validf = ne(target, ignore_index).to(lp.dtype());
+    Tensor smooth = -sum(sum(lp, {1}) * validf) / (count * static_cast<double>(logits.size(1)));
+    loss = loss * (1 - label_smoothing) + smooth * label_smoothing;
+  }
+  return scope.finish(loss);
+}
+
+Tensor mse_loss(const Tensor& input0, const Tensor& target0) {
+  Tensor input = input0, target = target0;
+  OpScope scope(kMseLoss, input, target);
+  check_defined(kMseLoss, input, "input");
+  check_defined(kMseLoss, target, "target");
+  AG_CHECK(input.shape() == target.shape(), "mse_loss: input {} and target {} must have the same shape", input.desc(),
+           target.desc());
+  Tensor d = input - target;
+  return scope.finish(mean(d * d));
+}
+
+Tensor binary_cross_entropy_with_logits(const Tensor& logits0, const Tensor& target0) {
+  Tensor x = logits0, y = target0;
+  OpScope scope(kBceWithLogits, x, y);
+  check_defined(kBceWithLogits, x, "input");
+  check_defined(kBceWithLogits, y, "target");
+  AG_CHECK(x.shape() == y.shape(), "binary_cross_entropy_with_logits: input {} and target {} must have the same shape",
+           x.desc(), y.desc());
+  // max(x, 0) - x*y + log(1 + e^-|x|): no overflow for large |x|.
+  return scope.finish(mean(relu(x) - x * y + log1p(exp(-abs(x)))));
+}
+
+Tensor binary_cross_entropy(const Tensor& probs0, const Tensor& target0) {
+  Tensor p = probs0, y = target0;
+  OpScope scope(kBce, p, y);
+  check_defined(kBce, p, "input");
+  check_defined(kBce, y, "target");
+  AG_CHECK(p.shape() == y.shape(), "binary_cross_entropy: input {} and target {} must have the same shape", p.desc(),
+           y.desc());
+  // log clamped at -100, as PyTorch, so p = 0 or 1 gives a finite loss.
+  Tensor lp = clamp(log(p), -100.0, std::nullopt), l1p = clamp(log(rsub(p, 1)), -100.0, std::nullopt);
+  return scope.finish(-mean(y * lp + rsub(y, 1) * l1p));
+}
+
+}  // namespace ampgrad

@@ -1,0 +1,102 @@
+// Normalization and dropout: batch_norm, layer_norm (composites of differentiable ops).
+#include "autograd/node.h"
+#include "core/generator.h"
+#include "ops/dispatch.h"
+#include "ops/internal.h"
+#include "ops/nn_ops.h"
+#include "ops/op_scope.h"
+#include "ops/ops.h"
+
+namespace ampgrad {
+
+using amp::Category;
+
+namespace {
+const OpInfo kBatchNorm{"batch_norm", Category::passthrough, true,
+                        "statistics computed in float32 inside; output in the input's dtype (as cuDNN)"};
+const OpInfo kLayerNorm{"layer_norm", Category::fp32, true, "accumulation: mean and variance over a row"};
+const OpInfo kDropout{"dropout", Category::passthrough, true, "a mask multiply: exact in any dtype"};
+
+Tensor as_float32(const Tensor& t) { return t.defined() && t.dtype() != kFloat32 && t.dtype() != kFloat64 ? t.to(kFloat32) : t; }
+}  // namespace
+
+Tensor batch_norm(const Tensor& x0, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight0,
+                  const Tensor& bias0, bool training, double momentum, double eps) {
+  Tensor x = x0, weight = weight0, bias = bias0;
+  OpScope scope(kBatchNorm, x, weight, bias);
+  check_defined(kBatchNorm, x, "input");
+  AG_CHECK(x.dim() >= 2, "batch_norm: expected an input [N, C, ...], got {}", x.desc());
+  AG_CHECK(is_floating(x.dtype()), "batch_norm: expected a floating input, got {}", x.desc());
+  const int64_t c = x.size(1);
+  for (const Tensor* t : std::initializer_list<const Tensor*>{&running_mean, &running_var, &weight, &bias})
+    if (t->defined())
+      AG_CHECK(t->dim() == 1 && t->size(0) == c && t->device() == x.device(),
+               "batch_norm: per-channel tensors must be [{}] on {}, got {}", c, x.device().str(), t->desc());
+  AG_CHECK(training || (running_mean.defined() && running_var.defined()),
+           "batch_norm: evaluation mode needs running_mean and running_var");
+  Shape dims{0}, bshape(x.dim(), 1);
+  for (int64_t d = 2; d < x.dim(); ++d) dims.push_back(d);
+  bshape[1] = c;
+  Tensor xf = as_float32(x);
+  Tensor mu, var;
+  if (training) {
+    const int64_t count = x.numel() / c;
+    AG_CHECK(count > 1, "batch_norm: expected more than 1 value per channel when training, got input {}", x.desc());
+    mu = mean(xf, dims, true);
+    var = ampgrad::var(xf, dims, 0.0, true);
+    if (running_mean.defined()) {
+      NoGradGuard no_grad;
+      Tensor rm = running_mean, rv = running_var;
+      rm.copy_(rm * (1 - momentum) + mu.view({c}) * momentum);
+      rv.copy_(rv * (1 - momentum) + var.view({c}) * (momentum * count / (count - 1.0)));
+    }
+  } else {
+    mu = as_float32(running_mean).view(bshape);
+    var = as_float32(running_var).view(bshape);
+  }
+  Tensor y = (xf - mu) * rsqrt(var + eps);
+  if (weight.defined()) y = y * as_float32(weight).view(bshape);
+  if (bias.defined()) y = y + as_float32(bias).view(bshape);
+  return scope.finish(y.dtype() == x.dtype() ? y : y.to(x.dtype()));
+}
+
+Tensor layer_norm(const Tensor& x0, const Shape& normalized_shape, const Tensor& weight0, const Tensor& bias0,
+                  double eps) {
+  Tensor x = x0, weight = weight0, bias = bias0;
+  OpScope scope(kLayerNorm, x, weight, bias);
+  check_defined(kLayerNorm, x, "input");
+  const int64_t k = static_cast<int64_t>(normalized_shape.size());
+  AG_CHECK(k >= 1 && x.dim() >= k &&
+               Shape(x.shape().end() - k, x.shape().end()) == normalized_shape,
+           "layer_norm: normalized_shape {} does not match the last dims of input {}", shape_str(normalized_shape),
+           x.desc());
+  for (const Tensor* t : std::initializer_list<const Tensor*>{&weight, &bias})
+    if (t->defined())
+      AG_CHECK(t->shape() == normalized_shape, "layer_norm: weight and bias must be {}, got {}",
+               shape_str(normalized_shape), t->desc());
+  Shape dims;
+  for (int64_t d = x.dim() - k; d < x.dim(); ++d) dims.push_back(d);
+  Tensor mu = mean(x, dims, true);
+  Tensor var = ampgrad::var(x, dims, 0.0, true);
+  Tensor y = (x - mu) * rsqrt(var + eps);
+  if (weight.defined()) y = y * weight;
+  if (bias.defined()) y = y + bias;
+  return scope.finish(y);
+}
+
+Tensor dropout(const Tensor& x0, double p, bool training) {
+  Tensor x = x0;
+  OpScope scope(kDropout, x);
+  check_defined(kDropout, x, "input");
+  AG_CHECK(p >= 0 && p <= 1, "dropout: probability must be in [0, 1], got {}", p);
+  if (!training || p == 0) return scope.finish(x);
+  AG_CHECK(is_floating(x.dtype()), "dropout: expected a floating input, got {}", x.desc());
+  if (p == 1) return scope.finish(x * 0.0);
+  Tensor mask = empty(x.shape(), x.options());
+  // One draw from the default generator seeds this mask: reproducible under manual_seed.
+  const uint64_t seed = default_generator().next_u64();
+  if (mask.numel()) kernel::dropout_mask(mask, 1 - p, 1 / (1 - p), seed, 0);
+  return scope.finish(x * mask);
+}
+
+}  // namespace ampgrad

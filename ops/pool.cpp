@@ -1,0 +1,86 @@
+// Pooling: max and average over windows (built on unfold), and adaptive average pooling.
+#include <cmath>
+
+#include "ops/dispatch.h"
+#include "ops/internal.h"
+#include "ops/nn_ops.h"
+#include "ops/op_scope.h"
+#include "ops/ops.h"
+
+namespace ampgrad {
+
+using amp::Category;
+
+namespace {
+const OpInfo kMaxPool2d{"max_pool2d", Category::passthrough, true, "exact in any dtype"};
+const OpInfo kAvgPool2d{"avg_pool2d", Category::passthrough, true, "a short sum, accumulated in float32"};
+const OpInfo kAdaptiveAvgPool2d{"adaptive_avg_pool2d", Category::passthrough, true,
+                                "a short sum, accumulated in float32"};
+
+Window2d pool_window(std::array<int64_t, 2> k, std::array<int64_t, 2> s, std::array<int64_t, 2> p,
+                     std::array<int64_t, 2> d) {
+  // stride 0 means "the kernel size", PyTorch's default.
+  return {k[0], k[1], s[0] ? s[0] : k[0], s[1] ? s[1] : k[1], p[0], p[1], d[0], d[1]};
+}
+
+void check_pool_padding(std::string_view op, const Window2d& w) {
+  AG_CHECK(w.ph * 2 <= w.kh && w.pw * 2 <= w.kw, "{}: padding {}x{} must be at most half the kernel {}x{}", op, w.ph,
+           w.pw, w.kh, w.kw);
+}
+
+// [N, C, H, W] -> windows [N, C, kh*kw, oh*ow].
+Tensor windows(const Tensor& x, const Window2d& w, double pad_value) {
+  return unfold(x, w, pad_value).view({x.size(0), x.size(1), w.kh * w.kw, -1});
+}
+}  // namespace
+
+Tensor max_pool2d(const Tensor& x0, std::array<int64_t, 2> kernel, std::array<int64_t, 2> stride,
+                  std::array<int64_t, 2> padding, std::array<int64_t, 2> dilation) {
+  Tensor x = x0;
+  OpScope scope(kMaxPool2d, x);
+  check_defined(kMaxPool2d, x, "input");
+  Window2d w = pool_window(kernel, stride, padding, dilation);
+  check_pool_padding("max_pool2d", w);
+  AG_CHECK(x.dim() == 4, "max_pool2d: expected a 4-D input [N, C, H, W], got {}", x.desc());
+  Tensor out = max(windows(x, w, -INFINITY), 2).first;
+  return scope.finish(out.view({x.size(0), x.size(1), w.out_h(x.size(2)), w.out_w(x.size(3))}));
+}
+
+Tensor avg_pool2d(const Tensor& x0, std::array<int64_t, 2> kernel, std::array<int64_t, 2> stride,
+                  std::array<int64_t, 2> padding) {
+  Tensor x = x0;
+  OpScope scope(kAvgPool2d, x);
+  check_defined(kAvgPool2d, x, "input");
+  Window2d w = pool_window(kernel, stride, padding, {1, 1});
+  check_pool_padding("avg_pool2d", w);
+  AG_CHECK(x.dim() == 4, "avg_pool2d: expected a 4-D input [N, C, H, W], got {}", x.desc());
+  Tensor out = mean(windows(x, w, 0.0), {2});
+  return scope.finish(out.view({x.size(0), x.size(1), w.out_h(x.size(2)), w.out_w(x.size(3))}));
+}
+
+Tensor adaptive_avg_pool2d(const Tensor& x0, std::array<int64_t, 2> output_size) {
+  Tensor x = x0;
+  OpScope scope(kAdaptiveAvgPool2d, x);
+  check_defined(kAdaptiveAvgPool2d, x, "input");
+  AG_CHECK(x.dim() == 4, "adaptive_avg_pool2d: expected a 4-D input [N, C, H, W], got {}", x.desc());
+  const int64_t h = x.size(2), wd = x.size(3), oh = output_size[0], ow = output_size[1];
+  AG_CHECK(oh > 0 && ow > 0, "adaptive_avg_pool2d: output size must be positive, got {}x{}", oh, ow);
+  if (h % oh == 0 && wd % ow == 0) {  // even bins: one pooling window
+    Window2d w{h / oh, wd / ow, h / oh, wd / ow, 0, 0, 1, 1};
+    return scope.finish(mean(windows(x, w, 0.0), {2}).view({x.size(0), x.size(1), oh, ow}));
+  }
+  // Uneven bins, as PyTorch: rows [floor(i*h/oh), ceil((i+1)*h/oh)).
+  std::vector<Tensor> rows;
+  for (int64_t i = 0; i < oh; ++i) {
+    const int64_t y0 = i * h / oh, y1 = ((i + 1) * h + oh - 1) / oh;
+    std::vector<Tensor> cols;
+    for (int64_t j = 0; j < ow; ++j) {
+      const int64_t x0_ = j * wd / ow, x1 = ((j + 1) * wd + ow - 1) / ow;
+      cols.push_back(mean(x.narrow(2, y0, y1 - y0).narrow(3, x0_, x1 - x0_), {2, 3}));
+    }
+    rows.push_back(stack(cols, 2));
+  }
+  return scope.finish(stack(rows, 2));
+}
+
+}  // namespace ampgrad
