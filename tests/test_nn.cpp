@@ -1,0 +1,326 @@
+// nn: modules, layers and losses against float64 references, gradchecks of the new ops,
+// autocast dtypes per layer, CPU vs CUDA training, checkpoint resume.
+#include <cstdio>
+#include <filesystem>
+
+#include "common.h"
+
+namespace nn = ag::nn;
+namespace F = ag::nn::functional;
+
+namespace {
+
+std::vector<ag::Device> devices() {
+  std::vector<ag::Device> d{ag::Device(ag::kCPU)};
+  if (ag::cuda::is_available()) d.emplace_back(ag::kCUDA);
+  return d;
+}
+
+ag::Tensor leaf64(const ag::Shape& s, double lo = -1, double hi = 1) {
+  return (ag::rand(s, ag::kFloat64) * (hi - lo) + lo).detach().requires_grad_();
+}
+
+void gradcheck_ok(const std::function<ag::Tensor(const std::vector<ag::Tensor>&)>& fn, std::vector<ag::Tensor> in) {
+  auto r = ag::autograd::gradcheck(fn, in);
+  INFO(r.message);
+  CHECK(r.ok);
+}
+
+// Direct convolution in double: out[n, k, y, x] = sum_c,i,j w[k, c, i, j] * in[n, g*C/g + c, ...].
+std::vector<double> conv_reference(const ag::Tensor& x, const ag::Tensor& w, const ag::Tensor& b,
+                                   std::array<int64_t, 2> s, std::array<int64_t, 2> p, std::array<int64_t, 2> d,
+                                   int64_t groups) {
+  auto xv = x.to_vector<double>(), wv = w.to_vector<double>();
+  std::vector<double> bv = b.defined() ? b.to_vector<double>() : std::vector<double>();
+  const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3), K = w.size(0), kh = w.size(2),
+                kw = w.size(3), cg = C / groups, kg = K / groups;
+  const int64_t oh = (H + 2 * p[0] - d[0] * (kh - 1) - 1) / s[0] + 1, ow = (W + 2 * p[1] - d[1] * (kw - 1) - 1) / s[1] + 1;
+  std::vector<double> out(static_cast<size_t>(N * K * oh * ow));
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t k = 0; k < K; ++k)
+      for (int64_t oy = 0; oy < oh; ++oy)
+        for (int64_t ox = 0; ox < ow; ++ox) {
+          double acc = bv.empty() ? 0 : bv[k];
+          const int64_t g = k / kg;
+          for (int64_t c = 0; c < cg; ++c)
+            for (int64_t i = 0; i < kh; ++i)
+              for (int64_t j = 0; j < kw; ++j) {
+                int64_t y = oy * s[0] - p[0] + i * d[0], xx = ox * s[1] - p[1] + j * d[1];
+                if (y < 0 || y >= H || xx < 0 || xx >= W) continue;
+                acc += wv[((k * cg + c) * kh + i) * kw + j] * xv[((n * C + g * cg + c) * H + y) * W + xx];
+              }
+          out[((n * K + k) * oh + oy) * ow + ox] = acc;
+        }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("conv2d matches a direct float64 convolution", "[nn][cuda]") {
+  struct Case {
+    ag::Shape x, w;
+    std::array<int64_t, 2> s, p, d;
+    int64_t groups;
+    bool bias;
+  };
+  const Case cases[] = {{{2, 3, 7, 6}, {4, 3, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1, true},
+                        {{1, 4, 9, 8}, {6, 2, 3, 2}, {2, 1}, {1, 0}, {1, 2}, 2, false},
+                        {{2, 6, 5, 5}, {6, 1, 3, 3}, {1, 2}, {2, 1}, {2, 1}, 6, true}};
+  for (ag::Device dev : devices())
+    for (ag::DType dt : {ag::kFloat32, ag::kFloat16, ag::kBFloat16})
+      for (bool channels_last : {false, true})
+        for (const Case& c : cases) {
+          INFO(dev.str() << " " << ag::dtype_name(dt) << (channels_last ? " NHWC" : " NCHW") << " groups " << c.groups);
+          auto opt = ag::TensorOptions(dt).device(dev);
+          ag::Tensor x = ag::randn(c.x, opt), w = ag::randn(c.w, opt) * 0.3;
+          ag::Tensor b = c.bias ? ag::randn({c.w[0]}, opt) : ag::Tensor();
+          if (channels_last) x = x.to_channels_last();
+          ag::Tensor out = ag::conv2d(x, w, b, c.s, c.p, c.d, c.groups);
+          CHECK(out.dtype() == dt);
+          const double fan = static_cast<double>(c.w[1] * c.w[2] * c.w[3]);
+          check_close(out, conv_reference(x, w, b, c.s, c.p, c.d, c.groups), 8 * std::sqrt(fan) * eps_of(dt) + 1e-5,
+                      4 * eps_of(dt));
+        }
+}
+
+TEST_CASE("gradcheck of the nn ops in float64", "[nn]") {
+  ag::manual_seed(11);
+  SECTION("conv2d, with groups, stride, padding, dilation and bias") {
+    gradcheck_ok([](const auto& v) { return ag::conv2d(v[0], v[1], v[2], {2, 1}, {1, 0}, {1, 2}, 2); },
+                 {leaf64({1, 4, 5, 6}), leaf64({2, 2, 2, 2}), leaf64({2})});
+    gradcheck_ok([](const auto& v) { return ag::conv2d(v[0].to_channels_last(), v[1]); },
+                 {leaf64({2, 2, 4, 4}), leaf64({3, 2, 3, 3})});
+  }
+  SECTION("unfold") {
+    gradcheck_ok([](const auto& v) { return ag::unfold(v[0], ag::Window2d{2, 3, 1, 2, 1, 1, 1, 1}); }, {leaf64({1, 2, 4, 5})});
+  }
+  SECTION("pools") {
+    // Distinct values so that max has no ties.
+    ag::Tensor x = (ag::arange(0, 2 * 3 * 6 * 6, 1, ag::kFloat64).view({2, 3, 6, 6}) * 0.01 +
+                    ag::rand({2, 3, 6, 6}, ag::kFloat64) * 0.001)
+                       .detach()
+                       .requires_grad_();
+    gradcheck_ok([](const auto& v) { return ag::max_pool2d(v[0], {3, 3}, {2, 2}, {1, 1}); }, {x});
+    gradcheck_ok([](const auto& v) { return ag::avg_pool2d(v[0], {2, 3}, {2, 1}, {1, 1}); }, {leaf64({1, 2, 5, 6})});
+    gradcheck_ok([](const auto& v) { return ag::adaptive_avg_pool2d(v[0], {2, 3}); }, {leaf64({1, 2, 4, 6})});
+    gradcheck_ok([](const auto& v) { return ag::adaptive_avg_pool2d(v[0], {3, 2}); }, {leaf64({1, 1, 5, 5})});
+  }
+  SECTION("norms") {
+    ag::Tensor rm = ag::zeros({3}, ag::kFloat64), rv = ag::ones({3}, ag::kFloat64);
+    gradcheck_ok([&](const auto& v) { return ag::batch_norm(v[0], rm, rv, v[1], v[2], true); },
+                 {leaf64({4, 3, 2, 2}), leaf64({3}), leaf64({3})});
+    gradcheck_ok([&](const auto& v) { return ag::batch_norm(v[0], rm, rv, v[1], v[2], false); },
+                 {leaf64({2, 3, 2, 2}), leaf64({3}), leaf64({3})});
+    gradcheck_ok([](const auto& v) { return ag::layer_norm(v[0], {3, 4}, v[1], v[2]); },
+                 {leaf64({2, 3, 4}), leaf64({3, 4}), leaf64({3, 4})});
+  }
+  SECTION("dropout: a fixed mask per seed") {
+    gradcheck_ok(
+        [](const auto& v) {
+          ag::manual_seed(5);
+          return ag::dropout(v[0], 0.3, true);
+        },
+        {leaf64({4, 5})});
+  }
+  SECTION("losses") {
+    ag::Tensor t = ag::tensor(std::vector<int64_t>{2, 0, -100, 1});
+    gradcheck_ok([&](const auto& v) { return ag::cross_entropy(v[0], t, 0.1); }, {leaf64({4, 3})});
+    gradcheck_ok([&](const auto& v) { return ag::nll_loss(ag::log_softmax(v[0], 1), t); }, {leaf64({4, 3})});
+    gradcheck_ok([](const auto& v) { return ag::mse_loss(v[0], v[1]); }, {leaf64({3, 2}), leaf64({3, 2})});
+    gradcheck_ok([](const auto& v) { return ag::binary_cross_entropy_with_logits(v[0], v[1]); },
+                 {leaf64({5}, -3, 3), leaf64({5}, 0, 1)});
+    gradcheck_ok([](const auto& v) { return ag::binary_cross_entropy(v[0], v[1]); },
+                 {leaf64({5}, 0.1, 0.9), leaf64({5}, 0, 1)});
+  }
+}
+
+TEST_CASE("losses and norms match float64 references", "[nn]") {
+  ag::Tensor logits = ag::tensor({1.f, 2.f, 0.5f, -1.f, 0.f, 3.f}, {2, 3});
+  ag::Tensor target = ag::tensor(std::vector<int64_t>{1, 2});
+  auto lse = [](double a, double b, double c) { return std::log(std::exp(a) + std::exp(b) + std::exp(c)); };
+  const double l0 = lse(1, 2, 0.5), l1 = lse(-1, 0, 3);
+  const double nll = ((l0 - 2) + (l1 - 3)) / 2;
+  CHECK(ag::cross_entropy(logits, target).item<double>() == Approx(nll).epsilon(1e-6));
+  // Label smoothing 0.2: 0.8 * nll + 0.2 * mean_c(-log p_c).
+  const double smooth = ((3 * l0 - 3.5) + (3 * l1 - 2)) / (2 * 3);
+  CHECK(ag::cross_entropy(logits, target, 0.2).item<double>() == Approx(0.8 * nll + 0.2 * smooth).epsilon(1e-6));
+  // ignore_index drops a row from the mean.
+  ag::Tensor t2 = ag::tensor(std::vector<int64_t>{1, -100});
+  CHECK(ag::cross_entropy(logits, t2).item<double>() == Approx(l0 - 2).epsilon(1e-6));
+  CHECK(ag::mse_loss(ag::tensor({1.f, 2.f}), ag::tensor({2.f, 4.f})).item<double>() == Approx(2.5));
+  const double x = 0.7, y = 0.3;
+  CHECK(ag::binary_cross_entropy_with_logits(ag::tensor({0.7f}), ag::tensor({0.3f})).item<double>() ==
+        Approx(-(y * std::log(1 / (1 + std::exp(-x))) + (1 - y) * std::log(1 - 1 / (1 + std::exp(-x))))).epsilon(1e-5));
+  // Running statistics: momentum 0.1, unbiased variance.
+  ag::Tensor bx = ag::tensor({1.f, 2.f, 3.f, 6.f}, {4, 1, 1, 1});
+  ag::Tensor rm = ag::zeros({1}), rv = ag::ones({1});
+  ag::Tensor out = ag::batch_norm(bx, rm, rv, ag::Tensor(), ag::Tensor(), true);
+  CHECK(rm.item<double>() == Approx(0.1 * 3.0));
+  CHECK(rv.item<double>() == Approx(0.9 + 0.1 * (14.0 / 3.0)));
+  check_close(out, {-2 / std::sqrt(3.5 + 1e-5), -1 / std::sqrt(3.5 + 1e-5), 0, 3 / std::sqrt(3.5 + 1e-5)}, 1e-6, 1e-5);
+}
+
+TEST_CASE("dropout: rate, scale, training switch, same mask on CPU and CUDA", "[nn][cuda]") {
+  ag::Tensor x = ag::ones({100000});
+  ag::manual_seed(3);
+  ag::Tensor y = ag::dropout(x, 0.25, true);
+  auto v = y.to_vector<float>();
+  int64_t zeros = 0;
+  for (float e : v) {
+    if (e == 0) ++zeros;
+    else CHECK(e == Approx(1 / 0.75));
+  }
+  CHECK(std::abs(zeros / 100000.0 - 0.25) < 0.01);
+  CHECK(ag::dropout(x, 0.25, false).is_same(x));
+  if (ag::cuda::is_available()) {
+    ag::manual_seed(3);
+    ag::Tensor yc = ag::dropout(x.cuda(), 0.25, true);
+    CHECK(yc.to_vector<float>() == v);
+  }
+}
+
+TEST_CASE("modules: parameters, buffers, train/eval, to(), state_dict", "[nn]") {
+  ag::manual_seed(0);
+  auto net = std::make_shared<nn::Sequential>(std::vector<std::shared_ptr<nn::Module>>{
+      std::make_shared<nn::Conv2d>(1, 4, 3), std::make_shared<nn::BatchNorm2d>(4), std::make_shared<nn::ReLU>(),
+      std::make_shared<nn::AdaptiveAvgPool2d>(std::array<int64_t, 2>{1, 1}), std::make_shared<nn::Flatten>(),
+      std::make_shared<nn::Linear>(4, 2)});
+  std::vector<std::string> names;
+  for (auto& [n, t] : net->named_parameters()) names.push_back(n);
+  CHECK(names == std::vector<std::string>{"0.weight", "0.bias", "1.weight", "1.bias", "5.weight", "5.bias"});
+  auto sd = net->state_dict();
+  CHECK(sd.count("1.running_mean") == 1);
+  CHECK(sd.count("1.num_batches_tracked") == 1);
+  // PyTorch's default init: |w| <= 1/sqrt(fan_in).
+  for (double w : sd.at("5.weight").to_vector<double>()) CHECK(std::abs(w) <= 0.5 + 1e-7);
+  ag::Tensor x = ag::randn({3, 1, 6, 6});
+  net->train();
+  ag::Tensor train_out = (*net)(x);
+  net->eval();
+  CHECK_FALSE((*net)[1]->is_training());
+  ag::Tensor eval_out = (*net)(x);
+  CHECK(train_out.to_vector<float>() != eval_out.to_vector<float>());
+  // load_state_dict: a wrong shape changes nothing.
+  auto bad = sd;
+  bad["5.weight"] = ag::zeros({3, 4});
+  const auto before = net->state_dict().at("0.weight").to_vector<float>();
+  CHECK_THROWS_WITH(net->load_state_dict(bad), Catch::Contains("'5.weight' is [3, 4] in the state dict but [2, 4] here"));
+  CHECK(net->state_dict().at("0.weight").to_vector<float>() == before);
+  // to(dtype) keeps parameter objects (an optimizer holding them follows).
+  ag::Tensor w = net->parameters()[0];
+  net->to(ag::kFloat64);
+  CHECK(w.dtype() == ag::kFloat64);
+  CHECK(net->named_buffers()[2].second.dtype() == ag::kInt64);  // num_batches_tracked stays an integer
+}
+
+TEST_CASE("each layer's output dtype under autocast", "[nn]") {
+  ag::manual_seed(1);
+  ag::amp::AutocastGuard ac(ag::kCPU, ag::kFloat16);
+  ag::Tensor img = ag::randn({2, 3, 8, 8});
+  CHECK(nn::Conv2d(3, 4, 3)(img).dtype() == ag::kFloat16);
+  CHECK(nn::Linear(8, 2)(img).dtype() == ag::kFloat16);
+  ag::Tensor h = img.to(ag::kFloat16);
+  CHECK(nn::MaxPool2d(2)(h).dtype() == ag::kFloat16);
+  CHECK(nn::AvgPool2d(2)(h).dtype() == ag::kFloat16);
+  CHECK(nn::ReLU()(h).dtype() == ag::kFloat16);
+  CHECK(nn::GELU()(h).dtype() == ag::kFloat16);
+  nn::BatchNorm2d bn(3);
+  CHECK(bn(h).dtype() == ag::kFloat16);
+  CHECK(bn.running_mean.dtype() == ag::kFloat32);  // statistics stay float32
+  CHECK(bn.weight.dtype() == ag::kFloat32);
+  CHECK(nn::LayerNorm({8})(h).dtype() == ag::kFloat32);  // layer_norm is an fp32 op
+  ag::Tensor t = ag::tensor(std::vector<int64_t>{0, 1});
+  CHECK(F::cross_entropy(ag::randn({2, 3}).to(ag::kFloat16), t).dtype() == ag::kFloat32);
+  CHECK_THROWS_WITH(F::binary_cross_entropy(ag::rand({3}), ag::rand({3})),
+                    Catch::Contains("binary_cross_entropy: unsafe to autocast to float16") &&
+                        Catch::Contains("binary_cross_entropy_with_logits"));
+  ag::amp::AutocastGuard bf(ag::kCPU, ag::kBFloat16);
+  CHECK(F::binary_cross_entropy(ag::rand({3}) * 0.5 + 0.25, ag::rand({3})).dtype() == ag::kFloat32);
+}
+
+namespace {
+std::shared_ptr<nn::Sequential> tiny_cnn(ag::Device dev) {
+  ag::manual_seed(42);
+  auto net = std::make_shared<nn::Sequential>(std::vector<std::shared_ptr<nn::Module>>{
+      std::make_shared<nn::Conv2d>(1, 4, 3, nn::Conv2dOptions{.padding = {1, 1}}), std::make_shared<nn::BatchNorm2d>(4),
+      std::make_shared<nn::ReLU>(), std::make_shared<nn::MaxPool2d>(2), std::make_shared<nn::Flatten>(),
+      std::make_shared<nn::Dropout>(0.2), std::make_shared<nn::Linear>(4 * 4 * 4, 3)});
+  net->to(dev);
+  return net;
+}
+}  // namespace
+
+TEST_CASE("a tiny CNN trains the same from one seed on the CPU and on CUDA", "[nn][cuda]") {
+  if (skip_without_cuda()) return;
+  ag::manual_seed(7);
+  ag::Tensor x = ag::randn({8, 1, 8, 8});
+  ag::Tensor y = ag::tensor(std::vector<int64_t>{0, 1, 2, 0, 1, 2, 0, 1});
+  std::vector<std::vector<double>> losses(2);
+  std::vector<std::vector<double>> finals;
+  int k = 0;
+  for (ag::Device dev : {ag::Device(ag::kCPU), ag::Device(ag::kCUDA)}) {
+    auto net = tiny_cnn(dev);
+    ag::optim::SGD opt(net->parameters(), ag::optim::SGDOptions(0.1).momentum(0.9));
+    ag::manual_seed(9);  // the same dropout masks on both devices
+    for (int i = 0; i < 5; ++i) {
+      opt.zero_grad();
+      ag::Tensor loss = ag::cross_entropy((*net)(x.to(dev)), y.to(dev));
+      loss.backward();
+      opt.step();
+      losses[k].push_back(loss.item<double>());
+    }
+    std::vector<double> all;
+    for (auto& p : net->parameters()) {
+      auto v = p.to_vector<double>();
+      all.insert(all.end(), v.begin(), v.end());
+    }
+    finals.push_back(all);
+    ++k;
+  }
+  for (size_t i = 0; i < losses[0].size(); ++i) CHECK(losses[1][i] == Approx(losses[0][i]).epsilon(1e-4));
+  for (size_t i = 0; i < finals[0].size(); ++i) CHECK(finals[1][i] == Approx(finals[0][i]).margin(1e-4));
+}
+
+TEST_CASE("checkpoint round trip is bit-exact and training resumes identically", "[nn][cuda]") {
+  for (ag::Device dev : devices()) {
+    INFO(dev.str());
+    const std::string path = (std::filesystem::temp_directory_path() / "ampgrad_test_resume.safetensors").string();
+    ag::manual_seed(1);
+    ag::Tensor x = ag::randn({6, 1, 8, 8}).to(dev);
+    ag::Tensor y = ag::tensor(std::vector<int64_t>{0, 1, 2, 2, 1, 0}).to(dev);
+    auto run = [&](nn::Module& net, ag::optim::Optimizer& opt, ag::amp::GradScaler& scaler, int steps) {
+      for (int i = 0; i < steps; ++i) {
+        opt.zero_grad();
+        scaler.scale(ag::cross_entropy(net(x), y)).backward();
+        scaler.step(opt);
+        scaler.update();
+      }
+    };
+    auto a = tiny_cnn(dev);
+    ag::optim::Adam oa(a->parameters(), ag::optim::AdamOptions(1e-2));
+    ag::amp::GradScaler sa(ag::amp::GradScalerOptions().init_scale(256).growth_interval(2));
+    ag::manual_seed(100);
+    run(*a, oa, sa, 3);
+    nn::save_checkpoint(path, {{"model", a->state_dict()}, {"optimizer", oa.state_dict()}, {"scaler", sa.state_dict()}});
+    // A fresh model restored from the file.
+    auto b = tiny_cnn(dev);
+    ag::optim::Adam ob(b->parameters(), ag::optim::AdamOptions(1e-2));
+    ag::amp::GradScaler sb;
+    auto ckpt = nn::load_checkpoint(path);
+    b->load_state_dict(ckpt.at("model"));
+    ob.load_state_dict(ckpt.at("optimizer"));
+    sb.scale(ag::zeros({}, ag::TensorOptions().device(dev)));
+    sb.load_state_dict(ckpt.at("scaler"));
+    for (auto& [n, t] : a->state_dict()) CHECK(t.to_vector<double>() == b->state_dict().at(n).to_vector<double>());
+    ag::manual_seed(200);
+    run(*a, oa, sa, 3);
+    ag::manual_seed(200);
+    run(*b, ob, sb, 3);
+    for (auto& [n, t] : a->state_dict()) {
+      INFO(n);
+      CHECK(t.to_vector<double>() == b->state_dict().at(n).to_vector<double>());
+    }
+    CHECK(sa.get_scale() == sb.get_scale());
+    std::filesystem::remove(path);
+  }
+}
