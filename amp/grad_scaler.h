@@ -64,6 +64,10 @@ class GradScaler {
   void update(std::optional<double> new_scale = std::nullopt);
 
   double get_scale() const;  // synchronizes
+  // The device tensors behind the scaler, for logging without a synchronization: the
+  // current scale (float32 []), and the combined found-inf flag of the last update().
+  const Tensor& scale_tensor() const { return scale_; }
+  const Tensor& last_found_inf() const { return last_found_inf_; }
   bool is_enabled() const { return opt_.enabled_; }
   const GradScalerOptions& options() const { return opt_; }
   // Whether the last update saw an inf/NaN (synchronizes).

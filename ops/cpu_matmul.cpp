@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "core/kernels.h"
+#include "ops/cpu_blas.h"
 
 namespace ampgrad::cpu {
 
@@ -15,6 +16,22 @@ void load_matrix(const T* p, int64_t rows, int64_t cols, int64_t rs, int64_t cs,
   dst.resize(static_cast<size_t>(rows * cols));
   for (int64_t i = 0; i < rows; ++i)
     for (int64_t j = 0; j < cols; ++j) dst[i * cols + j] = static_cast<A>(static_cast<acc_t<T>>(p[i * rs + j * cs]));
+}
+
+// One batch through BLAS: dense row-major copies in float (or double), C computed in place.
+template <class T, class A>
+void gemm_blas(const std::vector<A>& am, const std::vector<A>& bm, T* ob, int64_t m, int64_t n, int64_t k, double alpha,
+               double beta) {
+  std::vector<A> c(static_cast<size_t>(m * n));
+  if (beta != 0)
+    for (int64_t i = 0; i < m * n; ++i) c[i] = static_cast<A>(static_cast<acc_t<T>>(ob[i]));
+  if constexpr (std::is_same_v<A, double>) {
+    blas_dgemm(false, false, m, n, k, alpha, am.data(), k, bm.data(), n, beta, c.data(), n);
+  } else {
+    blas_sgemm(false, false, m, n, k, static_cast<float>(alpha), am.data(), k, bm.data(), n, static_cast<float>(beta),
+               c.data(), n);
+  }
+  for (int64_t i = 0; i < m * n; ++i) ob[i] = static_cast<T>(c[i]);
 }
 
 template <class T>
@@ -30,6 +47,12 @@ void gemm_typed(const Tensor& a, const Tensor& b, const Tensor& out, double alph
     load_matrix(pa + bi * a.stride(0), m, kdim, a.stride(1), a.stride(2), am);
     load_matrix(pb + bi * b.stride(0), kdim, n, b.stride(1), b.stride(2), bm);
     T* ob = po + bi * m * n;
+    if constexpr (!std::is_integral_v<T>) {
+      if (blas_available()) {
+        gemm_blas<T, A>(am, bm, ob, m, n, kdim, alpha, beta);
+        continue;
+      }
+    }
     for (int64_t i = 0; i < m; ++i) {
       std::fill(acc.begin(), acc.end(), A(0));
       for (int64_t kk = 0; kk < kdim; ++kk) {

@@ -1,0 +1,246 @@
+// `ampgrad train`: trains the MLP or the CNN on Fashion-MNIST, with or without AMP.
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "ampgrad/ampgrad.h"
+#include "cli/commands.h"
+#include "cli/models.h"
+#include "cli/plot.h"
+#include "cli/progress.h"
+
+namespace ampgrad::cli {
+
+namespace {
+
+struct TrainArgs {
+  std::string model = "cnn";
+  std::string amp = "fp16";
+  bool master_weights = false;
+  std::string optimizer = "adam";
+  double lr = 1e-3;
+  int epochs = 5;
+  int64_t batch_size = 128;
+  std::string device = "auto";
+  uint64_t seed = 0;
+  std::string data = data::kFashionMnistDebianDir;
+  int64_t limit = -1;  // -1: all on CUDA, a subset on the CPU
+  std::string save, resume, metrics, plot;
+};
+
+std::unique_ptr<optim::Optimizer> make_optimizer(const TrainArgs& a, const std::vector<Tensor>& params) {
+  if (a.optimizer == "sgd") return std::make_unique<optim::SGD>(params, optim::SGDOptions(a.lr).momentum(0.9));
+  if (a.optimizer == "adamw") return std::make_unique<optim::AdamW>(params, optim::AdamWOptions(a.lr));
+  return std::make_unique<optim::Adam>(params, optim::AdamOptions(a.lr));
+}
+
+// Accuracy on a dataset, in batches, counted on the device (one read at the end).
+double evaluate(nn::Module& net, const data::Dataset& ds, Device dev, bool use_amp, DType amp_dtype) {
+  NoGradGuard no_grad;
+  net.eval();
+  Tensor correct = zeros({}, TensorOptions(kInt64).device(dev));
+  const int64_t batch = dev.is_cuda() ? 1000 : 250;  // on the CPU, im2col buffers stay small
+  for (int64_t start = 0; start < ds.size(); start += batch) {
+    const int64_t n = std::min<int64_t>(batch, ds.size() - start);
+    Tensor x = ds.images.narrow(0, start, n).to(dev), y = ds.labels.narrow(0, start, n).to(dev);
+    amp::AutocastGuard autocast(dev.type, amp_dtype, use_amp);
+    correct = correct + sum(eq(argmax(net(x), 1), y));
+  }
+  net.train();
+  return static_cast<double>(correct.item<int64_t>()) / static_cast<double>(ds.size());
+}
+
+struct StepLog {
+  std::vector<Tensor> loss, scale, found_inf;  // device tensors, read once per epoch
+};
+
+void write_metrics(std::ofstream& f, bool csv, int epoch, int64_t first_step, const std::vector<double>& loss,
+                   const std::vector<double>& scale, const std::vector<double>& skipped, double lr, double ips) {
+  for (size_t i = 0; i < loss.size(); ++i) {
+    const int64_t step = first_step + static_cast<int64_t>(i);
+    if (csv) {
+      f << fmt::format("{},{},{:.6f},{:g},{},{:g},{:.1f}\n", epoch, step, loss[i], scale[i], skipped[i] != 0 ? 1 : 0,
+                       lr, ips);
+    } else {
+      f << fmt::format(R"({{"epoch": {}, "step": {}, "loss": {:.6f}, "scale": {:g}, "skipped": {}, "lr": {:g}, "images_per_s": {:.1f}}})",
+                       epoch, step, loss[i], scale[i], skipped[i] != 0 ? "true" : "false", lr, ips)
+        << '\n';
+    }
+  }
+}
+
+std::vector<double> read_all(const std::vector<Tensor>& ts) {
+  if (ts.empty()) return {};
+  return stack(ts, 0).to(kFloat64).cpu().to_vector<double>();
+}
+
+void run_train(const TrainArgs& a) {
+  const Device dev = resolve_device(a.device);
+  const bool use_amp = a.amp != "off";
+  const DType amp_dtype = a.amp == "bf16" ? kBFloat16 : kFloat16;
+  AG_CHECK(!a.master_weights || use_amp, "--master-weights needs --amp fp16 or bf16");
+  std::optional<int64_t> limit;
+  if (a.limit > 0) limit = a.limit;
+  if (a.limit < 0 && dev.is_cpu()) {
+    limit = a.model == "cnn" ? 6000 : 20000;
+    std::printf("note: no GPU, so training on the CPU with the first %lld images (--limit 0 for all of them)\n",
+                static_cast<long long>(*limit));
+  }
+  manual_seed(a.seed);
+  data::Dataset train = data::load_fashion_mnist(a.data, true, limit);
+  data::Dataset test = data::load_fashion_mnist(a.data, false);
+  auto net = make_model(a.model, dev);
+  // Master weights: the model is stored in 16 bits; the optimizer keeps float32 masters.
+  if (a.master_weights) net->to(amp_dtype);
+  auto opt = make_optimizer(a, net->parameters());
+  if (a.master_weights) opt->use_master_weights();
+  // bf16 has float32's range: no loss scaling needed, as in PyTorch.
+  amp::GradScaler scaler(amp::GradScalerOptions().enabled(use_amp && amp_dtype == kFloat16));
+  data::DataLoader loader(train, data::DataLoaderOptions(a.batch_size).shuffle(true).seed(a.seed).device(dev));
+
+  int start_epoch = 0;
+  int64_t global_step = 0, skipped_total = 0;
+  if (!a.resume.empty()) {
+    auto ckpt = nn::load_checkpoint(a.resume);
+    net->load_state_dict(ckpt.at("model"));
+    opt->load_state_dict(ckpt.at("optimizer"));
+    if (scaler.is_enabled()) {
+      scaler.scale(zeros({}, TensorOptions().device(dev)));
+      scaler.load_state_dict(ckpt.at("scaler"));
+    }
+    const auto& meta = ckpt.at("progress");
+    start_epoch = static_cast<int>(meta.at("epoch").item<double>());
+    global_step = static_cast<int64_t>(meta.at("step").item<double>());
+    skipped_total = static_cast<int64_t>(meta.at("skipped").item<double>());
+    std::printf("resumed from %s after epoch %d (step %lld)\n", a.resume.c_str(), start_epoch,
+                static_cast<long long>(global_step));
+  }
+
+  std::printf("training %s on %s: %lld images, batch %lld, %s lr %g, amp %s%s, %d epochs\n", a.model.c_str(),
+              dev.str().c_str(), static_cast<long long>(train.size()), static_cast<long long>(a.batch_size),
+              a.optimizer.c_str(), a.lr, a.amp.c_str(), a.master_weights ? " (master weights)" : "", a.epochs);
+  std::ofstream metrics;
+  const bool csv = a.metrics.size() > 4 && a.metrics.substr(a.metrics.size() - 4) == ".csv";
+  if (!a.metrics.empty()) {
+    metrics.open(a.metrics, start_epoch > 0 ? std::ios::app : std::ios::trunc);
+    AG_CHECK(metrics.good(), "--metrics: cannot write {}", a.metrics);
+    if (csv && start_epoch == 0) metrics << "epoch,step,loss,scale,skipped,lr,images_per_s\n";
+  }
+  if (dev.is_cuda()) cuda::reset_peak_memory_stats(dev.index);
+  std::vector<double> all_loss, all_scale;
+  double total_time = 0, last_acc = 0;
+  int64_t images_seen = 0;
+  const bool terminal = stdout_is_terminal();
+  for (int epoch = start_epoch; epoch < a.epochs; ++epoch) {
+    auto t0 = std::chrono::steady_clock::now();
+    data::Epoch batches = loader.epoch(epoch);
+    Progress progress(epoch + 1, a.epochs, terminal);
+    StepLog log;
+    StepStats st;
+    st.steps = batches.size();
+    for (int64_t i = 0; i < batches.size(); ++i) {
+      data::Batch b = batches.batch(i);
+      opt->zero_grad();
+      Tensor loss;
+      {
+        amp::AutocastGuard autocast(dev.type, amp_dtype, use_amp);
+        loss = cross_entropy((*net)(b.images), b.labels);
+      }
+      scaler.scale(loss).backward();
+      scaler.step(*opt);
+      scaler.update();
+      log.loss.push_back(loss.detach());
+      if (scaler.is_enabled()) {
+        log.scale.push_back(scaler.scale_tensor().clone());
+        log.found_inf.push_back(scaler.last_found_inf());
+      }
+      st.step = i + 1;
+      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      st.images_per_s = static_cast<double>((i + 1) * a.batch_size) / std::max(secs, 1e-9);
+      // Reading values synchronizes; the bar asks at most ten times a second.
+      auto value = [](const Tensor& t) { return t.item<double>(); };
+      if (terminal || 10 * st.step / st.steps != 10 * (st.step - 1) / st.steps || st.step == st.steps) {
+        st.loss = value(loss);
+        st.scale = scaler.is_enabled() ? scaler.get_scale() : 0;
+        st.skipped = skipped_total;
+        for (const Tensor& f : log.found_inf) st.skipped += f.item<double>() != 0;  // cheap: rarely drawn
+        progress.update(st);
+      }
+    }
+    std::vector<double> losses = read_all(log.loss), scales = read_all(log.scale), infs = read_all(log.found_inf);
+    if (scales.empty()) scales.assign(losses.size(), 0.0), infs.assign(losses.size(), 0.0);
+    int64_t skipped = 0;
+    for (double f : infs) skipped += f != 0;
+    skipped_total += skipped;
+    st.skipped = skipped_total;
+    progress.finish(st);
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    total_time += secs;
+    images_seen += batches.size() * a.batch_size;
+    const double ips = static_cast<double>(batches.size() * a.batch_size) / secs;
+    if (metrics.is_open()) write_metrics(metrics, csv, epoch + 1, global_step + 1, losses, scales, infs, opt->lr(), ips);
+    global_step += static_cast<int64_t>(losses.size());
+    all_loss.insert(all_loss.end(), losses.begin(), losses.end());
+    all_scale.insert(all_scale.end(), scales.begin(), scales.end());
+    last_acc = evaluate(*net, test, dev, use_amp, amp_dtype);
+    std::printf("epoch %d/%d: test accuracy %.2f%%, %.1f s, %.0f images/s, %lld skipped steps\n", epoch + 1, a.epochs,
+                100 * last_acc, secs, ips, static_cast<long long>(skipped));
+    if (!a.save.empty()) {
+      optim::StateDict progress_sd{{"epoch", tensor(std::vector<double>{double(epoch + 1)}, {})},
+                                   {"step", tensor(std::vector<double>{double(global_step)}, {})},
+                                   {"skipped", tensor(std::vector<double>{double(skipped_total)}, {})}};
+      nn::save_checkpoint(a.save,
+                          {{"model", net->state_dict()}, {"optimizer", opt->state_dict()},
+                           {"scaler", scaler.state_dict()}, {"progress", progress_sd}},
+                          {{"model", a.model}, {"amp", a.amp}, {"optimizer", a.optimizer}});
+    }
+  }
+  std::string peak = "-";
+  if (dev.is_cuda()) peak = fmt::format("{:.1f} MiB", cuda::memory_stats(dev.index).peak_allocated / 1048576.0);
+  std::printf("\n| model | device | amp | test accuracy | time | images/s | peak device memory | final scale | skipped steps |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|\n");
+  std::printf("| %s | %s | %s%s | %.2f%% | %.1f s | %.0f | %s | %s | %lld |\n", a.model.c_str(), dev.str().c_str(),
+              a.amp.c_str(), a.master_weights ? "+master" : "", 100 * last_acc, total_time,
+              total_time > 0 ? images_seen / total_time : 0.0, peak.c_str(),
+              scaler.is_enabled() ? fmt::format("{:g}", scaler.get_scale()).c_str() : "-",
+              static_cast<long long>(skipped_total));
+  if (!a.save.empty()) std::printf("checkpoint: %s\n", a.save.c_str());
+  if (!a.metrics.empty()) std::printf("metrics: %s\n", a.metrics.c_str());
+  if (!a.plot.empty()) {
+    plot_training(a.plot, all_loss, all_scale,
+                  fmt::format("ampgrad train --model {} --amp {} ({})", a.model, a.amp, dev.str()));
+    std::printf("plot: %s\n", a.plot.c_str());
+  }
+}
+
+}  // namespace
+
+void add_train(CLI::App& app) {
+  auto a = std::make_shared<TrainArgs>();
+  CLI::App* cmd = app.add_subcommand("train", "Train a network on Fashion-MNIST, with or without mixed precision");
+  cmd->add_option("--model", a->model, "mlp (784-512-512-10) or cnn (2 conv blocks + 2 linear)")
+      ->check(CLI::IsMember({"mlp", "cnn"}))->capture_default_str();
+  cmd->add_option("--amp", a->amp, "autocast dtype: fp16 (with loss scaling), bf16, or off (float32)")
+      ->check(CLI::IsMember({"fp16", "bf16", "off"}))->capture_default_str();
+  cmd->add_flag("--master-weights", a->master_weights,
+                "store the model in 16 bits and keep float32 master weights in the optimizer");
+  cmd->add_option("--optimizer", a->optimizer, "sgd (momentum 0.9), adam or adamw")
+      ->check(CLI::IsMember({"sgd", "adam", "adamw"}))->capture_default_str();
+  cmd->add_option("--lr", a->lr, "learning rate")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--epochs", a->epochs, "passes over the training set")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--batch-size", a->batch_size, "images per step")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--device", a->device, "auto (CUDA when present), cpu or cuda")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}))->capture_default_str();
+  cmd->add_option("--seed", a->seed, "seed for initialization, shuffling and dropout")->capture_default_str();
+  cmd->add_option("--data", a->data, "folder with the Fashion-MNIST (or MNIST) IDX files, .gz or plain")
+      ->capture_default_str();
+  cmd->add_option("--limit", a->limit, "train on the first N images (0: all; default: all on CUDA, a subset on the CPU)");
+  cmd->add_option("--save", a->save, "write a checkpoint (safetensors) after each epoch");
+  cmd->add_option("--resume", a->resume, "continue from a checkpoint written by --save");
+  cmd->add_option("--metrics", a->metrics, "per-step metrics: CSV if the name ends in .csv, else JSON lines");
+  cmd->add_option("--plot", a->plot, "PNG of training loss and loss scale over steps (needs gnuplot)");
+  cmd->callback([a] { run_train(*a); });
+}
+
+}  // namespace ampgrad::cli

@@ -1,0 +1,82 @@
+// The CUDA runtime layer: device queries, the library's stream, host<->device copies and
+// memory statistics. Free of CUDA headers, so any .cpp (and a CPU-only build) can include it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+struct CUstream_st;  // cudaStream_t is CUstream_st*; declared here so no CUDA header is needed
+
+namespace ampgrad::cuda {
+
+struct DeviceProperties {
+  std::string name;
+  int major = 0;  // compute capability
+  int minor = 0;
+  int sm_count = 0;
+  size_t total_memory = 0;  // bytes
+  int max_threads_per_block = 0;
+  int max_threads_per_sm = 0;
+  size_t shared_memory_per_block = 0;  // bytes, without opt-in
+  int l2_cache_size = 0;  // bytes
+  int memory_bus_width = 0;  // bits
+};
+
+// Bytes, per device. `allocated` counts the bytes of live storages (as requested);
+// `reserved` is what the memory pool holds from the driver, in use or cached.
+struct MemoryStats {
+  size_t allocated = 0;
+  size_t peak_allocated = 0;
+  size_t reserved = 0;
+  uint64_t num_allocs = 0;
+  uint64_t num_ooms = 0;  // allocations that failed even after trimming the cache
+};
+
+#ifdef AMPGRAD_WITH_CUDA
+
+// True when a driver and at least one device are present. Never throws.
+bool is_available();
+// Number of visible devices; 0 without a driver. Never throws.
+int device_count();
+// Cached after the first call for each device.
+const DeviceProperties& device_properties(int device = 0);
+int current_device();
+void set_device(int device);
+
+// Note [CUDA stream]
+// ampgrad runs all its device work (kernels, cuBLAS, copies, allocations and frees) on one
+// stream per device that it owns: created on first use with cudaStreamNonBlocking, never
+// destroyed (it lives as long as the process). A single stream keeps every op ordered after
+// the ops whose outputs it reads without any events, and makes stream-ordered frees safe
+// (Note [CUDA allocator]). Non-blocking means it does not synchronize with the legacy default
+// stream: code that mixes ampgrad with its own CUDA work on another stream must call
+// synchronize() (or use current_stream()) to order the two.
+CUstream_st* current_stream(int device = -1);  // -1: the current device
+// Waits for all work on the current device.
+void synchronize();
+
+// Byte copies on the stream of the device that owns the device pointer. memcpy_d2h returns
+// once dst holds the data; memcpy_h2d returns once src may be reused; memcpy_d2d is
+// asynchronous (stream-ordered).
+void memcpy_h2d(void* dst, const void* src, size_t n);
+void memcpy_d2h(void* dst, const void* src, size_t n);
+void memcpy_d2d(void* dst, const void* src, size_t n);
+
+// Statistics of the caching allocator (cuda/allocator.cpp).
+MemoryStats memory_stats(int device = 0);
+void reset_peak_memory_stats(int device = 0);
+// Returns the cached, unused memory of the device's pool to the driver.
+void empty_cache(int device = 0);
+
+#else  // CPU-only build: queries answer "no device"
+
+inline bool is_available() { return false; }
+inline int device_count() { return 0; }
+inline void synchronize() {}
+inline MemoryStats memory_stats(int = 0) { return {}; }
+inline void reset_peak_memory_stats(int = 0) {}
+
+#endif
+
+}  // namespace ampgrad::cuda

@@ -1,0 +1,22 @@
+// Optional OpenBLAS for the CPU matmul: found at run time, so nothing links against it.
+#pragma once
+
+#include <cstdint>
+
+namespace ampgrad::cpu {
+
+// Note [CPU BLAS]
+// The CPU path carries the main job on machines without a GPU, and a plain triple loop
+// reaches a few GFLOP/s. When Debian's libopenblas is installed, sgemm/dgemm come from it
+// (tens of GFLOP/s on two cores); it is opened with dlopen on first use, so the library and
+// the binaries carried to other machines never require it. Semantics stay DESIGN.md's:
+// 16-bit inputs are widened to float32 and accumulate in float32. AMPGRAD_NO_BLAS=1 in the
+// environment forces the loop (tests compare the two).
+bool blas_available();
+// Row-major C[m, n] = alpha * op(A) @ op(B) + beta * C with leading dimensions as BLAS takes them.
+void blas_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+                const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+void blas_dgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const double* a,
+                int64_t lda, const double* b, int64_t ldb, double beta, double* c, int64_t ldc);
+
+}  // namespace ampgrad::cpu
