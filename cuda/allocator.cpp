@@ -1,0 +1,219 @@
+// The CUDA allocator: stream-ordered allocations from each device's memory pool, which keeps
+// freed memory cached; statistics; out-of-memory recovery and its error message.
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <unordered_set>
+#include <vector>
+
+#include "core/storage.h"
+#include "cuda/check.h"
+#include "cuda/runtime.h"
+
+namespace ampgrad::cuda {
+
+// Note [CUDA allocator]
+// cudaMalloc and cudaFree synchronize the device and cost tens of microseconds, so a training
+// step that allocates hundreds of temporaries must not call them each time. PyTorch answers
+// with its own caching allocator (size-class bins, block splitting, per-stream free lists and
+// events for cross-stream reuse: thousands of lines). The driver has offered the same thing
+// since CUDA 11.2: cudaMallocAsync/cudaFreeAsync on a memory pool. With the pool's release
+// threshold at UINT64_MAX, freed blocks stay in the pool and a later cudaMallocAsync of a
+// similar size is served from it without a driver round trip; the pool splits and coalesces
+// blocks itself. Allocation and free are ordered on a stream: a block freed on the library
+// stream (Note [CUDA stream]) is reused only by work queued after the free, so a tensor can be
+// released while kernels that read it are still in flight, with no event bookkeeping here.
+// What we keep is the accounting (allocated, peak, reserved) and out-of-memory recovery:
+// on failure we wait for the stream (pending frees return to the pool), trim the pool to
+// zero (cached blocks go back to the driver, defragmenting), retry once, and only then throw.
+
+namespace {
+
+constexpr int kMaxDevices = 64;
+
+struct DeviceCounters {
+  std::once_flag pool_once;
+  std::atomic<size_t> allocated{0};
+  std::atomic<size_t> peak{0};
+  std::atomic<uint64_t> num_allocs{0};
+  std::atomic<uint64_t> num_ooms{0};
+};
+
+DeviceCounters& counters(int device) {
+  static auto* all = new DeviceCounters[kMaxDevices];  // leaked: outlives tensors freed at exit
+  AG_CHECK(device >= 0 && device < kMaxDevices, "cuda: device index {} out of range", device);
+  return all[device];
+}
+
+std::string format_bytes(size_t n) {
+  constexpr double kKiB = 1024.0;
+  double v = static_cast<double>(n);
+  if (v >= kKiB * kKiB * kKiB) return fmt::format("{:.2f} GiB", v / (kKiB * kKiB * kKiB));
+  if (v >= kKiB * kKiB) return fmt::format("{:.2f} MiB", v / (kKiB * kKiB));
+  if (v >= kKiB) return fmt::format("{:.2f} KiB", v / kKiB);
+  return fmt::format("{} bytes", n);
+}
+
+cudaMemPool_t pool_of(int device) {
+  cudaMemPool_t pool = nullptr;
+  AG_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
+  return pool;
+}
+
+// Called on the first allocation of a device, never at load time (CI has no GPU).
+void configure_pool(int device) {
+  std::call_once(counters(device).pool_once, [device] {
+    uint64_t keep_everything = UINT64_MAX;
+    AG_CUDA_CHECK(cudaMemPoolSetAttribute(pool_of(device), cudaMemPoolAttrReleaseThreshold, &keep_everything));
+  });
+}
+
+size_t reserved_bytes(int device) {
+  uint64_t reserved = 0;
+  AG_CUDA_CHECK(cudaMemPoolGetAttribute(pool_of(device), cudaMemPoolAttrReservedMemCurrent, &reserved));
+  return static_cast<size_t>(reserved);
+}
+
+// Note [Frees during capture]
+// While a CUDA graph is being captured (Note [CUDA graphs]), cudaFreeAsync becomes a graph
+// free node and accepts only memory allocated by the same capture. A tensor allocated
+// before the capture and released during it (the previous step's loss, say) is therefore
+// not freed then: its pointer waits here until the capture ends.
+struct CaptureState {
+  std::mutex mu;
+  bool capturing = false;
+  std::unordered_set<void*> graph_allocs;
+  std::vector<void*> deferred;
+};
+CaptureState& capture_state(int device) {
+  static auto* all = new CaptureState[kMaxDevices];  // leaked, like the counters
+  return all[device];
+}
+
+class CudaAllocator final : public Allocator {
+ public:
+  void* allocate(size_t nbytes, Device device) override {
+    const int dev = device.index;
+    AG_CHECK(dev >= 0 && dev < device_count(), "cuda: cannot allocate on {}: {} CUDA device(s) visible", device.str(),
+             device_count());
+    DeviceGuard guard(dev);
+    configure_pool(dev);
+    cudaStream_t stream = current_stream(dev);
+    void* p = nullptr;
+    cudaError_t err = cudaMallocAsync(&p, nbytes, stream);
+    if (err == cudaErrorMemoryAllocation) {
+      (void)cudaGetLastError();  // not sticky: clear it so later checks do not see it
+      AG_CUDA_CHECK(cudaStreamSynchronize(stream));
+      AG_CUDA_CHECK(cudaMemPoolTrimTo(pool_of(dev), 0));
+      err = cudaMallocAsync(&p, nbytes, stream);
+    }
+    // A request beyond the device's memory may be refused as an invalid value: still an OOM.
+    const size_t total = device_properties(dev).total_memory;
+    if (err == cudaErrorMemoryAllocation || (err != cudaSuccess && nbytes > total)) {
+      (void)cudaGetLastError();
+      DeviceCounters& c = counters(dev);
+      c.num_ooms.fetch_add(1);
+      size_t in_use = c.allocated.load();
+      size_t reserved = reserved_bytes(dev);
+      size_t cached = reserved > in_use ? reserved - in_use : 0;
+      throw Error(fmt::format("out of memory on {}: tried to allocate {} (in use {}, cached {}, device total {})",
+                              device.str(), format_bytes(nbytes), format_bytes(in_use), format_bytes(cached),
+                              format_bytes(total)));
+    }
+    AG_CUDA_CHECK(err);
+    {
+      CaptureState& cs = capture_state(dev);
+      std::lock_guard<std::mutex> lock(cs.mu);
+      if (cs.capturing) cs.graph_allocs.insert(p);
+    }
+    DeviceCounters& c = counters(dev);
+    size_t now = c.allocated.fetch_add(nbytes) + nbytes;
+    size_t peak = c.peak.load();
+    while (now > peak && !c.peak.compare_exchange_weak(peak, now)) {
+    }
+    c.num_allocs.fetch_add(1);
+    return p;
+  }
+
+  void deallocate(void* ptr, size_t nbytes, Device device) noexcept override {
+    const int dev = device.index;
+    if (dev < 0 || dev >= kMaxDevices) return;
+    counters(dev).allocated.fetch_sub(nbytes);
+    {
+      CaptureState& cs = capture_state(dev);
+      std::lock_guard<std::mutex> lock(cs.mu);
+      if (cs.capturing && !cs.graph_allocs.count(ptr)) {
+        cs.deferred.push_back(ptr);
+        return;
+      }
+    }
+    cudaStream_t stream = nullptr;
+    try {
+      stream = current_stream(dev);  // exists: the block was allocated on it
+    } catch (...) {
+      return;
+    }
+    // Fails harmlessly at process exit once the runtime is unloading; clear the error so the
+    // next launch check does not report it.
+    if (cudaFreeAsync(ptr, stream) != cudaSuccess) (void)cudaGetLastError();
+  }
+};
+
+CudaAllocator& cuda_allocator() {
+  static auto* allocator = new CudaAllocator();  // leaked: tensors may be freed during exit
+  return *allocator;
+}
+
+// Registers the allocator when the library loads. Makes no CUDA call: the library must load
+// on machines without a GPU or driver.
+struct RegisterCudaAllocator {
+  RegisterCudaAllocator() { set_allocator(DeviceType::CUDA, &cuda_allocator()); }
+};
+const RegisterCudaAllocator register_cuda_allocator;
+
+}  // namespace
+
+void allocator_capture_begin(int device) {
+  CaptureState& cs = capture_state(device);
+  std::lock_guard<std::mutex> lock(cs.mu);
+  cs.capturing = true;
+  cs.graph_allocs.clear();
+}
+
+void allocator_capture_end(int device) {
+  std::vector<void*> deferred;
+  {
+    CaptureState& cs = capture_state(device);
+    std::lock_guard<std::mutex> lock(cs.mu);
+    cs.capturing = false;
+    cs.graph_allocs.clear();
+    deferred.swap(cs.deferred);
+  }
+  DeviceGuard guard(device);
+  for (void* p : deferred) AG_CUDA_CHECK(cudaFreeAsync(p, current_stream(device)));
+}
+
+MemoryStats memory_stats(int device) {
+  DeviceCounters& c = counters(device);
+  MemoryStats s;
+  s.allocated = c.allocated.load();
+  s.peak_allocated = c.peak.load();
+  s.num_allocs = c.num_allocs.load();
+  s.num_ooms = c.num_ooms.load();
+  if (device < device_count()) s.reserved = reserved_bytes(device);
+  return s;
+}
+
+void reset_peak_memory_stats(int device) {
+  DeviceCounters& c = counters(device);
+  c.peak.store(c.allocated.load());
+}
+
+void empty_cache(int device) {
+  if (device >= device_count()) return;
+  DeviceGuard guard(device);
+  AG_CUDA_CHECK(cudaStreamSynchronize(current_stream(device)));
+  AG_CUDA_CHECK(cudaMemPoolTrimTo(pool_of(device), 0));
+}
+
+}  // namespace ampgrad::cuda

@@ -1,0 +1,142 @@
+// CUDA binary elementwise kernels (arithmetic and comparisons, with broadcasting) and where.
+#include "cuda/common.cuh"
+#include "cuda/kernels.h"
+
+namespace ampgrad::cuda {
+
+namespace {
+
+template <BinaryKind K> using BinaryConst = std::integral_constant<BinaryKind, K>;
+
+template <class F> void visit_binary_kind(BinaryKind k, F&& f) {
+  using B = BinaryKind;
+  switch (k) {
+    case B::Add: return f(BinaryConst<B::Add>{});
+    case B::Sub: return f(BinaryConst<B::Sub>{});
+    case B::Mul: return f(BinaryConst<B::Mul>{});
+    case B::Div: return f(BinaryConst<B::Div>{});
+    case B::Pow: return f(BinaryConst<B::Pow>{});
+    case B::Maximum: return f(BinaryConst<B::Maximum>{});
+    case B::Minimum: return f(BinaryConst<B::Minimum>{});
+    case B::Eq: return f(BinaryConst<B::Eq>{});
+    case B::Ne: return f(BinaryConst<B::Ne>{});
+    case B::Lt: return f(BinaryConst<B::Lt>{});
+    case B::Le: return f(BinaryConst<B::Le>{});
+    case B::Gt: return f(BinaryConst<B::Gt>{});
+    case B::Ge: return f(BinaryConst<B::Ge>{});
+  }
+  AG_INTERNAL_ASSERT(false, "binary: unknown kind {}", static_cast<int>(k));
+}
+
+// As on the CPU: comparisons take every dtype, arithmetic every dtype but bool.
+template <BinaryKind K, class T> constexpr bool binary_instantiated() {
+  return is_comparison(K) || !std::is_same_v<T, bool>;
+}
+
+template <BinaryKind K, class T> using binary_out_t = std::conditional_t<is_comparison(K), bool, T>;
+
+template <BinaryKind K, class T> __device__ __forceinline__ binary_out_t<K, T> apply_binary(T x, T y) {
+  using A = dacc_t<T>;
+  if constexpr (is_comparison(K)) return compare_op<K, A>(to_acc(x), to_acc(y));
+  else return from_acc<T>(binary_op<K, A>(to_acc(x), to_acc(y)));
+}
+
+// x, y, out contiguous and aligned to their vector size: vectors, then a scalar tail.
+template <BinaryKind K, class T>
+__global__ void binary_kernel(const T* x, const T* y, binary_out_t<K, T>* out, int64_t n) {
+  using O = binary_out_t<K, T>;
+  constexpr int V = kVecSize<T>;
+  const int64_t nvec = n / V;
+  const int64_t gid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t v = gid; v < nvec; v += step) {
+    Vec<T, V> a = reinterpret_cast<const Vec<T, V>*>(x)[v];
+    Vec<T, V> b = reinterpret_cast<const Vec<T, V>*>(y)[v];
+    Vec<O, V> r;
+#pragma unroll
+    for (int j = 0; j < V; ++j) r.v[j] = apply_binary<K>(a.v[j], b.v[j]);
+    reinterpret_cast<Vec<O, V>*>(out)[v] = r;
+  }
+  const int64_t t = nvec * V + gid;
+  if (t < n) out[t] = apply_binary<K>(x[t], y[t]);
+}
+
+// Broadcast or strided operands (Note [Strided geometry]): operand 0 is out, 1 x, 2 y.
+template <BinaryKind K, class T>
+__global__ void binary_strided_kernel(const T* x, const T* y, binary_out_t<K, T>* out, Geometry<3> g, uint32_t n) {
+  const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  int64_t off[3];
+  geometry_offsets(g, i, off);
+  out[off[0]] = apply_binary<K>(x[off[1]], y[off[2]]);
+}
+
+template <BinaryKind K, class T>
+void launch_binary(const KernelContext& ctx, const Tensor& x, const Tensor& y, const Tensor& out) {
+  using O = binary_out_t<K, T>;
+  constexpr int V = kVecSize<T>;
+  const T* xp = ptr<const T>(x);
+  const T* yp = ptr<const T>(y);
+  O* op = ptr<O>(out);
+  const int64_t n = out.numel();
+  if (x.is_contiguous() && y.is_contiguous() && out.is_contiguous() && is_aligned(xp, 16) && is_aligned(yp, 16) &&
+      is_aligned(op, sizeof(O) * V)) {
+    binary_kernel<K, T><<<ctx.grid_stride_blocks(n / V + 1), kBlockSize, 0, ctx.stream>>>(xp, yp, op, n);
+    AG_CUDA_CHECK_LAUNCH();
+    return;
+  }
+  auto g = make_geometry<3>(out.shape(), {&out.strides(), &x.strides(), &y.strides()});
+  for_each_chunk(g, [&](const Geometry<3>& geo, uint32_t count, const std::array<int64_t, 3>& off) {
+    binary_strided_kernel<K, T>
+        <<<blocks_for(count), kBlockSize, 0, ctx.stream>>>(xp + off[1], yp + off[2], op + off[0], geo, count);
+    AG_CUDA_CHECK_LAUNCH();
+  });
+}
+
+// where moves elements without looking at them, so it is instantiated per element size.
+template <class E>
+__global__ void where_kernel(const bool* cond, const E* x, const E* y, E* out, Geometry<4> g, uint32_t n) {
+  const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  int64_t off[4];
+  geometry_offsets(g, i, off);
+  out[off[0]] = cond[off[1]] ? x[off[2]] : y[off[3]];
+}
+
+}  // namespace
+
+void binary(BinaryKind k, const Tensor& x, const Tensor& y, const Tensor& out) {
+  if (out.numel() == 0) return;
+  KernelContext ctx(out);
+  dispatch_all(x.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    visit_binary_kind(k, [&](auto kind) {
+      constexpr BinaryKind K = decltype(kind)::value;
+      if constexpr (binary_instantiated<K, T>()) {
+        launch_binary<K, T>(ctx, x, y, out);
+      } else {
+        AG_CHECK(false, "binary op {} on cuda: dtype {} is not supported", static_cast<int>(K), dtype_name(x.dtype()));
+      }
+    });
+  });
+}
+
+void where(const Tensor& cond, const Tensor& x, const Tensor& y, const Tensor& out) {
+  if (out.numel() == 0) return;
+  KernelContext ctx(out);
+  auto g = make_geometry<4>(out.shape(), {&out.strides(), &cond.strides(), &x.strides(), &y.strides()});
+  dispatch_size(out.element_size(), [&](auto tag) {
+    using E = typename decltype(tag)::type;
+    const bool* cp = ptr<const bool>(cond);
+    const E* xp = ptr<const E>(x);
+    const E* yp = ptr<const E>(y);
+    E* op = ptr<E>(out);
+    for_each_chunk(g, [&](const Geometry<4>& geo, uint32_t count, const std::array<int64_t, 4>& off) {
+      where_kernel<E><<<blocks_for(count), kBlockSize, 0, ctx.stream>>>(cp + off[1], xp + off[2], yp + off[3],
+                                                                         op + off[0], geo, count);
+      AG_CUDA_CHECK_LAUNCH();
+    });
+  });
+}
+
+}  // namespace ampgrad::cuda

@@ -1,0 +1,115 @@
+// CUDA copy (any strides, any pair of dtypes: a cast) and fill.
+#include <cstring>
+
+#include "cuda/common.cuh"
+#include "cuda/kernels.h"
+
+namespace ampgrad::cuda {
+
+namespace {
+
+// Same dtype: moves raw elements, so one instantiation per element size.
+template <class E> __global__ void copy_kernel(const E* src, E* dst, Geometry<2> g, uint32_t n) {
+  const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  int64_t off[2];
+  geometry_offsets(g, i, off);
+  dst[off[0]] = src[off[1]];
+}
+
+// Different dtypes: operand 0 is dst, 1 is src (Note [Strided geometry]; contiguous
+// operands collapse to one dim, so the contiguous case does no index division).
+template <class D, class S> __global__ void cast_kernel(const S* src, D* dst, Geometry<2> g, uint32_t n) {
+  const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  int64_t off[2];
+  geometry_offsets(g, i, off);
+  dst[off[0]] = cast_value<D>(src[off[1]]);
+}
+
+template <class E> __global__ void fill_kernel(E* dst, E value, Geometry<1> g, uint32_t n) {
+  const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  int64_t off[1];
+  geometry_offsets(g, i, off);
+  dst[off[0]] = value;
+}
+
+// The bits `value` has in `t`, converted as the CPU's fill does.
+uint64_t fill_bits(DType t, double value) {
+  uint64_t bits = 0;
+  visit_dtype(t, [&](auto tag) {
+    using T = decltype(tag);
+    T v;
+    if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
+      v = T(static_cast<float>(value));
+    } else {
+      v = static_cast<T>(value);
+    }
+    std::memcpy(&bits, &v, sizeof(T));
+  });
+  return bits;
+}
+
+}  // namespace
+
+void copy(const Tensor& dst, const Tensor& src) {
+  if (dst.numel() == 0) return;
+  KernelContext ctx(dst);
+  if (dst.dtype() == src.dtype() && dst.is_contiguous() && src.is_contiguous()) {
+    AG_CUDA_CHECK(cudaMemcpyAsync(dst.data_ptr(), src.data_ptr(), dst.nbytes(), cudaMemcpyDeviceToDevice, ctx.stream));
+    return;
+  }
+  auto g = make_geometry<2>(dst.shape(), {&dst.strides(), &src.strides()});
+  if (dst.dtype() == src.dtype()) {
+    dispatch_size(dst.element_size(), [&](auto tag) {
+      using E = typename decltype(tag)::type;
+      const E* sp = ptr<const E>(src);
+      E* dp = ptr<E>(dst);
+      for_each_chunk(g, [&](const Geometry<2>& geo, uint32_t count, const std::array<int64_t, 2>& off) {
+        copy_kernel<E><<<blocks_for(count), kBlockSize, 0, ctx.stream>>>(sp + off[1], dp + off[0], geo, count);
+        AG_CUDA_CHECK_LAUNCH();
+      });
+    });
+    return;
+  }
+  dispatch_all(dst.dtype(), [&](auto dtag) {
+    using D = typename decltype(dtag)::type;
+    dispatch_all(src.dtype(), [&](auto stag) {
+      using S = typename decltype(stag)::type;
+      if constexpr (!std::is_same_v<D, S>) {  // equal dtypes took the raw path above
+        const S* sp = ptr<const S>(src);
+        D* dp = ptr<D>(dst);
+        for_each_chunk(g, [&](const Geometry<2>& geo, uint32_t count, const std::array<int64_t, 2>& off) {
+          cast_kernel<D, S><<<blocks_for(count), kBlockSize, 0, ctx.stream>>>(sp + off[1], dp + off[0], geo, count);
+          AG_CUDA_CHECK_LAUNCH();
+        });
+      }
+    });
+  });
+}
+
+void fill(const Tensor& dst, double value) {
+  if (dst.numel() == 0) return;
+  KernelContext ctx(dst);
+  const size_t es = dst.element_size();
+  const uint64_t bits = fill_bits(dst.dtype(), value);
+  bool bytes_equal = true;  // e.g. zero: a memset does it
+  for (size_t b = 1; b < es; ++b) bytes_equal = bytes_equal && ((bits >> (8 * b)) & 0xff) == (bits & 0xff);
+  if (dst.is_contiguous() && bytes_equal) {
+    AG_CUDA_CHECK(cudaMemsetAsync(dst.data_ptr(), static_cast<int>(bits & 0xff), dst.nbytes(), ctx.stream));
+    return;
+  }
+  auto g = make_geometry<1>(dst.shape(), {&dst.strides()});
+  dispatch_size(es, [&](auto tag) {
+    using E = typename decltype(tag)::type;
+    E* dp = ptr<E>(dst);
+    const E v = static_cast<E>(bits);
+    for_each_chunk(g, [&](const Geometry<1>& geo, uint32_t count, const std::array<int64_t, 1>& off) {
+      fill_kernel<E><<<blocks_for(count), kBlockSize, 0, ctx.stream>>>(dp + off[0], v, geo, count);
+      AG_CUDA_CHECK_LAUNCH();
+    });
+  });
+}
+
+}  // namespace ampgrad::cuda

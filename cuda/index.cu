@@ -1,0 +1,108 @@
+// CUDA index_select (a gather along the middle dim) and index_add (its scatter-add adjoint).
+#include "cuda/common.cuh"
+#include "cuda/kernels.h"
+
+namespace ampgrad::cuda {
+
+namespace {
+
+// Note [CUDA index bounds]
+// The index tensor lives on the device, so the op layer cannot validate it on the host
+// without a synchronizing copy. The kernels therefore never touch memory outside the tensors
+// for an out-of-range index: index_select writes 0 for it and index_add skips it. A device-
+// side error flag would report it, at the price of a sync per call; PyTorch asserts in-kernel,
+// which poisons the whole CUDA context instead.
+
+// out[o, j, c] = x[o, index[j], c] over out viewed as [outer, n, inner]; I is the index type
+// of the linear position (32-bit when the output has fewer than 2^31 elements).
+template <class E, class I>
+__global__ void index_select_kernel(const E* x, const int64_t* index, E* out, I total, I n, I inner, int64_t d) {
+  const I step = static_cast<I>(gridDim.x) * blockDim.x;
+  for (I p = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; p < total; p += step) {
+    const I c = p % inner;
+    const I row = p / inner;
+    const I j = row % n;
+    const I o = row / n;
+    const int64_t src = index[j];
+    out[p] = (src >= 0 && src < d) ? x[(static_cast<int64_t>(o) * d + src) * inner + c] : E(0);
+  }
+}
+
+// out[o, index[j], c] += src[o, j, c]. Atomic: duplicate indices add in an unspecified order,
+// so float results are not bitwise reproducible from run to run (16-bit values also round
+// after every addition, as the CPU reference does).
+template <class T, class I>
+__global__ void index_add_kernel(T* out, const int64_t* index, const T* src, I total, I n, I inner, int64_t d) {
+  const I step = static_cast<I>(gridDim.x) * blockDim.x;
+  for (I p = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; p < total; p += step) {
+    const I c = p % inner;
+    const I row = p / inner;
+    const I j = row % n;
+    const I o = row / n;
+    const int64_t dst = index[j];
+    if (dst < 0 || dst >= d) continue;  // Note [CUDA index bounds]
+    T* target = out + (static_cast<int64_t>(o) * d + dst) * inner + c;
+    if constexpr (std::is_same_v<T, int64_t>) {
+      atomicAdd(reinterpret_cast<unsigned long long*>(target), static_cast<unsigned long long>(src[p]));
+    } else {
+      atomicAdd(target, src[p]);
+    }
+  }
+}
+
+// Runs f(I{}) with the narrowest index type for `total` positions.
+template <class F> void with_index_type(int64_t total, F&& f) {
+  if (total <= INT32_MAX) {
+    f(uint32_t{});
+  } else {
+    f(uint64_t{});
+  }
+}
+
+}  // namespace
+
+void index_select(const Tensor& x, const Tensor& index, const Tensor& out) {
+  const int64_t d = x.size(1), inner = x.size(2), n = index.numel();
+  const int64_t total = out.numel();
+  if (total == 0) return;
+  KernelContext ctx(out);
+  dispatch_size(x.element_size(), [&](auto tag) {
+    using E = typename decltype(tag)::type;
+    with_index_type(total, [&](auto itag) {
+      using I = decltype(itag);
+      index_select_kernel<E, I><<<ctx.grid_stride_blocks(total), kBlockSize, 0, ctx.stream>>>(
+          ptr<const E>(x), ptr<const int64_t>(index), ptr<E>(out), static_cast<I>(total), static_cast<I>(n),
+          static_cast<I>(inner), d);
+      AG_CUDA_CHECK_LAUNCH();
+    });
+  });
+}
+
+void index_add(const Tensor& out, const Tensor& index, const Tensor& src) {
+  const int64_t d = out.size(1), inner = out.size(2), n = index.numel();
+  const int64_t total = src.numel();
+  if (total == 0) return;
+  KernelContext ctx(out);
+  auto run = [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    with_index_type(total, [&](auto itag) {
+      using I = decltype(itag);
+      index_add_kernel<T, I><<<ctx.grid_stride_blocks(total), kBlockSize, 0, ctx.stream>>>(
+          ptr<T>(out), ptr<const int64_t>(index), ptr<const T>(src), static_cast<I>(total), static_cast<I>(n),
+          static_cast<I>(inner), d);
+      AG_CUDA_CHECK_LAUNCH();
+    });
+  };
+  switch (out.dtype()) {
+    case DType::Float32: return run(TypeTag<float>{});
+    case DType::Float16: return run(TypeTag<__half>{});
+    case DType::BFloat16: return run(TypeTag<__nv_bfloat16>{});
+    case DType::Float64: return run(TypeTag<double>{});
+    case DType::Int64: return run(TypeTag<int64_t>{});
+    case DType::Int32: return run(TypeTag<int32_t>{});
+    default: break;
+  }
+  AG_CHECK(false, "index_add on cuda: dtype {} is not supported (no atomic add)", dtype_name(out.dtype()));
+}
+
+}  // namespace ampgrad::cuda

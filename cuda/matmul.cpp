@@ -1,0 +1,127 @@
+// CUDA batched gemm through cuBLAS: the library's handle per device, operand layouts as
+// strides (no transposing copies), compute types for fp16/bf16/fp32(TF32)/fp64.
+#include <array>
+#include <mutex>
+
+#include "core/config.h"
+#include "cuda/check.h"
+#include "cuda/kernels.h"
+#include "cuda/runtime.h"
+
+namespace ampgrad::cuda {
+
+namespace {
+
+constexpr int kMaxDevices = 64;
+// cuBLAS asks for 32 MiB on Hopper; with less it may pick slower split-k kernels.
+constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+
+struct BlasState {
+  std::once_flag once;
+  cublasHandle_t handle = nullptr;
+};
+
+// One handle per device, created on first use and never destroyed (it must outlive tensors
+// freed at exit). It runs on the library stream (Note [CUDA stream]) with its own workspace,
+// set after the stream because cublasSetStream resets the workspace. Like the stream, it is
+// shared by all host threads: ampgrad does not issue device work from several threads at once.
+cublasHandle_t blas_handle(int device) {
+  static auto* states = new std::array<BlasState, kMaxDevices>();
+  AG_CHECK(device >= 0 && device < kMaxDevices, "cuda: device index {} out of range", device);
+  BlasState& st = (*states)[static_cast<size_t>(device)];
+  std::call_once(st.once, [&] {
+    DeviceGuard guard(device);
+    cublasHandle_t h = nullptr;
+    AG_CUBLAS_CHECK(cublasCreate(&h));
+    void* workspace = nullptr;
+    AG_CUBLAS_CHECK(cublasSetStream(h, current_stream(device)));
+    AG_CUDA_CHECK(cudaMalloc(&workspace, kWorkspaceBytes));
+    AG_CUBLAS_CHECK(cublasSetWorkspace(h, workspace, kWorkspaceBytes));
+    st.handle = h;
+  });
+  return st.handle;
+}
+
+// A row-major [rows, cols] matrix with strides (rs, cs) seen as cuBLAS's column-major
+// operand of shape cols x rows (row-major C = A B is column-major C^T = B^T A^T):
+// unit column stride reads as "N" with ld = rs, unit row stride as "T" with ld = cs. A
+// size-1 dim's stride is irrelevant; any other layout (both strides > 1, or 0) needs a copy.
+struct BlasOperand {
+  cublasOperation_t op = CUBLAS_OP_N;
+  int64_t ld = 1;
+  bool ok = false;
+};
+
+BlasOperand as_blas_operand(int64_t rows, int64_t cols, int64_t rs, int64_t cs) {
+  if ((cs == 1 || cols == 1) && (rows == 1 || rs >= std::max<int64_t>(1, cols)))
+    return {CUBLAS_OP_N, rows == 1 ? std::max<int64_t>(1, cols) : rs, true};
+  if ((rs == 1 || rows == 1) && (cols == 1 || cs >= std::max<int64_t>(1, rows)))
+    return {CUBLAS_OP_T, cols == 1 ? std::max<int64_t>(1, rows) : cs, true};
+  return {};
+}
+
+cudaDataType_t blas_type(DType t) {
+  switch (t) {
+    case DType::Float32: return CUDA_R_32F;
+    case DType::Float16: return CUDA_R_16F;
+    case DType::BFloat16: return CUDA_R_16BF;
+    case DType::Float64: return CUDA_R_64F;
+    default: break;
+  }
+  AG_CHECK(false, "matmul on cuda: dtype {} is not supported (cuBLAS takes float16, bfloat16, float32, float64)",
+           dtype_name(t));
+  return CUDA_R_32F;  // unreachable: AG_CHECK threw
+}
+
+Tensor contiguous_copy(const Tensor& t) {
+  Tensor c = empty(t.shape(), t.options());
+  copy(c, t);
+  return c;
+}
+
+}  // namespace
+
+void gemm(const Tensor& a, const Tensor& bm, const Tensor& out, double alpha, double beta) {
+  const int64_t batch = out.size(0), m = out.size(1), n = out.size(2), k = a.size(2);
+  if (out.numel() == 0) return;
+  AG_CHECK(a.dtype() == out.dtype() && bm.dtype() == out.dtype(), "matmul on cuda: dtypes {}, {} and {} differ",
+           dtype_name(a.dtype()), dtype_name(bm.dtype()), dtype_name(out.dtype()));
+  if (k == 0) {  // an empty sum: out = beta * out
+    if (beta == 0) fill(out, 0);
+    else if (beta != 1) unary(UnaryKind::MulScalar, out, out, beta, 0);
+    return;
+  }
+  const int device = out.device().index;
+  DeviceGuard guard(device);
+  cublasHandle_t handle = blas_handle(device);
+
+  Tensor ta = a, tb = bm;
+  BlasOperand oa = as_blas_operand(m, k, a.stride(1), a.stride(2));
+  if (!oa.ok) {
+    ta = contiguous_copy(a);
+    oa = as_blas_operand(m, k, ta.stride(1), ta.stride(2));
+  }
+  BlasOperand ob = as_blas_operand(k, n, bm.stride(1), bm.stride(2));
+  if (!ob.ok) {
+    tb = contiguous_copy(bm);
+    ob = as_blas_operand(k, n, tb.stride(1), tb.stride(2));
+  }
+  AG_INTERNAL_ASSERT(oa.ok && ob.ok, "gemm: a contiguous operand has no cuBLAS layout");
+
+  const cudaDataType_t type = blas_type(out.dtype());
+  // Scalars are in the compute type: double for fp64, float otherwise (fp16/bf16 accumulate
+  // in float on tensor cores; fp32 stays fp32 unless TF32 is allowed).
+  const bool f64 = out.dtype() == DType::Float64;
+  cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
+  if (f64) compute = CUBLAS_COMPUTE_64F;
+  else if (out.dtype() == DType::Float32 && allow_tf32()) compute = CUBLAS_COMPUTE_32F_FAST_TF32;
+  const float alpha_f = static_cast<float>(alpha), beta_f = static_cast<float>(beta);
+  const void* alpha_p = f64 ? static_cast<const void*>(&alpha) : static_cast<const void*>(&alpha_f);
+  const void* beta_p = f64 ? static_cast<const void*>(&beta) : static_cast<const void*>(&beta_f);
+
+  AG_CUBLAS_CHECK(cublasGemmStridedBatchedEx_64(handle, ob.op, oa.op, n, m, k, alpha_p, tb.data_ptr(), type, ob.ld,
+                                                tb.stride(0), ta.data_ptr(), type, oa.ld, ta.stride(0), beta_p,
+                                                out.data_ptr(), type, n, m * n, batch, compute, CUBLAS_GEMM_DEFAULT));
+}
+
+}  // namespace ampgrad::cuda

@@ -1,0 +1,236 @@
+// CUDA reductions over the middle dim of [outer, r, inner]: deterministic, no float atomics.
+#include "cuda/kernels.h"
+#include "cuda/reduce.cuh"
+
+namespace ampgrad::cuda {
+
+namespace {
+
+// Note [CUDA reductions]
+// Two kernels cover the geometry. With inner == 1 each row is contiguous: a group of
+// blockDim.x threads (one warp for short rows, up to the whole block for long ones) reads a
+// row with 16-byte loads and combines its states in shared memory (reduce_rows_kernel). With
+// inner > 1, blockDim.x threads take neighbouring inner positions, so loads stay coalesced,
+// and blockDim.y threads split r (reduce_cols_kernel). When there are too few outputs to fill
+// the device (a full reduction has one), r is cut into `splits` chunks: the first pass writes
+// one partial state per chunk, and a second pass, reduce_cols_kernel over the partials,
+// combines them. Every combination happens in an order fixed by the shape alone, so results
+// are identical from run to run (and there are no atomics).
+
+struct ReduceShape {
+  int64_t outer;
+  int64_t r;
+  int64_t inner;
+  int64_t splits;  // chunks of r, each giving one partial state
+  int64_t chunk;  // elements of r per chunk
+};
+
+// inner == 1. Thread group ty of the block handles slot (row, chunk) = base + ty.
+template <class Op>
+__global__ void reduce_rows_kernel(Op op, const typename Op::Elem* x, ReduceShape sh, void* out, int64_t* indices,
+                                   typename Op::State* partial) {
+  using State = typename Op::State;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  State* smem = reinterpret_cast<State*>(smem_raw);
+  const int tx = threadIdx.x, ty = threadIdx.y, bx = blockDim.x;
+  const int64_t slots = sh.outer * sh.splits;
+  for (int64_t base = static_cast<int64_t>(blockIdx.x) * blockDim.y; base < slots;
+       base += static_cast<int64_t>(gridDim.x) * blockDim.y) {
+    const int64_t slot = base + ty;
+    State acc = op.identity();
+    if (slot < slots) {
+      const int64_t row = slot / sh.splits, part = slot % sh.splits;
+      const int64_t begin = part * sh.chunk;
+      acc = accumulate_row(op, x + row * sh.r, begin, min(sh.r, begin + sh.chunk));
+    }
+    State* mine = smem + ty * bx;
+    mine[tx] = acc;
+    __syncthreads();
+    for (int s = bx / 2; s > 0; s >>= 1) {
+      if (tx < s) mine[tx] = op.combine(mine[tx], mine[tx + s]);
+      __syncthreads();
+    }
+    if (tx == 0 && slot < slots) {
+      if (partial) partial[slot] = mine[0];
+      else op.write(mine[0], out, indices, slot);  // one chunk per row: slot is the row
+    }
+    __syncthreads();  // smem is reused by the next slots
+  }
+}
+
+// inner > 1 (and the second pass over partials, kRaw false). Block b covers inner positions
+// [tile * bx, tile * bx + bx) of chunk `part` of outer index o.
+template <class Op, bool kRaw>
+__global__ void reduce_cols_kernel(Op op, const std::conditional_t<kRaw, typename Op::Elem, typename Op::State>* x,
+                                   ReduceShape sh, void* out, int64_t* indices, typename Op::State* partial) {
+  using State = typename Op::State;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  State* smem = reinterpret_cast<State*>(smem_raw);
+  const int tx = threadIdx.x, ty = threadIdx.y, bx = blockDim.x, by = blockDim.y;
+  const int64_t tiles = (sh.inner + bx - 1) / bx;
+  const int64_t nblocks = sh.outer * sh.splits * tiles;
+  for (int64_t b = blockIdx.x; b < nblocks; b += gridDim.x) {
+    const int64_t tile = b % tiles, rest = b / tiles;
+    const int64_t part = rest % sh.splits, o = rest / sh.splits;
+    const int64_t i = tile * bx + tx;
+    State acc = op.identity();
+    if (i < sh.inner) {
+      const int64_t begin = part * sh.chunk, end = min(sh.r, begin + sh.chunk);
+      for (int64_t j = begin + ty; j < end; j += by) {
+        const auto v = x[(o * sh.r + j) * sh.inner + i];
+        if constexpr (kRaw) acc = op.accumulate(acc, to_acc(v), j);
+        else acc = op.combine(acc, v);
+      }
+    }
+    smem[ty * bx + tx] = acc;
+    __syncthreads();
+    for (int s = by / 2; s > 0; s >>= 1) {
+      if (ty < s) smem[ty * bx + tx] = op.combine(smem[ty * bx + tx], smem[(ty + s) * bx + tx]);
+      __syncthreads();
+    }
+    if (ty == 0 && i < sh.inner) {
+      if (partial) partial[(o * sh.splits + part) * sh.inner + i] = smem[tx];
+      else op.write(smem[tx], out, indices, o * sh.inner + i);
+    }
+    __syncthreads();
+  }
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+int pow2_at_least(int64_t v, int cap) {
+  int p = 1;
+  while (p < v && p < cap) p *= 2;
+  return p;
+}
+
+unsigned grid_of(int64_t blocks) { return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(blocks, INT32_MAX))); }
+
+template <class Op>
+void run_reduce(const KernelContext& ctx, const Op& op, const Tensor& x, const Tensor& out, const Tensor& indices) {
+  using T = typename Op::Elem;
+  using State = typename Op::State;
+  const int64_t outer = x.size(0), r = x.size(1), inner = x.size(2);
+  const T* xp = ptr<const T>(x);
+  void* op_out = out.data_ptr();
+  int64_t* ip = indices.defined() ? ptr<int64_t>(indices) : nullptr;
+  const int64_t target_blocks = static_cast<int64_t>(ctx.sm_count) * 8;
+  const size_t smem = kBlockSize * sizeof(State);
+
+  // Second pass (Note [CUDA reductions]): partials [outer, splits, inner] -> out.
+  auto finish = [&](const State* partial, int64_t splits) {
+    const int bx = pow2_at_least(inner, 32), by = kBlockSize / bx;
+    ReduceShape sh{outer, splits, inner, 1, splits};
+    reduce_cols_kernel<Op, false><<<grid_of(outer * ceil_div(inner, bx)), dim3(bx, by), smem, ctx.stream>>>(
+        op, partial, sh, op_out, ip, nullptr);
+    AG_CUDA_CHECK_LAUNCH();
+  };
+  auto partial_buffer = [&](int64_t count) {
+    return empty({static_cast<int64_t>(count * sizeof(State))}, TensorOptions(kUInt8).device(out.device()));
+  };
+
+  if (inner == 1) {
+    const int bx = r <= 256 ? 32 : (r <= 2048 ? 128 : 256), by = kBlockSize / bx;
+    const int64_t blocks = ceil_div(outer, by);
+    int64_t splits = 1, chunk = r;
+    if (blocks < target_blocks && r >= 8192) {
+      splits = std::min(ceil_div(target_blocks, blocks), ceil_div(r, 4096));
+      chunk = ceil_div(ceil_div(r, splits), 16) * 16;  // chunk starts keep the row's alignment
+      splits = ceil_div(r, chunk);
+    }
+    ReduceShape sh{outer, r, 1, splits, chunk};
+    if (splits == 1) {
+      reduce_rows_kernel<Op><<<grid_of(blocks), dim3(bx, by), smem, ctx.stream>>>(op, xp, sh, op_out, ip, nullptr);
+      AG_CUDA_CHECK_LAUNCH();
+      return;
+    }
+    Tensor buf = partial_buffer(outer * splits);
+    auto* partial = ptr<State>(buf);
+    reduce_rows_kernel<Op><<<grid_of(ceil_div(outer * splits, by)), dim3(bx, by), smem, ctx.stream>>>(
+        op, xp, sh, op_out, ip, partial);
+    AG_CUDA_CHECK_LAUNCH();
+    finish(partial, splits);
+    return;
+  }
+
+  const int bx = pow2_at_least(inner, 32), by = kBlockSize / bx;
+  const int64_t blocks = outer * ceil_div(inner, bx);
+  int64_t splits = 1, chunk = r;
+  if (blocks < target_blocks && r >= 16 * by) {
+    splits = std::min(ceil_div(target_blocks, blocks), ceil_div(r, 8 * by));
+    chunk = ceil_div(r, splits);
+    splits = ceil_div(r, chunk);
+  }
+  ReduceShape sh{outer, r, inner, splits, chunk};
+  if (splits == 1) {
+    reduce_cols_kernel<Op, true><<<grid_of(blocks), dim3(bx, by), smem, ctx.stream>>>(op, xp, sh, op_out, ip, nullptr);
+    AG_CUDA_CHECK_LAUNCH();
+    return;
+  }
+  Tensor buf = partial_buffer(outer * splits * inner);
+  auto* partial = ptr<State>(buf);
+  reduce_cols_kernel<Op, true><<<grid_of(blocks * splits), dim3(bx, by), smem, ctx.stream>>>(op, xp, sh, op_out, ip,
+                                                                                              partial);
+  AG_CUDA_CHECK_LAUNCH();
+  finish(partial, splits);
+}
+
+// Reductions by dtype: floating types everywhere; Sum and Prod also on int64 (the op layer
+// sums integers as int64); Max/Min/Argmax/Argmin also on int64, int32 and uint8, as the CPU.
+template <bool kInt64, bool kNarrowInts, class F> void dispatch_reduce(DType t, const char* what, F&& f) {
+  switch (t) {
+    case DType::Float32: return f(TypeTag<float>{});
+    case DType::Float16: return f(TypeTag<__half>{});
+    case DType::BFloat16: return f(TypeTag<__nv_bfloat16>{});
+    case DType::Float64: return f(TypeTag<double>{});
+    default: break;
+  }
+  if constexpr (kInt64) {
+    if (t == DType::Int64) return f(TypeTag<int64_t>{});
+  }
+  if constexpr (kNarrowInts) {
+    if (t == DType::Int32) return f(TypeTag<int32_t>{});
+    if (t == DType::UInt8) return f(TypeTag<uint8_t>{});
+  }
+  AG_CHECK(false, "{} on cuda: dtype {} is not supported", what, dtype_name(t));
+}
+
+}  // namespace
+
+void reduce(ReduceKind k, const Tensor& x, const Tensor& out, const Tensor& indices, double param) {
+  if (out.numel() == 0) return;
+  KernelContext ctx(out);
+  const int64_t r = x.size(1);
+  switch (k) {
+    case ReduceKind::Sum:
+    case ReduceKind::Mean:
+      return dispatch_reduce<true, false>(x.dtype(), "sum", [&](auto tag) {
+        run_reduce(ctx, SumOp<typename decltype(tag)::type>{k == ReduceKind::Mean, r}, x, out, indices);
+      });
+    case ReduceKind::Prod:
+      return dispatch_reduce<true, false>(x.dtype(), "prod", [&](auto tag) {
+        run_reduce(ctx, ProdOp<typename decltype(tag)::type>{}, x, out, indices);
+      });
+    case ReduceKind::Max:
+    case ReduceKind::Argmax:
+      return dispatch_reduce<true, true>(x.dtype(), "max", [&](auto tag) {
+        run_reduce(ctx, MinMaxOp<typename decltype(tag)::type, true>{k == ReduceKind::Argmax}, x, out, indices);
+      });
+    case ReduceKind::Min:
+    case ReduceKind::Argmin:
+      return dispatch_reduce<true, true>(x.dtype(), "min", [&](auto tag) {
+        run_reduce(ctx, MinMaxOp<typename decltype(tag)::type, false>{k == ReduceKind::Argmin}, x, out, indices);
+      });
+    case ReduceKind::Var:
+      return dispatch_reduce<false, false>(x.dtype(), "var", [&](auto tag) {
+        run_reduce(ctx, VarOp<typename decltype(tag)::type>{param}, x, out, indices);
+      });
+    case ReduceKind::LogSumExp:
+      return dispatch_reduce<false, false>(x.dtype(), "logsumexp", [&](auto tag) {
+        run_reduce(ctx, LseOp<typename decltype(tag)::type>{}, x, out, indices);
+      });
+  }
+  AG_INTERNAL_ASSERT(false, "reduce: unknown kind {}", static_cast<int>(k));
+}
+
+}  // namespace ampgrad::cuda

@@ -1,0 +1,175 @@
+// The reduction operators of the CUDA reductions and softmax: a state, its identity, how one
+// element joins it, how two states combine (deterministically), and how the result is written.
+#pragma once
+
+#include <cuda/std/limits>
+
+#include "cuda/common.cuh"
+
+namespace ampgrad::cuda {
+
+template <class A> __device__ __forceinline__ bool is_nan(A x) { return x != x; }
+
+// Sum and Mean (Mean divides by r when writing). Accumulates in float (double for f64,
+// int64 for integers).
+template <class T> struct SumOp {
+  using Elem = T;
+  using A = dacc_t<T>;
+  using State = A;
+  bool mean;
+  int64_t r;
+  __device__ State identity() const { return A(0); }
+  __device__ State accumulate(State s, A x, int64_t) const { return s + x; }
+  __device__ State combine(State a, State b) const { return a + b; }
+  __device__ void write(State s, void* out, int64_t*, int64_t pos) const {
+    static_cast<T*>(out)[pos] = from_acc<T>(mean ? s / static_cast<A>(r) : s);
+  }
+};
+
+template <class T> struct ProdOp {
+  using Elem = T;
+  using A = dacc_t<T>;
+  using State = A;
+  __device__ State identity() const { return A(1); }
+  __device__ State accumulate(State s, A x, int64_t) const { return s * x; }
+  __device__ State combine(State a, State b) const { return a * b; }
+  __device__ void write(State s, void* out, int64_t*, int64_t pos) const { static_cast<T*>(out)[pos] = from_acc<T>(s); }
+};
+
+template <class A> struct ArgState {
+  A v;
+  int64_t i;
+};
+
+// Max/Min with the index of the first occurrence; NaN wins (its first occurrence). Comparing
+// indices on ties makes the result independent of the order states are combined in.
+// index_only: Argmax/Argmin, whose out is Int64; otherwise out gets values and `indices`
+// (when not null) the positions.
+template <class T, bool kMax> struct MinMaxOp {
+  using Elem = T;
+  using A = dacc_t<T>;
+  using State = ArgState<A>;
+  bool index_only;
+  __device__ State identity() const {
+    using L = ::cuda::std::numeric_limits<A>;
+    A worst = L::has_infinity ? (kMax ? -L::infinity() : L::infinity()) : (kMax ? L::lowest() : L::max());
+    return {worst, INT64_MAX};
+  }
+  __device__ State combine(State a, State b) const {
+    const bool an = is_nan(a.v), bn = is_nan(b.v);
+    if (an || bn) return (an && bn) ? (a.i <= b.i ? a : b) : (an ? a : b);
+    if (a.v == b.v) return a.i <= b.i ? a : b;
+    return (kMax ? b.v > a.v : b.v < a.v) ? b : a;
+  }
+  __device__ State accumulate(State s, A x, int64_t j) const { return combine(s, State{x, j}); }
+  __device__ void write(State s, void* out, int64_t* indices, int64_t pos) const {
+    if (index_only) {
+      static_cast<int64_t*>(out)[pos] = s.i;
+    } else {
+      static_cast<T*>(out)[pos] = from_acc<T>(s.v);
+      if (indices) indices[pos] = s.i;
+    }
+  }
+};
+
+template <class A> struct WelfordState {
+  A mean;
+  A m2;  // sum of squared deviations from the mean
+  int64_t n;
+};
+
+// Var with a correction (Bessel's is 1): Welford per thread, Chan et al.'s merge across
+// threads, so one pass reads the data and large means do not cancel.
+template <class T> struct VarOp {
+  using Elem = T;
+  using A = dacc_t<T>;
+  using State = WelfordState<A>;
+  double correction;
+  __device__ State identity() const { return {A(0), A(0), 0}; }
+  __device__ State accumulate(State s, A x, int64_t) const {
+    s.n += 1;
+    const A delta = x - s.mean;
+    s.mean += delta / static_cast<A>(s.n);
+    s.m2 += delta * (x - s.mean);
+    return s;
+  }
+  __device__ State combine(State a, State b) const {
+    if (b.n == 0) return a;
+    if (a.n == 0) return b;
+    const int64_t n = a.n + b.n;
+    const A delta = b.mean - a.mean;
+    const A fb = static_cast<A>(b.n) / static_cast<A>(n);
+    return {a.mean + delta * fb, a.m2 + b.m2 + delta * delta * static_cast<A>(a.n) * fb, n};
+  }
+  __device__ void write(State s, void* out, int64_t*, int64_t pos) const {
+    const double denom = static_cast<double>(s.n) - correction;  // as the CPU: NaN when <= 0
+    const A v = denom > 0 ? s.m2 / static_cast<A>(denom) : ::cuda::std::numeric_limits<A>::quiet_NaN();
+    static_cast<T*>(out)[pos] = from_acc<T>(v);
+  }
+};
+
+template <class A> struct LseState {
+  A m;  // running max (never NaN: NaN inputs poison s instead)
+  A s;  // sum of exp(x - m)
+};
+
+// log(sum(exp(x))) online: the sum is rescaled whenever the max grows, so no exp overflows.
+// -inf elements contribute nothing; an infinite max is the result itself (as the CPU).
+template <class T> struct LseOp {
+  using Elem = T;
+  using A = dacc_t<T>;
+  using State = LseState<A>;
+  __device__ State identity() const { return {-::cuda::std::numeric_limits<A>::infinity(), A(0)}; }
+  __device__ State accumulate(State st, A x, int64_t) const {
+    if (x == -::cuda::std::numeric_limits<A>::infinity()) return st;
+    if (x > st.m) {
+      st.s = st.s * math::exp(st.m - x) + A(1);
+      st.m = x;
+    } else {
+      st.s += x == st.m ? A(1) : math::exp(x - st.m);  // x == m: no inf - inf; NaN x makes s NaN
+    }
+    return st;
+  }
+  __device__ State combine(State a, State b) const {
+    const A ninf = -::cuda::std::numeric_limits<A>::infinity();
+    if (b.m == ninf && !is_nan(b.s)) return a;
+    if (a.m == ninf && !is_nan(a.s)) return b;
+    if (a.m == b.m) return {a.m, a.s + b.s};  // also two infinite maxima: no inf - inf
+    if (a.m > b.m) return {a.m, a.s + b.s * math::exp(b.m - a.m)};
+    return {b.m, b.s + a.s * math::exp(a.m - b.m)};
+  }
+  __device__ static A result(State st) {
+    const A inf = ::cuda::std::numeric_limits<A>::infinity();
+    return (st.m == inf || st.m == -inf) && !is_nan(st.s) ? st.m : st.m + math::log(st.s);
+  }
+  __device__ void write(State st, void* out, int64_t*, int64_t pos) const {
+    static_cast<T*>(out)[pos] = from_acc<T>(result(st));
+  }
+};
+
+// This thread's share of p[begin, end): the blockDim.x threads of a row stride over it,
+// 16 bytes per load once past the first 16-byte boundary.
+template <class Op>
+__device__ typename Op::State accumulate_row(const Op& op, const typename Op::Elem* p, int64_t begin, int64_t end) {
+  using T = typename Op::Elem;
+  constexpr int V = kVecSize<T>;
+  const int tx = threadIdx.x, bx = blockDim.x;
+  typename Op::State acc = op.identity();
+  // Scalar head up to a 16-byte boundary, vectors, scalar tail.
+  const auto misalign = static_cast<int64_t>(reinterpret_cast<uintptr_t>(p + begin) % 16);
+  const int64_t head = min(end - begin, static_cast<int64_t>((16 - misalign) % 16) / static_cast<int64_t>(sizeof(T)));
+  for (int64_t j = begin + tx; j < begin + head; j += bx) acc = op.accumulate(acc, to_acc(p[j]), j);
+  const int64_t vbegin = begin + head;
+  const int64_t nvec = (end - vbegin) / V;
+  const auto* pv = reinterpret_cast<const Vec<T, V>*>(p + vbegin);
+#pragma unroll 4
+  for (int64_t k = tx; k < nvec; k += bx) {
+    const Vec<T, V> v = pv[k];
+#pragma unroll
+    for (int e = 0; e < V; ++e) acc = op.accumulate(acc, to_acc(v.v[e]), vbegin + k * V + e);
+  }
+  for (int64_t j = vbegin + nvec * V + tx; j < end; j += bx) acc = op.accumulate(acc, to_acc(p[j]), j);
+  return acc;
+}
+
+}  // namespace ampgrad::cuda

@@ -1,0 +1,165 @@
+// Device queries, the per-device library stream (Note [CUDA stream]), copies and error text.
+#include "cuda/runtime.h"
+
+#include <array>
+#include <memory>
+#include <mutex>
+
+#include "cuda/check.h"
+
+namespace ampgrad::cuda {
+
+namespace detail {
+
+void throw_cuda_error(cudaError_t err, const char* call, const char* file, int line) {
+  // Reset the thread's last error so the next AG_CUDA_CHECK_LAUNCH does not report this one
+  // again (sticky errors, such as an illegal address, cannot be reset and keep failing).
+  (void)cudaGetLastError();
+  throw Error(fmt::format("CUDA error: {} failed: {}: {} (at {}:{})", call, cudaGetErrorName(err),
+                          cudaGetErrorString(err), file, line));
+}
+
+void throw_cublas_error(cublasStatus_t status, const char* call, const char* file, int line) {
+  throw Error(fmt::format("cuBLAS error: {} failed: {}: {} (at {}:{})", call, cublasGetStatusName(status),
+                          cublasGetStatusString(status), file, line));
+}
+
+}  // namespace detail
+
+namespace {
+
+constexpr int kMaxDevices = 64;
+
+int query_device_count() noexcept {
+  int n = 0;
+  cudaError_t err = cudaGetDeviceCount(&n);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();  // no driver or no device: not an error for the caller
+    return 0;
+  }
+  return n;
+}
+
+struct DeviceState {
+  std::once_flag props_once;
+  DeviceProperties props;
+  std::once_flag stream_once;
+  cudaStream_t stream = nullptr;
+};
+
+// Leaked on purpose: streams and properties must outlive every static Tensor destroyed at exit.
+std::array<DeviceState, kMaxDevices>& device_states() {
+  static auto* states = new std::array<DeviceState, kMaxDevices>();
+  return *states;
+}
+
+DeviceState& state_of(int device) {
+  AG_CHECK(device >= 0 && device < device_count(), "cuda: device {} does not exist ({} device(s) visible)", device,
+           device_count());
+  AG_CHECK(device < kMaxDevices, "cuda: device {} is beyond the {} devices ampgrad supports", device, kMaxDevices);
+  return device_states()[static_cast<size_t>(device)];
+}
+
+}  // namespace
+
+bool is_available() { return device_count() > 0; }
+
+int device_count() {
+  static const int count = query_device_count();
+  return count;
+}
+
+const DeviceProperties& device_properties(int device) {
+  DeviceState& st = state_of(device);
+  std::call_once(st.props_once, [&] {
+    cudaDeviceProp p{};
+    AG_CUDA_CHECK(cudaGetDeviceProperties(&p, device));
+    st.props.name = p.name;
+    st.props.major = p.major;
+    st.props.minor = p.minor;
+    st.props.sm_count = p.multiProcessorCount;
+    st.props.total_memory = p.totalGlobalMem;
+    st.props.max_threads_per_block = p.maxThreadsPerBlock;
+    st.props.max_threads_per_sm = p.maxThreadsPerMultiProcessor;
+    st.props.shared_memory_per_block = p.sharedMemPerBlock;
+    st.props.l2_cache_size = p.l2CacheSize;
+    st.props.memory_bus_width = p.memoryBusWidth;
+  });
+  return st.props;
+}
+
+int current_device() {
+  int d = 0;
+  AG_CUDA_CHECK(cudaGetDevice(&d));
+  return d;
+}
+
+void set_device(int device) {
+  (void)state_of(device);  // range check with a clear message
+  AG_CUDA_CHECK(cudaSetDevice(device));
+}
+
+CUstream_st* current_stream(int device) {
+  if (device < 0) device = current_device();
+  DeviceState& st = state_of(device);
+  std::call_once(st.stream_once, [&] {
+    DeviceGuard guard(device);
+    cudaStream_t s = nullptr;
+    AG_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    st.stream = s;
+  });
+  return st.stream;
+}
+
+void synchronize() { AG_CUDA_CHECK(cudaDeviceSynchronize()); }
+
+namespace {
+// The device that owns a device pointer (copies run on that device's stream); for anything
+// else, the current device.
+int device_of(const void* p) {
+  cudaPointerAttributes attr{};
+  if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return current_device();
+  }
+  return attr.type == cudaMemoryTypeDevice ? attr.device : current_device();
+}
+
+bool is_pinned_host(const void* p) {
+  cudaPointerAttributes attr{};
+  if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return true;  // unknown: assume the worst
+  }
+  return attr.type == cudaMemoryTypeHost;
+}
+}  // namespace
+
+void memcpy_h2d(void* dst, const void* src, size_t n) {
+  if (n == 0) return;
+  const int dev = device_of(dst);
+  DeviceGuard guard(dev);
+  cudaStream_t stream = current_stream(dev);
+  AG_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, stream));
+  // From pageable memory (ampgrad's CPU allocator) the driver has staged src before returning.
+  // From pinned memory the DMA reads src later, so wait: the caller may free src right away.
+  if (is_pinned_host(src)) AG_CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
+void memcpy_d2h(void* dst, const void* src, size_t n) {
+  if (n == 0) return;
+  const int dev = device_of(src);
+  DeviceGuard guard(dev);
+  cudaStream_t stream = current_stream(dev);
+  AG_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, stream));
+  AG_CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
+void memcpy_d2d(void* dst, const void* src, size_t n) {
+  if (n == 0) return;
+  const int dev = device_of(dst);
+  DeviceGuard guard(dev);
+  AG_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, current_stream(dev)));
+}
+
+}  // namespace ampgrad::cuda

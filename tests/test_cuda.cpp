@@ -1,0 +1,558 @@
+// The CUDA backend: runtime and allocator, copies and casts, and every registered op on CUDA
+// against the CPU reference (forward and gradients) in f32/f16/bf16, over contiguous, strided,
+// transposed and broadcast operands of sizes 1, 7, 1023 and 65537. Tolerance: atol + rtol*|ref|
+// with both scaled by eps(dtype) (and by the length of the sums an op does).
+#include <cmath>
+#include <functional>
+#include <map>
+#include <random>
+#include <set>
+
+#include "common.h"
+
+namespace {
+
+using Shape = ag::Shape;
+using V = std::vector<ag::Tensor>;
+const ag::Device kGpu(ag::kCUDA);
+const ag::DType kFloatTypes[] = {ag::kFloat32, ag::kFloat16, ag::kBFloat16};
+const std::vector<int64_t> kSizes = {1, 7, 1023, 65537};
+constexpr double kEps32 = 1.1920928955078125e-07;
+
+uint64_t fresh_seed() {
+  static std::random_device rd;
+  return (static_cast<uint64_t>(rd()) << 32) | rd();
+}
+
+// Inputs are drawn on the CPU in float32; the harness casts and moves them.
+ag::Tensor uni(const Shape& s, double lo, double hi) { return ag::rand(s) * (hi - lo) + lo; }
+ag::Tensor sym(const Shape& s) { return uni(s, -1, 1); }
+ag::Tensor pos(const Shape& s) { return uni(s, 0.5, 1.5); }
+ag::Tensor indices(int64_t count, int64_t bound) { return (ag::rand({count}) * bound).to(ag::kInt64); }
+
+// A NaN-filled block handed back to the memory pool: outputs that a kernel forgets to write
+// are then NaN, not a plausible leftover.
+void poison_cuda_cache() {
+  ag::NoGradGuard no_grad;
+  (void)ag::full({int64_t{8} << 20}, NAN, ag::TensorOptions(ag::kFloat32).device(kGpu));
+}
+
+// Flattens and concatenates several results, so one case can check several reductions.
+ag::Tensor flat_cat(const V& parts) {
+  V flat;
+  for (const auto& p : parts) flat.push_back(p.reshape({-1}));
+  return ag::cat(flat, 0);
+}
+
+struct Tol {
+  double atol, rtol;
+};
+enum class Kind { elementwise, sum, normalized };
+// elementwise: one rounding each side. sum: float32 accumulation of n terms of size ~1 on
+// CUDA against the CPU's. normalized: a result divided by such a sum (relative error).
+Tol tolerance(Kind k, ag::DType d, int64_t n) {
+  const double e = eps_of(d);
+  switch (k) {
+    case Kind::sum: return {4 * e + 4 * kEps32 * static_cast<double>(n), 4 * e};
+    case Kind::normalized: {
+      const double r = 4 * e + 4 * kEps32 * std::sqrt(static_cast<double>(n));
+      return {r, r};
+    }
+    default: return {4 * e, 4 * e};
+  }
+}
+
+struct Case {
+  std::vector<int64_t> sizes;
+  std::function<V(int64_t n)> inputs;  // on the CPU; floating inputs in float32
+  std::function<ag::Tensor(const V&)> run;
+  Kind kind = Kind::elementwise;
+  bool contiguous_only = false;  // views that need contiguous input
+  std::set<size_t> constant = {};  // inputs kept in float32 and without gradient
+  double tol_scale = 1;  // cuDNN may pick Winograd or FFT algorithms: looser
+};
+
+// One entry per op of ag::op_registry() (checked below).
+const std::map<std::string, Case>& cuda_cases() {
+  using K = Kind;
+  auto unary = [](std::function<ag::Tensor(const ag::Tensor&)> f, bool positive = false) {
+    return Case{kSizes, [positive](int64_t n) { return V{positive ? pos({3, n}) : sym({3, n})}; },
+                [f](const V& v) { return f(v[0]); }};
+  };
+  auto binary = [](std::function<ag::Tensor(const ag::Tensor&, const ag::Tensor&)> f, Shape (*b)(int64_t)) {
+    return Case{kSizes, [b](int64_t n) { return V{sym({3, n}), sym(b(n))}; },
+                [f](const V& v) { return f(v[0], v[1]); }};
+  };
+  auto row = [](int64_t n) { return Shape{n}; };
+  auto col = [](int64_t) { return Shape{3, 1}; };
+  auto full = [](int64_t n) { return Shape{3, n}; };
+  const std::vector<int64_t> images = {5, 9};
+  auto image = [](int64_t n) { return V{sym({2, 3, n, n})}; };
+  static const std::map<std::string, Case> table = {
+      {"abs", unary([](const ag::Tensor& x) { return ag::abs(x); })},
+      {"exp", unary([](const ag::Tensor& x) { return ag::exp(x); })},
+      {"gelu", unary([](const ag::Tensor& x) { return ag::gelu(x); })},
+      {"log", unary([](const ag::Tensor& x) { return ag::log(x); }, true)},
+      {"log1p", unary([](const ag::Tensor& x) { return ag::log1p(x); }, true)},
+      {"neg", unary([](const ag::Tensor& x) { return ag::neg(x); })},
+      {"reciprocal", unary([](const ag::Tensor& x) { return ag::reciprocal(x); }, true)},
+      {"relu", unary([](const ag::Tensor& x) { return ag::relu(x); })},
+      {"rsqrt", unary([](const ag::Tensor& x) { return ag::rsqrt(x); }, true)},
+      {"sigmoid", unary([](const ag::Tensor& x) { return ag::sigmoid(x * 4); })},
+      {"sign", unary([](const ag::Tensor& x) { return ag::sign(x); })},
+      {"softplus", unary([](const ag::Tensor& x) { return ag::softplus(x * 30); })},
+      {"sqrt", unary([](const ag::Tensor& x) { return ag::sqrt(x); }, true)},
+      {"tanh", unary([](const ag::Tensor& x) { return ag::tanh(x * 2); })},
+      {"clamp", unary([](const ag::Tensor& x) { return ag::clamp(x, -0.5, 0.25); })},
+      {"rsub", unary([](const ag::Tensor& x) { return ag::rsub(x, 2.5); })},
+      {"pow", Case{kSizes, [](int64_t n) { return V{pos({3, n}), sym({n})}; },
+                   [](const V& v) { return flat_cat({ag::pow(v[0], v[1]), v[0].pow(2.5)}); }}},
+      {"add", binary([](const ag::Tensor& a, const ag::Tensor& b) { return ag::add(a, b, 0.5); }, row)},
+      {"sub", binary([](const ag::Tensor& a, const ag::Tensor& b) { return ag::sub(a, b); }, full)},
+      {"mul", binary([](const ag::Tensor& a, const ag::Tensor& b) { return ag::mul(a, b); }, col)},
+      {"div", Case{kSizes, [](int64_t n) { return V{sym({3, n}), pos({n})}; },
+                   [](const V& v) { return ag::div(v[0], v[1]); }}},
+      {"maximum", binary([](const ag::Tensor& a, const ag::Tensor& b) { return ag::maximum(a, b); }, row)},
+      {"minimum", binary([](const ag::Tensor& a, const ag::Tensor& b) { return ag::minimum(a, b); }, col)},
+      {"eq", binary([](const ag::Tensor& a, const ag::Tensor& b) { return ag::eq(a, ag::maximum(a, b)); }, row)},
+      {"ne", binary([](const ag::Tensor& a, const ag::Tensor& b) { return ag::ne(a, ag::minimum(a, b)); }, col)},
+      {"lt", binary([](const ag::Tensor& a, const ag::Tensor& b) { return ag::lt(a, b); }, row)},
+      {"le", binary([](const ag::Tensor& a, const ag::Tensor& b) { return ag::le(a, b); }, full)},
+      {"gt", binary([](const ag::Tensor& a, const ag::Tensor& b) { return ag::gt(a, b); }, col)},
+      {"ge", binary([](const ag::Tensor& a, const ag::Tensor& b) { return ag::ge(a, b); }, row)},
+      {"where", Case{kSizes, [](int64_t n) { return V{ag::gt(sym({3, n}), 0), sym({3, n}), sym({n})}; },
+                     [](const V& v) { return ag::where(v[0], v[1], v[2]); }}},
+      // Reductions: rows (inner 1), columns (inner > 1) and the full reduction in one case.
+      {"sum", Case{kSizes, [](int64_t n) { return V{sym({3, n})}; },
+                   [](const V& v) { return flat_cat({ag::sum(v[0], {1}), ag::sum(v[0], {0}, true), ag::sum(v[0])}); },
+                   K::sum}},
+      {"mean", Case{kSizes, [](int64_t n) { return V{sym({3, n})}; },
+                    [](const V& v) { return flat_cat({ag::mean(v[0], {1}), ag::mean(v[0], {0}), ag::mean(v[0])}); },
+                    K::sum}},
+      {"prod", Case{kSizes, [](int64_t n) { return V{uni({3, n}, 0.99, 1.01)}; },
+                    [](const V& v) { return flat_cat({ag::prod(v[0], 1), ag::prod(v[0], 0), ag::prod(v[0])}); },
+                    K::normalized}},
+      {"var", Case{kSizes, [](int64_t n) { return V{sym({3, n + 1})}; },
+                   [](const V& v) { return flat_cat({ag::var(v[0], {1}), ag::var(v[0], {0}, 0), ag::var(v[0])}); },
+                   K::sum}},
+      {"logsumexp", Case{kSizes, [](int64_t n) { return V{sym({3, n})}; },
+                         [](const V& v) { return flat_cat({ag::logsumexp(v[0], {1}), ag::logsumexp(v[0], {0})}); },
+                         K::normalized}},
+      {"max", Case{kSizes, [](int64_t n) { return V{sym({3, n})}; },
+                   [](const V& v) { return flat_cat({ag::max(v[0], 1).first, ag::max(v[0], 0).first, ag::max(v[0])}); }}},
+      {"min", Case{kSizes, [](int64_t n) { return V{sym({3, n})}; },
+                   [](const V& v) { return flat_cat({ag::min(v[0], 1).first, ag::min(v[0], 0).first, ag::min(v[0])}); }}},
+      {"argmax", Case{kSizes, [](int64_t n) { return V{sym({3, n})}; },
+                      [](const V& v) { return flat_cat({ag::argmax(v[0], 1), ag::argmax(v[0], 0), ag::argmax(v[0])}); }}},
+      {"argmin", Case{kSizes, [](int64_t n) { return V{sym({3, n})}; },
+                      [](const V& v) { return flat_cat({ag::argmin(v[0], 1), ag::argmin(v[0], 0)}); }}},
+      {"softmax", Case{kSizes, [](int64_t n) { return V{sym({3, n}) * 4}; },
+                       [](const V& v) { return flat_cat({ag::softmax(v[0], 1), ag::softmax(v[0], 0)}); },
+                       K::normalized}},
+      {"log_softmax", Case{kSizes, [](int64_t n) { return V{sym({3, n}) * 4}; },
+                           [](const V& v) { return flat_cat({ag::log_softmax(v[0], 1), ag::log_softmax(v[0], 0)}); },
+                           K::normalized}},
+      // Shapes, views and copies.
+      {"cat", Case{kSizes, [](int64_t n) { return V{sym({2, n}), sym({3, n})}; },
+                   [](const V& v) { return ag::cat({v[0], v[1]}, 0); }}},
+      {"stack", Case{kSizes, [](int64_t n) { return V{sym({3, n}), sym({3, n})}; },
+                     [](const V& v) { return ag::stack({v[0], v[1]}, 1); }}},
+      {"clone", unary([](const ag::Tensor& x) { return x.t().clone(); })},
+      {"copy_", unary([](const ag::Tensor& x) {
+         ag::Tensor out = ag::empty(x.t().shape(), x.options());
+         out.copy_(x.t());
+         return out;
+       })},
+      {"to", unary([](const ag::Tensor& x) { return x.to(ag::kFloat64) * 2; })},
+      {"expand", Case{kSizes, [](int64_t n) { return V{sym({n, 1})}; },
+                      [](const V& v) { return ag::expand(v[0], {2, v[0].size(0), 3}) * 1; }}},
+      {"permute", Case{kSizes, [](int64_t n) { return V{sym({2, n, 3})}; },
+                       [](const V& v) { return ag::permute(v[0], {2, 0, 1}) * 1; }}},
+      {"reshape", unary([](const ag::Tensor& x) { return ag::reshape(x.t(), {-1}) * 1; })},
+      {"select", unary([](const ag::Tensor& x) { return ag::select(x, 0, 1) * 1; })},
+      {"slice", unary([](const ag::Tensor& x) { return ag::slice(x, 1, 0, x.size(1), 2) * 1; })},
+      {"squeeze", Case{kSizes, [](int64_t n) { return V{sym({3, 1, n})}; },
+                       [](const V& v) { return ag::squeeze(v[0], 1) * 1; }}},
+      {"unsqueeze", unary([](const ag::Tensor& x) { return ag::unsqueeze(x, 1) * 1; })},
+      {"transpose", unary([](const ag::Tensor& x) { return ag::transpose(x, 0, 1) * 1; })},
+      {"view", Case{kSizes, [](int64_t n) { return V{sym({3, n})}; },
+                    [](const V& v) { return ag::view(v[0], {v[0].size(1), 3}) * 1; }, K::elementwise, true}},
+      {"index_select", Case{kSizes, [](int64_t n) { return V{sym({n, 4}), indices(5 + n / 3, n), indices(7, 4)}; },
+                            [](const V& v) {
+                              return flat_cat({ag::index_select(v[0], 0, v[1]), ag::index_select(v[0], 1, v[2])});
+                            }}},
+      // Matmul family (sums of n products).
+      {"mm", Case{kSizes, [](int64_t n) { return V{sym({7, n}), sym({n, 5})}; },
+                  [](const V& v) { return ag::mm(v[0], v[1]); }, K::sum}},
+      {"bmm", Case{kSizes, [](int64_t n) { return V{sym({2, 3, n}), sym({2, n, 4})}; },
+                   [](const V& v) { return ag::bmm(v[0], v[1]); }, K::sum}},
+      {"matmul", Case{kSizes, [](int64_t n) { return V{sym({2, 3, n}), sym({n, 4})}; },
+                      [](const V& v) { return ag::matmul(v[0], v[1]); }, K::sum}},
+      {"addmm", Case{kSizes, [](int64_t n) { return V{sym({4}), sym({3, n}), sym({n, 4})}; },
+                     [](const V& v) { return ag::addmm(v[0], v[1], v[2], 0.5, 2); }, K::sum}},
+      {"linear", Case{kSizes, [](int64_t n) { return V{sym({2, 3, n}), sym({5, n}), sym({5})}; },
+                      [](const V& v) { return ag::linear(v[0], v[1], v[2]); }, K::sum}},
+      // Neural-network ops.
+      {"conv2d", Case{images, [](int64_t n) { return V{sym({2, 3, n, n}), sym({4, 3, 3, 3}), sym({4})}; },
+                      [](const V& v) { return ag::conv2d(v[0], v[1], v[2], {1, 1}, {1, 1}); }, K::sum, false, {},
+                      32}},
+      {"unfold", Case{images, image, [](const V& v) {
+                        return ag::unfold(v[0], ag::Window2d{2, 3, 1, 2, 1, 0, 1, 1}, 0.0);
+                      }}},
+      {"max_pool2d", Case{images, image, [](const V& v) { return ag::max_pool2d(v[0], {2, 2}); }}},
+      {"avg_pool2d", Case{images, image, [](const V& v) { return ag::avg_pool2d(v[0], {3, 3}, {2, 2}, {1, 1}); }}},
+      {"adaptive_avg_pool2d", Case{images, image, [](const V& v) { return ag::adaptive_avg_pool2d(v[0], {3, 2}); }}},
+      {"batch_norm", Case{{1, 7, 1023}, [](int64_t n) {
+                            return V{sym({n, 3, 2, 2}), sym({3}) * 0.1, pos({3}), pos({3}), sym({3})};
+                          },
+                          [](const V& v) { return ag::batch_norm(v[0], v[1], v[2], v[3], v[4], true); },
+                          K::normalized, false, {1, 2}}},
+      {"layer_norm", Case{kSizes, [](int64_t n) { return V{sym({n, 6}), pos({6}), sym({6})}; },
+                          [](const V& v) { return ag::layer_norm(v[0], {6}, v[1], v[2]); }, K::normalized}},
+      {"dropout", unary([](const ag::Tensor& x) { return ag::dropout(x, 0.3, true); })},
+      {"nll_loss", Case{kSizes, [](int64_t n) { return V{sym({n, 5}), indices(n, 5)}; },
+                        [](const V& v) { return ag::nll_loss(ag::log_softmax(v[0], 1), v[1]); }, K::normalized}},
+      {"cross_entropy", Case{kSizes, [](int64_t n) { return V{sym({n, 5}) * 3, indices(n, 5)}; },
+                             [](const V& v) { return ag::cross_entropy(v[0], v[1], 0.1); }, K::normalized}},
+      {"mse_loss", Case{kSizes, [](int64_t n) { return V{sym({3, n}), sym({3, n})}; },
+                        [](const V& v) { return ag::mse_loss(v[0], v[1]); }, K::normalized}},
+      {"binary_cross_entropy_with_logits",
+       Case{kSizes, [](int64_t n) { return V{sym({3, n}) * 3, uni({3, n}, 0, 1)}; },
+            [](const V& v) { return ag::binary_cross_entropy_with_logits(v[0], v[1]); }, K::normalized}},
+      {"binary_cross_entropy", Case{kSizes, [](int64_t n) { return V{uni({3, n}, 0.05, 0.95), uni({3, n}, 0, 1)}; },
+                                    [](const V& v) { return ag::binary_cross_entropy(v[0], v[1]); },
+                                    K::normalized}},
+  };
+  return table;
+}
+
+// The same values in another memory layout: 1 = every other element of a wider last dim,
+// 2 = stored transposed (last two dims swapped in memory). 0 leaves t as it is.
+ag::Tensor relayout(const ag::Tensor& t, int layout) {
+  ag::NoGradGuard no_grad;
+  if (layout == 1 && t.dim() > 0) {
+    Shape wide = t.shape();
+    wide.back() *= 2;
+    ag::Tensor v = ag::empty(wide, t.options()).slice(-1, 0, wide.back(), 2);
+    v.copy_(t);
+    return v;
+  }
+  if (layout == 2 && t.dim() >= 2) return t.transpose(-1, -2).contiguous().transpose(-1, -2);
+  return t;
+}
+
+// The case's inputs for one run: cast, moved, laid out, fresh leaves.
+V prepare(const V& made, const Case& c, ag::DType d, ag::Device dev, int layout, bool grad) {
+  V out;
+  for (size_t i = 0; i < made.size(); ++i) {
+    const bool varying = made[i].is_floating_point() && !c.constant.count(i);
+    ag::Tensor t = made[i].detach().to(dev, varying ? d : made[i].dtype()).clone();
+    t = relayout(t, layout).detach();
+    if (varying && grad) t.requires_grad_(true);
+    out.push_back(t);
+  }
+  return out;
+}
+
+std::string desc(const V& in) {
+  std::string s;
+  for (const auto& t : in) s += fmt::format("{} strides {}; ", t.desc(), ag::shape_str(t.strides()));
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("cuda: every registered op has a case in the CUDA table", "[cuda]") {
+  // Needs no device: it keeps the table complete on machines without a GPU too.
+  std::vector<std::string> missing;
+  for (const ag::OpInfo* op : ag::op_registry())
+    if (!cuda_cases().count(std::string(op->name))) missing.emplace_back(op->name);
+  INFO("ops without a case in tests/test_cuda.cpp: " << fmt::format("{}", fmt::join(missing, ", ")));
+  CHECK(missing.empty());
+}
+
+namespace {
+
+// Runs one op's case on the CPU and on CUDA over dtypes, sizes and layouts and compares
+// outputs and input gradients.
+void check_op_on_cuda(const ag::OpInfo& op, const Case& c) {
+  for (ag::DType d : kFloatTypes) {
+    for (int64_t n : c.sizes) {
+      const V made = c.inputs(n);
+      for (int layout = 0; layout < (c.contiguous_only || n > 4096 ? 1 : 3); ++layout) {
+        INFO(op.name << " in " << ag::dtype_name(d) << ", n " << n << ", layout " << layout);
+        const bool grad = op.differentiable;
+        const uint64_t run_seed = fresh_seed();  // the same random draws (dropout) on both devices
+        V cpu_in = prepare(made, c, d, ag::Device(ag::kCPU), layout, grad);
+        V gpu_in = prepare(made, c, d, kGpu, layout, grad);
+        INFO("inputs " << desc(gpu_in));
+        ag::manual_seed(run_seed);
+        ag::Tensor ref = c.run(cpu_in);
+        poison_cuda_cache();
+        ag::manual_seed(run_seed);
+        ag::Tensor got = c.run(gpu_in);
+        REQUIRE(got.is_cuda());
+        REQUIRE(got.dtype() == ref.dtype());
+        REQUIRE(got.shape() == ref.shape());
+        const bool exact = !ref.is_floating_point();
+        Tol t = tolerance(c.kind, d, n);
+        t = {t.atol * c.tol_scale, t.rtol * c.tol_scale};
+        check_close(got, ref.to_vector<double>(), exact ? 0 : t.atol, exact ? 0 : t.rtol);
+        if (!grad || !ref.requires_grad()) continue;
+        const ag::Tensor g = sym(ref.shape()).to(ref.dtype());
+        ref.backward(g);
+        got.backward(g.to(kGpu));
+        const double scale = ag::is_reduced_float(d) ? 8 : 4;
+        for (size_t i = 0; i < cpu_in.size(); ++i) {
+          if (!cpu_in[i].requires_grad()) continue;
+          INFO("gradient of input " << i);
+          const ag::Tensor gc = cpu_in[i].grad(), gg = gpu_in[i].grad();
+          REQUIRE(gc.defined() == gg.defined());
+          if (gc.defined()) check_close(gg, gc.to_vector<double>(), scale * t.atol, scale * t.rtol);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("cuda: every op matches the CPU reference, forward and gradients", "[cuda]") {
+  if (skip_without_cuda()) return;
+  const uint64_t seed = fresh_seed();
+  INFO("seed " << seed);
+  ag::manual_seed(seed);
+  for (const ag::OpInfo* op : ag::op_registry()) {
+    auto it = cuda_cases().find(std::string(op->name));
+    if (it == cuda_cases().end()) continue;  // reported by the coverage test
+    try {
+      check_op_on_cuda(*op, it->second);
+    } catch (const std::exception& e) {  // an ag::Error from one op: report it, go on to the next
+      FAIL_CHECK(op->name << " threw: " << e.what());
+    }
+  }
+}
+
+TEST_CASE("cuda: runtime queries and the library stream", "[cuda]") {
+  if (skip_without_cuda()) return;
+  CHECK(ag::cuda::device_count() > 0);
+  const ag::cuda::DeviceProperties& p = ag::cuda::device_properties(0);
+  CHECK(!p.name.empty());
+  CHECK(p.sm_count > 0);
+  CHECK(p.total_memory > (size_t{1} << 30));
+  CHECK(p.major >= 7);
+  CHECK(ag::cuda::current_stream() != nullptr);
+  CHECK(ag::cuda::current_stream() == ag::cuda::current_stream(0));
+  ag::cuda::synchronize();
+  REQUIRE_THROWS_WITH_SUBSTR(ag::cuda::device_properties(ag::cuda::device_count()), "does not exist");
+}
+
+TEST_CASE("cuda: allocator statistics", "[cuda]") {
+  if (skip_without_cuda()) return;
+  ag::cuda::synchronize();
+  const ag::cuda::MemoryStats before = ag::cuda::memory_stats();
+  ag::cuda::reset_peak_memory_stats();
+  CHECK(ag::cuda::memory_stats().peak_allocated == before.allocated);
+  {
+    ag::Tensor a = ag::empty({1 << 20}, ag::TensorOptions(ag::kFloat32).device(kGpu));  // 4 MiB
+    const ag::cuda::MemoryStats during = ag::cuda::memory_stats();
+    CHECK(during.allocated == before.allocated + (size_t{4} << 20));
+    CHECK(during.peak_allocated >= during.allocated);
+    CHECK(during.reserved >= during.allocated);
+    CHECK(during.num_allocs == before.num_allocs + 1);
+  }
+  const ag::cuda::MemoryStats after = ag::cuda::memory_stats();
+  CHECK(after.allocated == before.allocated);
+  CHECK(after.peak_allocated >= before.allocated + (size_t{4} << 20));
+  // Freed memory stays cached in the pool (release threshold UINT64_MAX).
+  CHECK(after.reserved >= (size_t{4} << 20));
+  ag::cuda::reset_peak_memory_stats();
+  CHECK(ag::cuda::memory_stats().peak_allocated == after.allocated);
+}
+
+TEST_CASE("cuda: out of memory is an ag::Error and the process stays usable", "[cuda]") {
+  if (skip_without_cuda()) return;
+  const size_t total = ag::cuda::device_properties(0).total_memory;
+  const uint64_t ooms = ag::cuda::memory_stats().num_ooms;
+  const auto too_many = static_cast<int64_t>(total / 2);  // float32: twice the device
+  const std::string msg =
+      error_message([&] { (void)ag::empty({too_many}, ag::TensorOptions(ag::kFloat32).device(kGpu)); });
+  CHECK_THAT(msg, Catch::Contains("out of memory on cuda:0") && Catch::Contains("tried to allocate") &&
+                      Catch::Contains("in use") && Catch::Contains("cached") && Catch::Contains("device total"));
+  CHECK(ag::cuda::memory_stats().num_ooms == ooms + 1);
+  ag::Tensor x = ag::full({1000}, 2.0, ag::TensorOptions().device(kGpu));
+  CHECK(ag::sum(x + 1).item<float>() == 3000.0f);
+}
+
+TEST_CASE("cuda: host<->device copies of non-contiguous tensors", "[cuda]") {
+  if (skip_without_cuda()) return;
+  ag::manual_seed(fresh_seed());
+  for (int64_t n : kSizes) {
+    INFO("n " << n);
+    // CPU views to the device and back.
+    const ag::Tensor base = sym({5, n + 1});
+    const ag::Tensor view = base.slice(1, 1, n + 1).t();  // offset, transposed
+    check_close(view.to(kGpu).cpu(), view.to_vector<double>(), 0, 0);
+    // Device views to the host.
+    const ag::Tensor on_gpu = base.to(kGpu);
+    check_close(on_gpu.slice(1, 1, n + 1, 2).t().cpu(), base.slice(1, 1, n + 1, 2).t().to_vector<double>(), 0, 0);
+    // copy_ into non-contiguous destinations, across devices and dtypes.
+    ag::Tensor dst = ag::zeros({n + 1, 5}, ag::TensorOptions(ag::kFloat16).device(kGpu)).t();
+    dst.copy_(base);
+    check_close(dst, base.to(ag::kFloat16).to_vector<double>(), 0, 0);
+    ag::Tensor host_dst = ag::zeros({n + 1, 5}).t();
+    host_dst.copy_(on_gpu.to(ag::kFloat64));
+    check_close(host_dst, base.to_vector<double>(), 0, 0);
+  }
+}
+
+TEST_CASE("cuda: casts between all dtypes and fills agree with the CPU", "[cuda]") {
+  if (skip_without_cuda()) return;
+  ag::manual_seed(fresh_seed());
+  const ag::DType all[] = {ag::kFloat32, ag::kFloat16, ag::kBFloat16, ag::kFloat64,
+                           ag::kInt64,   ag::kInt32,   ag::kBool,     ag::kUInt8};
+  // Values every dtype holds (non-negative, so casts to uint8 are defined on the CPU), with zeros.
+  const ag::Tensor values = ag::where(ag::gt(ag::rand({1023}), 0.2), uni({1023}, 0, 100), ag::zeros({1023}));
+  for (ag::DType from : all) {
+    const ag::Tensor src = values.to(from);
+    const ag::Tensor src_gpu = relayout(src.to(kGpu), 1);
+    for (ag::DType to : all) {
+      INFO(ag::dtype_name(from) << " -> " << ag::dtype_name(to));
+      check_close(src_gpu.to(to), src.to(to).to_vector<double>(), 0, 0);
+    }
+    INFO("fill " << ag::dtype_name(from));
+    ag::Tensor f = ag::empty({7, 9}, ag::TensorOptions(from).device(kGpu));
+    f.fill_(3.75);
+    check_close(f, ag::full({7, 9}, 3.75, from).to_vector<double>(), 0, 0);
+    f.t().slice(0, 0, 9, 2).fill_(0);  // strided: a kernel, not the memset of contiguous zeros
+    ag::Tensor fc = ag::full({7, 9}, 3.75, from);
+    fc.t().slice(0, 0, 9, 2).fill_(0);
+    check_close(f, fc.to_vector<double>(), 0, 0);
+  }
+}
+
+TEST_CASE("cuda: reduction geometry, split passes, NaN and determinism", "[cuda]") {
+  if (skip_without_cuda()) return;
+  ag::manual_seed(fresh_seed());
+  const std::vector<Shape> shapes = {{65537, 3}, {3, 65537}, {2, 40000, 5}, {1, 1}, {300000}, {2, 33}};
+  for (const Shape& s : shapes) {
+    const ag::Tensor x = sym(s);
+    const ag::Tensor xg = x.to(kGpu);
+    for (int64_t dim = 0; dim < static_cast<int64_t>(s.size()); ++dim) {
+      INFO(ag::shape_str(s) << " over dim " << dim);
+      const int64_t r = s[static_cast<size_t>(dim)];
+      const Tol t = tolerance(Kind::sum, ag::kFloat32, r);
+      check_close(ag::sum(xg, {dim}), ag::sum(x, {dim}).to_vector<double>(), t.atol, t.rtol);
+      check_close(ag::var(xg, {dim}), ag::var(x, {dim}).to_vector<double>(), t.atol, t.rtol);
+      const Tol tn = tolerance(Kind::normalized, ag::kFloat32, r);
+      check_close(ag::logsumexp(xg, {dim}), ag::logsumexp(x, {dim}).to_vector<double>(), tn.atol, tn.rtol);
+      check_close(ag::softmax(xg, dim), ag::softmax(x, dim).to_vector<double>(), tn.atol, tn.rtol);
+      auto [vg, ig] = ag::max(xg, dim);
+      auto [vc, ic] = ag::max(x, dim);
+      check_close(vg, vc.to_vector<double>(), 0, 0);
+      check_close(ig, ic.to_vector<double>(), 0, 0);
+      check_close(ag::argmin(xg, dim), ag::argmin(x, dim).to_vector<double>(), 0, 0);
+    }
+  }
+  // Ties pick the first occurrence; NaN wins at its first occurrence; NaN poisons sums.
+  const ag::Tensor ties = ag::tensor({1.f, 3.f, 3.f, NAN, 2.f, NAN, 3.f}, {7}).to(kGpu);
+  CHECK(ag::argmax(ag::slice(ties, 0, 0, 3)).item<int64_t>() == 1);
+  CHECK(ag::max(ties, 0).second.item<int64_t>() == 3);
+  CHECK(std::isnan(ag::max(ties).item<float>()));
+  CHECK(std::isnan(ag::sum(ties).item<float>()));
+  CHECK(ag::argmin(ag::slice(ties, 0, 0, 3), 0).item<int64_t>() == 0);
+  // Deterministic: the same bits twice (no atomics), with the split path.
+  const ag::Tensor big = sym({1 << 20}).to(kGpu);
+  CHECK(ag::sum(big).item<double>() == ag::sum(big).item<double>());
+  // 2^26 elements: the split pass over a full reduction, exact for ones.
+  const ag::Tensor ones = ag::ones({int64_t{1} << 26}, ag::TensorOptions().device(kGpu));
+  CHECK(ag::sum(ones).item<double>() == static_cast<double>(int64_t{1} << 26));
+  CHECK(ag::mean(ones + 1).item<double>() == 2.0);
+}
+
+TEST_CASE("cuda: elementwise edge geometry: 0-dim, empty, misaligned, integer dtypes", "[cuda]") {
+  if (skip_without_cuda()) return;
+  ag::manual_seed(fresh_seed());
+  const ag::TensorOptions on_gpu = ag::TensorOptions().device(kGpu);
+  CHECK((ag::tensor(3.f, on_gpu) + 1).item<float>() == 4.0f);
+  CHECK(ag::exp(ag::tensor(0.f, on_gpu)).item<float>() == 1.0f);
+  const ag::Tensor empty = ag::empty({0, 5}, on_gpu);
+  CHECK(ag::exp(empty + empty).numel() == 0);
+  check_close(ag::sum(empty, {0}), std::vector<double>(5, 0.0), 0, 0);
+  for (int64_t n : kSizes) {
+    INFO("n " << n);
+    // One element past an aligned start: the vector paths must not be taken.
+    const ag::Tensor base = sym({n + 1}), yb = sym({n + 1});
+    const ag::Tensor x = base.slice(0, 1, n + 1), y = yb.slice(0, 1, n + 1);
+    const ag::Tensor xg = base.to(kGpu).slice(0, 1, n + 1), yg = yb.to(kGpu).slice(0, 1, n + 1);
+    check_close(ag::exp(xg), ag::exp(x).to_vector<double>(), 4 * kEps32, 4 * kEps32);
+    check_close(xg * yg, (x * y).to_vector<double>(), 0, 0);
+    const Tol t = tolerance(Kind::sum, ag::kFloat32, n);
+    check_close(ag::sum(xg), ag::sum(x).to_vector<double>(), t.atol, t.rtol);
+    // Integer arithmetic and comparisons are exact on both devices.
+    for (ag::DType d : {ag::kInt64, ag::kInt32, ag::kUInt8}) {
+      INFO(ag::dtype_name(d));
+      const ag::Tensor a = uni({3, n}, 0, 50).to(d), b = uni({n}, 1, 50).to(d);
+      const ag::Tensor ag_ = a.to(kGpu), bg = b.to(kGpu);
+      check_close(ag_ + bg, (a + b).to_vector<double>(), 0, 0);
+      check_close(ag::mul(ag_, bg), ag::mul(a, b).to_vector<double>(), 0, 0);
+      check_close(ag::maximum(ag_, bg), ag::maximum(a, b).to_vector<double>(), 0, 0);
+      check_close(ag::lt(ag_, bg), ag::lt(a, b).to_vector<double>(), 0, 0);
+      check_close(ag::max(ag_, 1).first, ag::max(a, 1).first.to_vector<double>(), 0, 0);
+      check_close(ag::argmax(ag_, 0), ag::argmax(a, 0).to_vector<double>(), 0, 0);
+      check_close(ag::sum(ag_, {1}), ag::sum(a, {1}).to_vector<double>(), 0, 0);
+    }
+  }
+}
+
+TEST_CASE("cuda: gemm operand layouts, broadcast batches, TF32 and float64", "[cuda]") {
+  if (skip_without_cuda()) return;
+  ag::manual_seed(fresh_seed());
+  const ag::Tensor a = sym({33, 17}), b = sym({17, 9});
+  const ag::Tensor ag_ = a.to(kGpu), bg = b.to(kGpu);
+  const std::vector<double> ref = ag::mm(a, b).to_vector<double>();
+  const Tol t = tolerance(Kind::sum, ag::kFloat32, 17);
+  // N/N, T/N, N/T, T/T through strides; then operands with no unit stride (copied).
+  check_close(ag::mm(ag_, bg), ref, t.atol, t.rtol);
+  check_close(ag::mm(relayout(ag_, 2), bg), ref, t.atol, t.rtol);
+  check_close(ag::mm(ag_, relayout(bg, 2)), ref, t.atol, t.rtol);
+  check_close(ag::mm(relayout(ag_, 2), relayout(bg, 2)), ref, t.atol, t.rtol);
+  check_close(ag::mm(relayout(ag_, 1), relayout(relayout(bg, 2), 1)), ref, t.atol, t.rtol);
+  // Vectors: size-1 dims with arbitrary strides.
+  check_close(ag::mm(ag_.slice(0, 3, 4), bg), ag::mm(a.slice(0, 3, 4), b).to_vector<double>(), t.atol, t.rtol);
+  check_close(ag::mm(ag_, bg.slice(1, 2, 3)), ag::mm(a, b.slice(1, 2, 3)).to_vector<double>(), t.atol, t.rtol);
+  // A batch of 4 against one matrix: batch stride 0.
+  const ag::Tensor x = sym({4, 5, 17});
+  check_close(ag::matmul(x.to(kGpu), bg), ag::matmul(x, b).to_vector<double>(), t.atol, t.rtol);
+  check_close(ag::matmul(bg.t(), x.to(kGpu).transpose(1, 2)), ag::matmul(b.t(), x.transpose(1, 2)).to_vector<double>(),
+              t.atol, t.rtol);
+  // float64 stays float64; TF32 only when allowed, and then close to float32 at TF32 precision.
+  check_close(ag::mm(ag_.to(ag::kFloat64), bg.to(ag::kFloat64)),
+              ag::mm(a.to(ag::kFloat64), b.to(ag::kFloat64)).to_vector<double>(), 1e-12, 1e-12);
+  ag::set_allow_tf32(true);
+  const ag::Tensor tf32 = ag::mm(ag_, bg);
+  ag::set_allow_tf32(false);
+  check_close(tf32, ref, 17 * 4 * 9.765625e-04, 4 * 9.765625e-04);
+}
+
+TEST_CASE("cuda: index_select and index_add skip out-of-range device indices", "[cuda]") {
+  if (skip_without_cuda()) return;
+  ag::manual_seed(fresh_seed());
+  const ag::Tensor x = sym({6, 4});
+  const ag::Tensor idx = ag::tensor(std::vector<int64_t>{5, 0, 5, 2}).to(kGpu);
+  check_close(ag::index_select(x.to(kGpu), 0, idx), ag::index_select(x, 0, idx.cpu()).to_vector<double>(), 0, 0);
+  // Out of range: the ops layer cannot check device indices without a sync; the kernels
+  // write zeros (select) or skip (add) instead of touching memory they do not own.
+  const ag::Tensor bad = ag::tensor(std::vector<int64_t>{1, 6, -1, 1000000}).to(kGpu);
+  const ag::Tensor xg = x.to(kGpu).requires_grad_(true);
+  ag::Tensor sel = ag::index_select(xg, 0, bad);
+  std::vector<double> want(16, 0.0);
+  for (int j = 0; j < 4; ++j) want[static_cast<size_t>(j)] = x.to_vector<double>()[static_cast<size_t>(4 + j)];
+  check_close(sel, want, 0, 0);
+  ag::sum(sel).backward();
+  std::vector<double> grad(24, 0.0);
+  for (int j = 4; j < 8; ++j) grad[static_cast<size_t>(j)] = 1;
+  check_close(xg.grad(), grad, 0, 0);
+  ag::cuda::synchronize();  // any fault would surface here
+  CHECK(ag::sum(xg.detach() * 2).item<float>() == Approx(2 * ag::sum(x).item<float>()).epsilon(1e-5));
+}
