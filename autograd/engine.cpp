@@ -2,6 +2,7 @@
 #include <queue>
 #include <unordered_map>
 
+#include "amp/autocast.h"
 #include "autograd/node.h"
 #include "ops/ops.h"
 
@@ -26,6 +27,7 @@ void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph) {
              g.desc(), root.desc());
   }
   NoGradGuard no_grad;  // formulas build no graph of their own (no double backward)
+  amp::AutocastSuspend no_autocast;  // nor are they recast
 
   Edge start = gradient_edge(root);
   // Count, for each node, how many edges lead into it from nodes reachable from the root.

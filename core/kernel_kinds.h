@@ -62,7 +62,7 @@ template <UnaryKind K, class T> AG_HOST_DEVICE inline T unary_op(T x, T a, T b) 
   else if constexpr (K == UnaryKind::Reciprocal) return T(1) / x;
   else if constexpr (K == UnaryKind::Abs) return math::abs(x);
   else if constexpr (K == UnaryKind::Sign) return T((x > T(0)) - (x < T(0)));
-  else if constexpr (K == UnaryKind::Relu) return x > T(0) ? x : T(0);  // NaN propagates as in PyTorch
+  else if constexpr (K == UnaryKind::Relu) return (x > T(0) || math::isnan(x)) ? x : T(0);  // NaN propagates (PyTorch)
   else if constexpr (K == UnaryKind::ReluMask) return x > T(0) ? T(1) : T(0);
   else if constexpr (K == UnaryKind::Gelu) return T(0.5) * x * (T(1) + math::erf(x * T(0.70710678118654752440)));
   else if constexpr (K == UnaryKind::GeluGrad) {  // d/dx gelu(x) = Phi(x) + x * phi(x)

@@ -7,6 +7,7 @@ int64_t Tensor::size(int64_t d) const { return shape()[wrap_dim("size", d, dim()
 int64_t Tensor::stride(int64_t d) const { return strides()[wrap_dim("stride", d, dim())]; }
 
 bool Tensor::is_contiguous() const {
+  if (numel() == 0) return true;  // as PyTorch: no element is out of place
   int64_t expected = 1;
   const auto& sz = shape();
   const auto& st = strides();

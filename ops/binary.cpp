@@ -67,14 +67,24 @@ Tensor binary_forward(const OpInfo& op, BinaryKind k, const Tensor& a, const Ten
   return out;
 }
 
+// Which of (a, b, out) a backward formula reads. Only those are saved, so that an in-place
+// edit of a tensor the formula never reads is not reported (Note [Version counter]).
+struct Needs {
+  bool a, b, out;
+};
+constexpr Needs kNeedsNothing{false, false, false};
+constexpr Needs kNeedsInputs{true, true, false};
+
 template <class Backward>
-Tensor binary_with_grad(const OpInfo& op, BinaryKind k, const Tensor& a0, const Tensor& b0, Backward bw,
+Tensor binary_with_grad(const OpInfo& op, BinaryKind k, const Tensor& a0, const Tensor& b0, Needs needs, Backward bw,
                         bool float_result = false) {
   Tensor a = a0, b = b0;
   OpScope scope(op, a, b);
   Tensor out = binary_forward(op, k, a, b, float_result);
   if (autograd::any_requires_grad({&a, &b}) && is_floating(out.dtype())) {
-    autograd::record(op, out, {a, b}, {a, b, out.detach()},
+    // Unneeded slots stay undefined tensors; the formula gets them as such.
+    autograd::record(op, out, {a, b},
+                     {needs.a ? a : Tensor(), needs.b ? b : Tensor(), needs.out ? out.detach() : Tensor()},
                      [bw](const Tensor& g, const Saved& s) { return bw(g, s[0], s[1], s[2]); });
   }
   return scope.finish(out);
@@ -94,24 +104,27 @@ Tensor scalar_like(const Tensor& a, const Scalar& s) {
 
 Tensor add(const Tensor& a, const Tensor& b, const Scalar& alpha) {
   if (alpha.to_double() != 1) return add(a, mul(b, alpha));
-  return binary_with_grad(kAdd, BinaryKind::Add, a, b, [](const Tensor& g, const Tensor&, const Tensor&, const Tensor&) {
-    return Grads{g, g};
-  });
+  return binary_with_grad(kAdd, BinaryKind::Add, a, b, kNeedsNothing,
+                          [](const Tensor& g, const Tensor&, const Tensor&, const Tensor&) {
+                            return Grads{g, g};
+                          });
 }
 Tensor sub(const Tensor& a, const Tensor& b, const Scalar& alpha) {
   if (alpha.to_double() != 1) return sub(a, mul(b, alpha));
-  return binary_with_grad(kSub, BinaryKind::Sub, a, b, [](const Tensor& g, const Tensor&, const Tensor&, const Tensor&) {
-    return Grads{g, neg(g)};
-  });
+  return binary_with_grad(kSub, BinaryKind::Sub, a, b, kNeedsNothing,
+                          [](const Tensor& g, const Tensor&, const Tensor&, const Tensor&) {
+                            return Grads{g, neg(g)};
+                          });
 }
 Tensor mul(const Tensor& a, const Tensor& b) {
-  return binary_with_grad(kMul, BinaryKind::Mul, a, b, [](const Tensor& g, const Tensor& x, const Tensor& y, const Tensor&) {
-    return Grads{g * y, g * x};
-  });
+  return binary_with_grad(kMul, BinaryKind::Mul, a, b, kNeedsInputs,
+                          [](const Tensor& g, const Tensor& x, const Tensor& y, const Tensor&) {
+                            return Grads{g * y, g * x};
+                          });
 }
 Tensor div(const Tensor& a, const Tensor& b) {
   return binary_with_grad(
-      kDiv, BinaryKind::Div, a, b,
+      kDiv, BinaryKind::Div, a, b, Needs{false, true, true},
       [](const Tensor& g, const Tensor& x, const Tensor& y, const Tensor& out) {
         Tensor gx = g / y;
         return Grads{gx, -(gx * out)};
@@ -120,7 +133,7 @@ Tensor div(const Tensor& a, const Tensor& b) {
 }
 Tensor pow(const Tensor& a, const Tensor& e) {
   return binary_with_grad(
-      kPow, BinaryKind::Pow, a, e,
+      kPow, BinaryKind::Pow, a, e, Needs{true, true, true},
       [](const Tensor& g, const Tensor& x, const Tensor& y, const Tensor& out) {
         Tensor ga = g * y * pow(x, y - 1);
         // d/dy x^y = x^y log x; taken as 0 where x == 0 (as PyTorch), so 0^y stays finite.
@@ -130,7 +143,7 @@ Tensor pow(const Tensor& a, const Tensor& e) {
       /*float_result=*/true);
 }
 Tensor maximum(const Tensor& a, const Tensor& b) {
-  return binary_with_grad(kMaximum, BinaryKind::Maximum, a, b,
+  return binary_with_grad(kMaximum, BinaryKind::Maximum, a, b, kNeedsInputs,
                           [](const Tensor& g, const Tensor& x, const Tensor& y, const Tensor&) {
                             Tensor half = g * 0.5;  // ties split the gradient, as PyTorch
                             Tensor zero = zeros_like(g);
@@ -139,7 +152,7 @@ Tensor maximum(const Tensor& a, const Tensor& b) {
                           });
 }
 Tensor minimum(const Tensor& a, const Tensor& b) {
-  return binary_with_grad(kMinimum, BinaryKind::Minimum, a, b,
+  return binary_with_grad(kMinimum, BinaryKind::Minimum, a, b, kNeedsInputs,
                           [](const Tensor& g, const Tensor& x, const Tensor& y, const Tensor&) {
                             Tensor half = g * 0.5;
                             Tensor zero = zeros_like(g);

@@ -129,7 +129,7 @@ Tensor conv2d(const Tensor& x0, const Tensor& w0, const Tensor& b0, std::array<i
 #endif
     } else {
       out = conv2d_cpu(x, w, p);
-      if (b.defined()) out = out + b.view({1, -1, 1, 1});
+      if (b.defined()) out = out + b.reshape({1, -1, 1, 1});
     }
   }
   if (autograd::any_requires_grad({&x, &w, &b})) {

@@ -18,7 +18,7 @@ const OpInfo kBceWithLogits{"binary_cross_entropy_with_logits", Category::fp32, 
 const OpInfo kBce{"binary_cross_entropy", Category::banned, true,
                   "log of probabilities near 0 or 1 is unsafe in float16", "binary_cross_entropy_with_logits"};
 
-void check_classification(const OpInfo& op, const Tensor& input, const Tensor& target) {
+void check_classification(const OpInfo& op, const Tensor& input, const Tensor& target, int64_t ignore_index) {
   check_defined(op, input, "input");
   check_defined(op, target, "target");
   AG_CHECK(input.dim() == 2, "{}: expected input [N, C], got {}", op.name, input.desc());
@@ -28,9 +28,9 @@ void check_classification(const OpInfo& op, const Tensor& input, const Tensor& t
   check_same_device(op, input, target);
   if (target.is_cpu()) {
     for (int64_t t : target.to_vector<int64_t>())
-      AG_CHECK((t >= 0 && t < input.size(1)) || t == -100,
-               "{}: target {} is out of range for {} classes (and is not ignore_index -100)", op.name, t,
-               input.size(1));
+      AG_CHECK((t >= 0 && t < input.size(1)) || t == ignore_index,
+               "{}: target {} is out of range for {} classes (and is not ignore_index {})", op.name, t,
+               input.size(1), ignore_index);
   }
 }
 
@@ -50,7 +50,7 @@ std::pair<Tensor, Tensor> picked_nll(const Tensor& log_probs, const Tensor& targ
 Tensor nll_loss(const Tensor& log_probs0, const Tensor& target0, int64_t ignore_index) {
   Tensor lp = log_probs0, target = target0;
   OpScope scope(kNllLoss, lp, target);
-  check_classification(kNllLoss, lp, target);
+  check_classification(kNllLoss, lp, target, ignore_index);
   auto [total, count] = picked_nll(lp, target, ignore_index);
   return scope.finish(total / count);
 }
@@ -58,7 +58,7 @@ Tensor nll_loss(const Tensor& log_probs0, const Tensor& target0, int64_t ignore_
 Tensor cross_entropy(const Tensor& logits0, const Tensor& target0, double label_smoothing, int64_t ignore_index) {
   Tensor logits = logits0, target = target0;
   OpScope scope(kCrossEntropy, logits, target);
-  check_classification(kCrossEntropy, logits, target);
+  check_classification(kCrossEntropy, logits, target, ignore_index);
   AG_CHECK(label_smoothing >= 0 && label_smoothing <= 1, "cross_entropy: label_smoothing must be in [0, 1], got {}",
            label_smoothing);
   Tensor lp = log_softmax(logits, 1);

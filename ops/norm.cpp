@@ -47,16 +47,16 @@ Tensor batch_norm(const Tensor& x0, const Tensor& running_mean, const Tensor& ru
     if (running_mean.defined()) {
       NoGradGuard no_grad;
       Tensor rm = running_mean, rv = running_var;
-      rm.copy_(rm * (1 - momentum) + mu.view({c}) * momentum);
-      rv.copy_(rv * (1 - momentum) + var.view({c}) * (momentum * count / (count - 1.0)));
+      rm.copy_(rm * (1 - momentum) + mu.reshape({c}) * momentum);
+      rv.copy_(rv * (1 - momentum) + var.reshape({c}) * (momentum * count / (count - 1.0)));
     }
   } else {
-    mu = as_float32(running_mean).view(bshape);
-    var = as_float32(running_var).view(bshape);
+    mu = as_float32(running_mean).reshape(bshape);
+    var = as_float32(running_var).reshape(bshape);
   }
   Tensor y = (xf - mu) * rsqrt(var + eps);
-  if (weight.defined()) y = y * as_float32(weight).view(bshape);
-  if (bias.defined()) y = y + as_float32(bias).view(bshape);
+  if (weight.defined()) y = y * as_float32(weight).reshape(bshape);
+  if (bias.defined()) y = y + as_float32(bias).reshape(bshape);
   return scope.finish(y.dtype() == x.dtype() ? y : y.to(x.dtype()));
 }
 

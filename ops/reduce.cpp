@@ -54,7 +54,9 @@ std::pair<Tensor, Tensor> reduce_forward(const OpInfo& op, ReduceKind k, const T
 // Gradient of a reduction, broadcast back over the reduced dims of `in_shape`.
 Tensor expand_back(const Tensor& g, const Shape& in_shape, const Shape& dims, bool keepdim) {
   Tensor gk = g;
-  if (!keepdim) gk = g.view(reduce_geometry_keep_shape(in_shape, dims));
+  // reshape, not view: an incoming gradient may be non-contiguous (an expanded one from a
+  // later reduction has all strides 0).
+  if (!keepdim) gk = g.reshape(reduce_geometry_keep_shape(in_shape, dims));
   return expand(gk, in_shape);
 }
 

@@ -29,17 +29,21 @@ Tensor unary_forward(const OpInfo& op, UnaryKind k, const Tensor& a, double p0 =
   return out;
 }
 
-// Defines an op whose backward needs only its input x and/or output y.
+// Which of its input x and output y an op's backward reads. Only those are saved, so that an
+// in-place edit of a tensor the formula never reads is not reported (Note [Version counter]).
+enum class Needs { nothing, x, y };
+
+// Defines an op whose backward needs only its input x or its output y (the other is passed
+// to the formula as an undefined tensor).
 template <class Backward>
-Tensor unary_op_with_grad(const OpInfo& op, UnaryKind k, const Tensor& a0, Backward bw, double p0 = 0,
+Tensor unary_op_with_grad(const OpInfo& op, UnaryKind k, const Tensor& a0, Needs needs, Backward bw, double p0 = 0,
                           double p1 = 0) {
   Tensor a = a0;
   OpScope scope(op, a);
   Tensor out = unary_forward(op, k, a, p0, p1);
   if (autograd::any_requires_grad({&a}) && is_floating(a.dtype())) {
-    autograd::record(op, out, {a}, {a, out.detach()}, [bw](const Tensor& g, const Saved& s) {
-      return Grads{bw(g, s[0], s[1])};
-    });
+    autograd::record(op, out, {a}, {needs == Needs::x ? a : Tensor(), needs == Needs::y ? out.detach() : Tensor()},
+                     [bw](const Tensor& g, const Saved& s) { return Grads{bw(g, s[0], s[1])}; });
   }
   return scope.finish(out);
 }
@@ -69,41 +73,41 @@ const OpInfo kClamp{"clamp", Category::passthrough, true, "exact in any dtype"};
 }  // namespace
 
 Tensor neg(const Tensor& a) {
-  return unary_op_with_grad(kNeg, UnaryKind::Neg, a, [](const Tensor& g, const Tensor&, const Tensor&) {
+  return unary_op_with_grad(kNeg, UnaryKind::Neg, a, Needs::nothing, [](const Tensor& g, const Tensor&, const Tensor&) {
     return neg(g);
   });
 }
 Tensor exp(const Tensor& a) {
-  return unary_op_with_grad(kExp, UnaryKind::Exp, a, [](const Tensor& g, const Tensor&, const Tensor& y) {
+  return unary_op_with_grad(kExp, UnaryKind::Exp, a, Needs::y, [](const Tensor& g, const Tensor&, const Tensor& y) {
     return g * y;
   });
 }
 Tensor log(const Tensor& a) {
-  return unary_op_with_grad(kLog, UnaryKind::Log, a, [](const Tensor& g, const Tensor& x, const Tensor&) {
+  return unary_op_with_grad(kLog, UnaryKind::Log, a, Needs::x, [](const Tensor& g, const Tensor& x, const Tensor&) {
     return g / x;
   });
 }
 Tensor log1p(const Tensor& a) {
-  return unary_op_with_grad(kLog1p, UnaryKind::Log1p, a, [](const Tensor& g, const Tensor& x, const Tensor&) {
+  return unary_op_with_grad(kLog1p, UnaryKind::Log1p, a, Needs::x, [](const Tensor& g, const Tensor& x, const Tensor&) {
     return g / (x + 1);
   });
 }
 Tensor sqrt(const Tensor& a) {
-  return unary_op_with_grad(kSqrt, UnaryKind::Sqrt, a, [](const Tensor& g, const Tensor&, const Tensor& y) {
+  return unary_op_with_grad(kSqrt, UnaryKind::Sqrt, a, Needs::y, [](const Tensor& g, const Tensor&, const Tensor& y) {
     return g / (y * 2);
   });
 }
 Tensor rsqrt(const Tensor& a) {
-  return unary_op_with_grad(kRsqrt, UnaryKind::Rsqrt, a, [](const Tensor& g, const Tensor&, const Tensor& y) {
+  return unary_op_with_grad(kRsqrt, UnaryKind::Rsqrt, a, Needs::y, [](const Tensor& g, const Tensor&, const Tensor& y) {
     return g * (y * y * y) * -0.5;
   });
 }
 Tensor reciprocal(const Tensor& a) {
-  return unary_op_with_grad(kReciprocal, UnaryKind::Reciprocal, a,
+  return unary_op_with_grad(kReciprocal, UnaryKind::Reciprocal, a, Needs::y,
                             [](const Tensor& g, const Tensor&, const Tensor& y) { return -(g * y * y); });
 }
 Tensor abs(const Tensor& a) {
-  return unary_op_with_grad(kAbs, UnaryKind::Abs, a, [](const Tensor& g, const Tensor& x, const Tensor&) {
+  return unary_op_with_grad(kAbs, UnaryKind::Abs, a, Needs::x, [](const Tensor& g, const Tensor& x, const Tensor&) {
     return g * sign(x);
   });
 }
@@ -113,29 +117,31 @@ Tensor sign(const Tensor& a0) {
   return scope.finish(unary_forward(kSign, UnaryKind::Sign, a));
 }
 Tensor relu(const Tensor& a) {
-  return unary_op_with_grad(kRelu, UnaryKind::Relu, a, [](const Tensor& g, const Tensor& x, const Tensor&) {
+  return unary_op_with_grad(kRelu, UnaryKind::Relu, a, Needs::x, [](const Tensor& g, const Tensor& x, const Tensor&) {
     return g * unary_kernel(UnaryKind::ReluMask, x);
   });
 }
 Tensor gelu(const Tensor& a) {
-  return unary_op_with_grad(kGelu, UnaryKind::Gelu, a, [](const Tensor& g, const Tensor& x, const Tensor&) {
+  return unary_op_with_grad(kGelu, UnaryKind::Gelu, a, Needs::x, [](const Tensor& g, const Tensor& x, const Tensor&) {
     return g * unary_kernel(UnaryKind::GeluGrad, x);
   });
 }
 Tensor tanh(const Tensor& a) {
-  return unary_op_with_grad(kTanh, UnaryKind::Tanh, a, [](const Tensor& g, const Tensor&, const Tensor& y) {
+  return unary_op_with_grad(kTanh, UnaryKind::Tanh, a, Needs::y, [](const Tensor& g, const Tensor&, const Tensor& y) {
     return g * rsub(y * y, 1);
   });
 }
 Tensor sigmoid(const Tensor& a) {
-  return unary_op_with_grad(kSigmoid, UnaryKind::Sigmoid, a, [](const Tensor& g, const Tensor&, const Tensor& y) {
-    return g * y * rsub(y, 1);
-  });
+  return unary_op_with_grad(kSigmoid, UnaryKind::Sigmoid, a, Needs::y,
+                            [](const Tensor& g, const Tensor&, const Tensor& y) {
+                              return g * y * rsub(y, 1);
+                            });
 }
 Tensor softplus(const Tensor& a) {
-  return unary_op_with_grad(kSoftplus, UnaryKind::Softplus, a, [](const Tensor& g, const Tensor& x, const Tensor&) {
-    return g * unary_kernel(UnaryKind::Sigmoid, x);
-  });
+  return unary_op_with_grad(kSoftplus, UnaryKind::Softplus, a, Needs::x,
+                            [](const Tensor& g, const Tensor& x, const Tensor&) {
+                              return g * unary_kernel(UnaryKind::Sigmoid, x);
+                            });
 }
 Tensor clamp(const Tensor& a, std::optional<Scalar> min, std::optional<Scalar> max) {
   AG_CHECK(min || max, "clamp: at least one of min and max must be given");
@@ -143,7 +149,7 @@ Tensor clamp(const Tensor& a, std::optional<Scalar> min, std::optional<Scalar> m
   const double hi = max ? max->to_double() : INFINITY;
   AG_CHECK(!(lo > hi), "clamp: min {} is greater than max {}", lo, hi);
   return unary_op_with_grad(
-      kClamp, UnaryKind::Clamp, a,
+      kClamp, UnaryKind::Clamp, a, Needs::x,
       [lo, hi](const Tensor& g, const Tensor& x, const Tensor&) { return g * unary_kernel(UnaryKind::ClampMask, x, lo, hi); },
       lo, hi);
 }
@@ -163,7 +169,8 @@ Tensor unary_scalar_op(const OpInfo& op, UnaryKind k, const Tensor& a0, double s
   Tensor out = empty_like(x);
   if (out.numel()) kernel::unary(k, x, out, s, 0);
   if (autograd::any_requires_grad({&a}) && is_floating(a.dtype())) {
-    autograd::record(op, out, {a}, {a}, [k, s](const Tensor& g, const Saved& sv) {
+    Tensor saved_input = k == UnaryKind::PowScalar ? a : Tensor();  // only pow reads its input back
+    autograd::record(op, out, {a}, {saved_input}, [k, s](const Tensor& g, const Saved& sv) {
       switch (k) {
         case UnaryKind::AddScalar: return Grads{g};
         case UnaryKind::MulScalar: return Grads{g * s};

@@ -1,0 +1,529 @@
+// Autograd: a float64 central-difference gradcheck for every differentiable op (the registry
+// walk fails on any op without a case), and the engine's behaviour (accumulation, retained and
+// freed graphs, grad mode, detach, version counters, explicit gradients, gradient dtypes).
+#include <memory>
+
+#include "common.h"
+#include "gradcheck_cases.h"
+
+namespace {
+
+using namespace gradcheck_cases;  // V, Fn, Case, the input makers
+
+ag::autograd::GradcheckOptions gradcheck_options() {
+  ag::autograd::GradcheckOptions o;
+  o.eps = 1e-6;
+  o.atol = 1e-5;
+  o.rtol = 1e-3;
+  return o;
+}
+
+std::vector<double> values(const ag::Tensor& t) { return t.to_vector<double>(); }
+
+}  // namespace
+
+TEST_CASE("autograd: the seed example, p.pow(2) + 3", "[autograd]") {
+  ag::Tensor p = ag::tensor(2.f).requires_grad_();
+  ag::Tensor r = p.pow(2) + 3;
+  r.backward();
+  CHECK(r.item<float>() == 7.f);
+  REQUIRE(p.grad().defined());
+  CHECK(p.grad().item<float>() == 4.f);
+  CHECK(p.grad().dtype() == ag::kFloat32);
+}
+
+TEST_CASE("autograd: every differentiable op in the registry has a gradcheck case", "[autograd][gradcheck]") {
+  const Table& table = gradcheck_table();
+  std::vector<std::string> missing;
+  for (const ag::OpInfo* op : ag::op_registry()) {
+    const std::string name(op->name);
+    if (!op->differentiable) continue;
+    if (table.count(name) || checked_by_hand().count(name)) continue;
+    missing.push_back(name);
+  }
+  INFO("differentiable ops without a gradcheck case: " << fmt::format("{}", fmt::join(missing, ", ")));
+  CHECK(missing.empty());
+
+  // The table names only real, differentiable ops (a renamed op would leave a stale entry).
+  for (const auto& [name, cases] : table) {
+    const ag::OpInfo* op = ag::find_op(name);
+    INFO("gradcheck table entry: " << name);
+    REQUIRE(op != nullptr);
+    CHECK(op->differentiable);
+    CHECK(!cases.empty());
+  }
+}
+
+TEST_CASE("autograd: gradcheck in float64, central differences, every op and form", "[autograd][gradcheck]") {
+  ag::manual_seed(1234);
+  int n_cases = 0;
+  for (const auto& [op, cases] : gradcheck_table()) {
+    for (const Case& c : cases) {
+      ++n_cases;
+      V inputs = c.inputs();
+      for (const ag::Tensor& in : inputs) {
+        REQUIRE(in.dtype() == ag::kFloat64);
+        REQUIRE(in.is_leaf());
+      }
+      ag::autograd::GradcheckResult r;
+      try {
+        r = ag::autograd::gradcheck(c.fn, inputs, gradcheck_options());
+      } catch (const std::exception& e) {
+        r.ok = false;
+        r.message = std::string("threw: ") + e.what();
+      }
+      INFO(op << " [" << c.form << "]: " << r.message << " (max abs error " << r.max_abs_error << ")");
+      CHECK(r.ok);
+    }
+  }
+  CHECK(n_cases > 100);
+}
+
+// gradcheck feeds each formula a fresh contiguous one-hot gradient. Inside a graph, gradients
+// also arrive as views: the backward of a full sum expands a 0-dim gradient into a tensor
+// whose strides are all 0, and a transpose's backward passes a transposed gradient on.
+// Every case again, behind a sum and behind a transpose.
+TEST_CASE("autograd: gradcheck of every op and form with a non-contiguous incoming gradient", "[autograd][gradcheck]") {
+  ag::manual_seed(4321);
+  const std::vector<std::pair<std::string, std::function<ag::Tensor(const ag::Tensor&)>>> behind = {
+      {"sum", [](const ag::Tensor& y) { return ag::sum(y); }},
+      {"transpose", [](const ag::Tensor& y) { return y.dim() >= 2 ? y.transpose(0, -1) : y.unsqueeze(0).t(); }},
+  };
+  for (const auto& [after, post] : behind) {
+    for (const auto& [op, cases] : gradcheck_table()) {
+      for (const Case& c : cases) {
+        const Fn fn = [&c, &post = post](const V& v) { return post(c.fn(v)); };
+        ag::autograd::GradcheckResult r;
+        try {
+          r = ag::autograd::gradcheck(fn, c.inputs(), gradcheck_options());
+        } catch (const std::exception& e) {
+          r.ok = false;
+          r.message = std::string("threw: ") + e.what();
+        }
+        INFO(after << "(" << op << " [" << c.form << "]): " << r.message);
+        CHECK(r.ok);
+      }
+    }
+  }
+}
+
+TEST_CASE("gradcheck: composite graphs", "[autograd][gradcheck]") {
+  ag::manual_seed(99);
+  const ag::Tensor labels = ag::tensor(std::vector<int64_t>{1, 0, 1, 1});
+  const std::vector<Case> cases = {
+      {"two-layer MLP, log_softmax, pick the labels",
+       [] {
+         return V{N({4, 3}), N({5, 3}), N({5}), N({2, 5}, kT)};
+       },
+       [labels](const V& v) {
+         ag::Tensor h = ag::gelu(ag::linear(v[0], v[1], v[2]));
+         ag::Tensor lp = ag::log_softmax(ag::linear(h, v[3]), 1);
+         return -ag::index_select(lp.flatten(), 0, labels + ag::arange(0, 8, 2, ag::kInt64)).mean();
+       }},
+      {"x @ x^T + x: one leaf reaches the node through two paths, one a view",
+       [] {
+         return V{N({3, 3})};
+       },
+       [](const V& v) { return ag::mm(v[0], v[0].t()) + v[0]; }},
+      {"softmax(x) * exp(x) / (x*x + 1)",
+       [] {
+         return V{N({3, 4})};
+       },
+       [](const V& v) { return ag::softmax(v[0], 1) * v[0].exp() / (v[0] * v[0] + 1); }},
+      {"var and mean of cat([x, 2x]) over columns",
+       [] {
+         return V{N({2, 3}, kS)};
+       },
+       [](const V& v) {
+         ag::Tensor c = ag::cat({v[0], v[0] * 2}, 0);
+         return ag::var(c, {0}) + ag::mean(c, {0}) * ag::sum(v[0]);
+       }},
+      {"where(x > 0, sqrt(|x|), tanh(x)) through transposes and a broadcast",
+       [] {
+         return V{A({3, 4}, {0}), P({4})};
+       },
+       [](const V& v) {
+         ag::Tensor x = v[0].t().contiguous().t() * v[1];  // positive factor: x stays away from 0
+         return ag::where(ag::gt(x, 0.0), ag::sqrt(ag::abs(x) + 0.1), ag::tanh(x)).sum({0});
+       }},
+  };
+  for (const Case& c : cases) {
+    ag::autograd::GradcheckResult r = ag::autograd::gradcheck(c.fn, c.inputs(), gradcheck_options());
+    INFO(c.form << ": " << r.message);
+    CHECK(r.ok);
+  }
+}
+
+TEST_CASE("gradcheck: reports a wrong gradient", "[autograd][gradcheck]") {
+  // x * detach(x) has backward x but derivative 2x: gradcheck must notice.
+  ag::Tensor x = ag::tensor(std::vector<double>{0.5, -1.5, 2.0}, {3}).requires_grad_();
+  ag::autograd::GradcheckResult r =
+      ag::autograd::gradcheck([](const V& v) { return v[0] * v[0].detach(); }, {x}, gradcheck_options());
+  CHECK_FALSE(r.ok);
+  CHECK_THAT(r.message, Catch::Contains("analytic") && Catch::Contains("numerical"));
+  CHECK(r.max_abs_error > 0.4);
+  // ...and accepts the right one.
+  CHECK(ag::autograd::gradcheck([](const V& v) { return v[0] * v[0]; }, {x}, gradcheck_options()).ok);
+}
+
+TEST_CASE("to: gradients flow back in the source dtype", "[autograd][to]") {
+  ag::manual_seed(7);
+  SECTION("float64 leaf through a float32 computation") {
+    ag::Tensor x = ag::randn({3, 4}, ag::kFloat64).requires_grad_();
+    ag::Tensor w = ag::randn({3, 4});  // float32
+    ag::Tensor y = x.to(ag::kFloat32);
+    REQUIRE(y.dtype() == ag::kFloat32);
+    REQUIRE(y.requires_grad());
+    (y * w).sum().backward();
+    REQUIRE(x.grad().defined());
+    CHECK(x.grad().dtype() == ag::kFloat64);
+    CHECK(x.grad().shape() == x.shape());
+    check_close(x.grad(), values(w), 0, 0);  // d/dx sum(float(x) * w) = w, exactly representable
+  }
+  SECTION("float32 leaf through a float64 computation") {
+    ag::Tensor x = ag::randn({5}).requires_grad_();
+    ag::Tensor w = ag::randn({5}, ag::kFloat64);
+    (x.to(ag::kFloat64) * w).sum().backward();
+    CHECK(x.grad().dtype() == ag::kFloat32);
+    check_close(x.grad(), values(w.to(ag::kFloat32)), 0, 0);
+  }
+  SECTION("float16 leaf cast up, squared") {
+    ag::Tensor x = ag::randn({6}, ag::kFloat16).requires_grad_();
+    ag::Tensor y = x.to(ag::kFloat32);
+    (y * y).sum().backward();
+    CHECK(x.grad().dtype() == ag::kFloat16);
+    // 2x computed in float32 then rounded to float16: exact (doubling is exact).
+    std::vector<double> ref = values(x);
+    for (double& v : ref) v *= 2;
+    check_close(x.grad(), ref, 0, 0);
+  }
+  SECTION("a cast to the same dtype is the identity and keeps the graph") {
+    ag::Tensor x = ag::randn({3}, ag::kFloat64).requires_grad_();
+    ag::Tensor y = x.to(ag::kFloat64);
+    CHECK(y.is_same(x));
+  }
+  SECTION("a cast to an integer dtype cuts the graph") {
+    ag::Tensor x = ag::randn({3}).requires_grad_();
+    CHECK_FALSE(x.to(ag::kInt64).requires_grad());
+  }
+}
+
+TEST_CASE("engine: gradients accumulate into leaves across backward calls", "[autograd][engine]") {
+  ag::manual_seed(11);
+  ag::Tensor x = ag::randn({4}, ag::kFloat64).requires_grad_();
+  (x * 3).sum().backward();
+  check_close(x.grad(), std::vector<double>(4, 3.0), 1e-12, 0);
+  (x * x).sum().backward();
+  std::vector<double> ref = values(x);
+  for (double& v : ref) v = 3 + 2 * v;
+  check_close(x.grad(), ref, 1e-12, 1e-12);
+  // The leaf's grad is its own tensor, not an alias of a tensor of the graph.
+  ag::Tensor g = x.grad();
+  (x * 1).sum().backward();
+  CHECK(g.to_vector<double>() == ref);
+}
+
+TEST_CASE("engine: retain_graph allows a second backward, without it the second throws", "[autograd][engine]") {
+  ag::manual_seed(12);
+  ag::Tensor x = ag::randn({3}, ag::kFloat64).requires_grad_();
+  std::vector<double> twice_x = values(x);
+  for (double& v : twice_x) v *= 2;
+  SECTION("retained") {
+    ag::Tensor y = (x * x).sum();
+    y.backward({}, /*retain_graph=*/true);
+    check_close(x.grad(), twice_x, 1e-12, 1e-12);
+    y.backward();
+    std::vector<double> four_x = twice_x;
+    for (double& v : four_x) v *= 2;
+    check_close(x.grad(), four_x, 1e-12, 1e-12);
+  }
+  SECTION("not retained") {
+    ag::Tensor y = (x.exp() * x).sum();
+    y.backward();
+    REQUIRE_THROWS_AS(y.backward(), ag::Error);
+    std::string msg = error_message([&] { y.backward(); });
+    CHECK_THAT(msg, Catch::Contains("retain_graph") && Catch::Contains("second time"));
+  }
+}
+
+TEST_CASE("engine: a diamond graph sums the gradients of both paths", "[autograd][engine]") {
+  ag::manual_seed(13);
+  ag::Tensor x = ag::randn({5}, ag::kFloat64).requires_grad_();
+  SECTION("x used twice by one op") {
+    (x * x + x.exp()).sum().backward();
+    std::vector<double> xv = values(x), ref(5);
+    for (size_t i = 0; i < 5; ++i) ref[i] = 2 * xv[i] + std::exp(xv[i]);
+    check_close(x.grad(), ref, 1e-12, 1e-12);
+  }
+  SECTION("an intermediate feeding two branches that join again") {
+    ag::Tensor a = x * 2;          // a = 2x
+    ag::Tensor b = a * a;          // branch 1: a^2
+    ag::Tensor c = a.tanh();       // branch 2: tanh(a)
+    ag::Tensor d = (b + c).sum();  // join
+    d.backward();
+    std::vector<double> xv = values(x), ref(5);
+    for (size_t i = 0; i < 5; ++i) {
+      const double av = 2 * xv[i], t = std::tanh(av);
+      ref[i] = 2 * (2 * av + (1 - t * t));
+    }
+    check_close(x.grad(), ref, 1e-12, 1e-12);
+  }
+}
+
+TEST_CASE("engine: NoGradGuard stops recording and restores the mode", "[autograd][engine]") {
+  ag::Tensor x = ag::randn({3}).requires_grad_();
+  REQUIRE(ag::autograd::grad_mode_enabled());
+  {
+    ag::NoGradGuard guard;
+    CHECK_FALSE(ag::autograd::grad_mode_enabled());
+    ag::Tensor y = x * 2 + x.exp();
+    CHECK_FALSE(y.requires_grad());
+    CHECK(y.grad_fn() == nullptr);
+    CHECK_FALSE(ag::matmul(x, x).requires_grad());
+    {
+      ag::NoGradGuard nested;
+      CHECK_FALSE(ag::autograd::grad_mode_enabled());
+    }
+    CHECK_FALSE(ag::autograd::grad_mode_enabled());  // the nested guard restores "off"
+  }
+  CHECK(ag::autograd::grad_mode_enabled());
+  ag::Tensor z = x * 2;
+  CHECK(z.requires_grad());
+  CHECK(z.grad_fn() != nullptr);
+  // Restored also when the scope is left by an exception.
+  try {
+    ag::NoGradGuard guard;
+    throw std::runtime_error("leave the scope");
+  } catch (const std::runtime_error&) {
+  }
+  CHECK(ag::autograd::grad_mode_enabled());
+}
+
+TEST_CASE("engine: detach() cuts the graph and shares storage", "[autograd][engine]") {
+  ag::manual_seed(14);
+  ag::Tensor x = ag::randn({4}, ag::kFloat64).requires_grad_();
+  ag::Tensor d = x.detach();
+  CHECK_FALSE(d.requires_grad());
+  CHECK(d.is_leaf());
+  CHECK(d.storage() == x.storage());
+  CHECK_FALSE((d * 2).requires_grad());
+  // d/dx sum(x * stop_gradient(x)) = x, not 2x.
+  (x * x.detach()).sum().backward();
+  check_close(x.grad(), values(x), 1e-12, 1e-12);
+  // A detached non-leaf: nothing flows through it.
+  ag::Tensor y = (x * 3).detach();
+  CHECK(y.grad_fn() == nullptr);
+}
+
+TEST_CASE("engine: an in-place edit of a saved tensor fails at backward, naming the op", "[autograd][engine]") {
+  ag::manual_seed(15);
+  ag::Tensor x = ag::randn({3}, ag::kFloat64).requires_grad_();
+  SECTION("a saved input that does not require grad") {
+    ag::Tensor w = ag::randn({3}, ag::kFloat64);
+    ag::Tensor y = (x * w).sum();  // mul saves w for d/dx
+    w.mul_(2);
+    std::string msg = error_message([&] { y.backward(); });
+    CHECK_THAT(msg, Catch::Contains("mul") && Catch::Contains("modified by an in-place operation"));
+  }
+  SECTION("a saved output, edited under NoGradGuard") {
+    ag::Tensor y = x.exp();  // exp saves its output
+    ag::Tensor loss = y.sum();
+    {
+      ag::NoGradGuard guard;
+      y.add_(1.0);
+    }
+    std::string msg = error_message([&] { loss.backward(); });
+    CHECK_THAT(msg, Catch::StartsWith("exp:") && Catch::Contains("in-place"));
+  }
+  SECTION("an edit of a tensor that was not saved is fine") {
+    ag::Tensor w = ag::randn({3}, ag::kFloat64);
+    ag::Tensor y = (x + w).sum();  // add saves nothing it needs
+    w.mul_(2);
+    CHECK_NOTHROW(y.backward());
+    check_close(x.grad(), {1, 1, 1}, 0, 0);
+  }
+  SECTION("an edit of an input that the formula does not read is fine (exp reads its output)") {
+    ag::Tensor a = x * 1.0;
+    ag::Tensor loss = a.exp().sum();
+    {
+      ag::NoGradGuard guard;
+      a.mul_(2.0);
+    }
+    CHECK_NOTHROW(loss.backward());
+    std::vector<double> ref = values(x);
+    for (double& v : ref) v = std::exp(v);
+    check_close(x.grad(), ref, 1e-12, 1e-12);
+  }
+  SECTION("in place on a tensor that requires grad is refused outright") {
+    ag::Tensor y = x * 2;
+    CHECK_THROWS_AS(y.mul_(2), ag::Error);
+    CHECK_THROWS_AS(x.add_(1.0), ag::Error);
+  }
+}
+
+TEST_CASE("engine: the graph is freed after backward", "[autograd][engine]") {
+  ag::manual_seed(16);
+  ag::Tensor x = ag::randn({3, 3}, ag::kFloat64).requires_grad_();
+  ag::Tensor w = ag::randn({3, 3}, ag::kFloat64).requires_grad_();
+  std::weak_ptr<ag::autograd::Node> root, inner;
+  {
+    ag::Tensor h = ag::matmul(x, w).exp();
+    inner = h.grad_fn();
+    ag::Tensor out = ag::where(ag::gt(h, 1.0), h, h * h).sum();
+    root = out.grad_fn();
+    REQUIRE_FALSE(root.expired());
+    out.backward();
+  }
+  CHECK(root.expired());
+  CHECK(inner.expired());
+  CHECK(x.unsafe_impl()->grad_accumulator.expired());
+  CHECK(x.grad().defined());
+  CHECK(w.grad().defined());
+
+  SECTION("also when the output is dropped without backward") {
+    std::weak_ptr<ag::autograd::Node> node;
+    {
+      ag::Tensor out = (x * w).sum();
+      node = out.grad_fn();
+    }
+    CHECK(node.expired());
+  }
+  SECTION("also with retain_graph, once the output is gone") {
+    std::weak_ptr<ag::autograd::Node> node;
+    {
+      ag::Tensor out = (x.sigmoid() * w).sum();
+      node = out.grad_fn();
+      out.backward({}, true);
+      CHECK_FALSE(node.expired());
+    }
+    CHECK(node.expired());
+  }
+}
+
+TEST_CASE("engine: backward of a non-scalar output takes an explicit gradient", "[autograd][engine]") {
+  ag::manual_seed(17);
+  ag::Tensor x = ag::randn({2, 3}, ag::kFloat64).requires_grad_();
+  ag::Tensor y = x * 3;
+  ag::Tensor g = ag::randn({2, 3}, ag::kFloat64);
+  SECTION("a gradient of the output's shape") {
+    y.backward(g);
+    std::vector<double> ref = values(g);
+    for (double& v : ref) v *= 3;
+    check_close(x.grad(), ref, 1e-12, 1e-12);
+  }
+  SECTION("no gradient for a non-scalar output is an error") {
+    CHECK_THAT(error_message([&] { y.backward(); }), Catch::Contains("scalar outputs"));
+  }
+  SECTION("a gradient of the wrong shape is an error") {
+    CHECK_THAT(error_message([&] { y.backward(ag::randn({3, 2}, ag::kFloat64)); }), Catch::Contains("does not match"));
+  }
+  SECTION("backward of a tensor that does not require grad is an error") {
+    CHECK_THAT(error_message([&] { ag::randn({2}).sum().backward(); }), Catch::Contains("does not require grad"));
+  }
+}
+
+TEST_CASE("engine: each leaf receives its gradient in its own dtype", "[autograd][engine]") {
+  ag::manual_seed(18);
+  ag::Tensor h = ag::rand({4}, ag::kFloat16).requires_grad_();
+  ag::Tensor w = ag::rand({4}) + 0.5;  // float32
+  SECTION("type promotion f16 * f32 -> f32") {
+    ag::Tensor y = (h * w).sum();
+    REQUIRE(y.dtype() == ag::kFloat32);
+    y.backward();
+    REQUIRE(h.grad().defined());
+    CHECK(h.grad().dtype() == ag::kFloat16);
+    check_close(h.grad(), values(w.to(ag::kFloat16)), 0, 0);
+  }
+  SECTION("an explicit cast inside the computation") {
+    ag::Tensor y = ag::matmul(h.to(ag::kFloat32).unsqueeze(0), w.unsqueeze(1)).sum();
+    y.backward();
+    CHECK(h.grad().dtype() == ag::kFloat16);
+    check_close(h.grad(), values(w.to(ag::kFloat16)), 0, 0);
+  }
+  SECTION("mixed leaves: f32, f64 and bf16 in one graph") {
+    ag::Tensor a = ag::rand({3}).requires_grad_();
+    ag::Tensor b = ag::rand({3}, ag::kFloat64).requires_grad_();
+    ag::Tensor c = ag::rand({3}, ag::kBFloat16).requires_grad_();
+    ag::Tensor y = (a * b + c).sum();
+    REQUIRE(y.dtype() == ag::kFloat64);
+    y.backward();
+    CHECK(a.grad().dtype() == ag::kFloat32);
+    CHECK(b.grad().dtype() == ag::kFloat64);
+    CHECK(c.grad().dtype() == ag::kBFloat16);
+    check_close(a.grad(), values(b.to(ag::kFloat32)), 0, 0);
+    check_close(b.grad(), values(a), 0, 0);
+    check_close(c.grad(), {1, 1, 1}, 0, 0);
+  }
+}
+
+TEST_CASE("engine: chained reductions pass expanded gradients along", "[autograd][engine]") {
+  ag::manual_seed(19);
+  ag::Tensor x = ag::randn({3, 4}, ag::kFloat64).requires_grad_();
+  SECTION("sum over a dim, then over all") {
+    ag::sum(x, {1}).sum().backward();
+    check_close(x.grad(), std::vector<double>(12, 1.0), 0, 0);
+  }
+  SECTION("logsumexp over a dim, then sum") {
+    ag::logsumexp(x, {0}).sum().backward();
+    const std::vector<double> xv = values(x);
+    std::vector<double> ref(12);
+    for (int64_t j = 0; j < 4; ++j) {
+      double s = 0;
+      for (int64_t i = 0; i < 3; ++i) s += std::exp(xv[i * 4 + j]);
+      for (int64_t i = 0; i < 3; ++i) ref[i * 4 + j] = std::exp(xv[i * 4 + j]) / s;
+    }
+    check_close(x.grad(), ref, 1e-12, 1e-12);
+  }
+  SECTION("a gradient that arrives transposed") {
+    ag::Tensor y = ag::sum(x, {1});                                   // [3]
+    ag::Tensor g = ag::randn({3, 2}, ag::kFloat64).t().select(0, 1);  // [3], stride 2
+    REQUIRE_FALSE(g.is_contiguous());
+    y.backward(g);
+    const std::vector<double> gv = values(g);
+    std::vector<double> ref(12);
+    for (int64_t i = 0; i < 12; ++i) ref[i] = gv[i / 4];
+    check_close(x.grad(), ref, 0, 0);
+  }
+}
+
+TEST_CASE("autograd: gradients at kinks follow PyTorch's conventions", "[autograd]") {
+  auto grad_of = [](const std::function<ag::Tensor(const ag::Tensor&)>& f, std::vector<double> v) {
+    ag::Tensor x = ag::tensor(v, {static_cast<int64_t>(v.size())}).requires_grad_();
+    f(x).sum().backward();
+    return x.grad().to_vector<double>();
+  };
+  using T = const ag::Tensor&;
+  CHECK(grad_of([](T x) { return ag::relu(x); }, {0, 1, -1}) == std::vector<double>{0, 1, 0});
+  CHECK(grad_of([](T x) { return ag::abs(x); }, {0, 2, -2}) == std::vector<double>{0, 1, -1});
+  // clamp passes the gradient on its bounds.
+  CHECK(grad_of([](T x) { return ag::clamp(x, -1.0, 1.0); }, {-1, 1, 2, -2, 0.5}) ==
+        std::vector<double>{1, 1, 0, 0, 1});
+  // max/min over everything split the gradient among ties; over a dim it goes to one index.
+  CHECK(grad_of([](T x) { return ag::max(x); }, {1, 3, 3}) == std::vector<double>{0, 0.5, 0.5});
+  CHECK(grad_of([](T x) { return ag::min(x); }, {2, 2, 3, 2}) == std::vector<double>{1 / 3., 1 / 3., 0, 1 / 3.});
+  const std::vector<double> gd = grad_of([](T x) { return ag::max(x, 0).first; }, {1, 3, 3});
+  CHECK(gd[0] == 0);
+  CHECK(gd[1] + gd[2] == 1);
+  // maximum/minimum split ties in half.
+  ag::Tensor one = ag::tensor(std::vector<double>{1, 1}, {2});
+  CHECK(grad_of([&](T x) { return ag::maximum(x, one); }, {1, 2}) == std::vector<double>{0.5, 1});
+  CHECK(grad_of([&](T x) { return ag::minimum(x, one); }, {1, 2}) == std::vector<double>{0.5, 0});
+  // pow: 0^0 has zero derivative in the exponent, x^0 zero in the base.
+  CHECK(grad_of([](T x) { return x.pow(0); }, {0, 2}) == std::vector<double>{0, 0});
+  ag::Tensor base = ag::tensor(std::vector<double>{0, 2}, {2});
+  const std::vector<double> ge = grad_of([&](T e) { return ag::pow(base, e); }, {2, 3});
+  CHECK(ge[0] == 0);
+  CHECK(ge[1] == Approx(8 * std::log(2.0)));
+}
+
+TEST_CASE("engine: non-differentiable ops give outputs that do not require grad", "[autograd][engine]") {
+  ag::Tensor x = ag::randn({3, 4}).requires_grad_();
+  CHECK_FALSE(ag::argmax(x, 1).requires_grad());
+  CHECK_FALSE(ag::argmin(x, 0).requires_grad());
+  CHECK_FALSE(ag::gt(x, 0.0).requires_grad());
+  CHECK_FALSE(ag::eq(x, x).requires_grad());
+  CHECK_FALSE(ag::sign(x).requires_grad());
+  auto [values_, indices] = ag::max(x, 1);
+  CHECK(values_.requires_grad());
+  CHECK_FALSE(indices.requires_grad());
+}

@@ -1,0 +1,810 @@
+// CPU forward numerics of every op family against float64 references computed here with plain
+// loops on the same (fresh, random, never zero) inputs, in float32, float16 and bfloat16, over
+// broadcast and non-contiguous operands. Tolerance: atol + rtol * eps(dtype).
+#include <functional>
+#include <limits>
+
+#include "common.h"
+#include "ops_reference.h"
+
+using namespace ops_reference;  // Vec, Shape, the references, input makers and tolerances
+
+// ---- Elementwise ---------------------------------------------------------------------------
+
+TEST_CASE("ops: unary elementwise vs float64, contiguous and not, f32/f16/bf16", "[ops][unary]") {
+  struct Case {
+    const char* name;
+    std::function<ag::Tensor(const ag::Tensor&)> op;
+    std::function<double(double)> ref;
+    double lo, hi;
+  };
+  const std::vector<Case> cases = {
+      {"neg", [](const ag::Tensor& x) { return ag::neg(x); }, [](double x) { return -x; }, -3, 3},
+      {"exp", [](const ag::Tensor& x) { return ag::exp(x); }, [](double x) { return std::exp(x); }, -3, 3},
+      {"log", [](const ag::Tensor& x) { return ag::log(x); }, [](double x) { return std::log(x); }, 0.05, 5},
+      {"log1p", [](const ag::Tensor& x) { return ag::log1p(x); }, [](double x) { return std::log1p(x); }, -0.5, 3},
+      {"sqrt", [](const ag::Tensor& x) { return ag::sqrt(x); }, [](double x) { return std::sqrt(x); }, 0.05, 5},
+      {"rsqrt", [](const ag::Tensor& x) { return ag::rsqrt(x); }, [](double x) { return 1 / std::sqrt(x); }, 0.05, 5},
+      {"reciprocal", [](const ag::Tensor& x) { return ag::reciprocal(x); }, [](double x) { return 1 / x; }, 0.2, 4},
+      {"abs", [](const ag::Tensor& x) { return ag::abs(x); }, [](double x) { return std::abs(x); }, -3, 3},
+      {"sign", [](const ag::Tensor& x) { return ag::sign(x); }, [](double x) { return x > 0 ? 1.0 : -1.0; }, -3, 3},
+      {"relu", [](const ag::Tensor& x) { return ag::relu(x); }, [](double x) { return x > 0 ? x : 0.0; }, -3, 3},
+      {"gelu", [](const ag::Tensor& x) { return ag::gelu(x); },
+       [](double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }, -4, 4},
+      {"tanh", [](const ag::Tensor& x) { return ag::tanh(x); }, [](double x) { return std::tanh(x); }, -3, 3},
+      {"sigmoid", [](const ag::Tensor& x) { return ag::sigmoid(x); }, [](double x) { return 1 / (1 + std::exp(-x)); },
+       -8, 8},
+      {"softplus", [](const ag::Tensor& x) { return ag::softplus(x); },
+       [](double x) { return std::log1p(std::exp(x)); }, -25, 25},
+      {"clamp", [](const ag::Tensor& x) { return ag::clamp(x, -0.5, 0.75); },
+       [](double x) { return std::min(0.75, std::max(-0.5, x)); }, -2, 2},
+      {"clamp(min)", [](const ag::Tensor& x) { return ag::clamp(x, 0.25, std::nullopt); },
+       [](double x) { return std::max(0.25, x); }, -2, 2},
+      {"clamp(max)", [](const ag::Tensor& x) { return ag::clamp(x, std::nullopt, -0.25); },
+       [](double x) { return std::min(-0.25, x); }, -2, 2},
+      {"pow 2", [](const ag::Tensor& x) { return x.pow(2); }, [](double x) { return x * x; }, -3, 3},
+      {"pow 2.5", [](const ag::Tensor& x) { return x.pow(2.5); }, [](double x) { return std::pow(x, 2.5); }, 0.1, 3},
+      {"pow -1", [](const ag::Tensor& x) { return x.pow(-1); }, [](double x) { return 1 / x; }, 0.2, 3},
+      {"add scalar", [](const ag::Tensor& x) { return x + 1.5; }, [](double x) { return x + 1.5; }, -3, 3},
+      {"sub scalar", [](const ag::Tensor& x) { return x - 0.75; }, [](double x) { return x - 0.75; }, -3, 3},
+      {"rsub scalar", [](const ag::Tensor& x) { return 2 - x; }, [](double x) { return 2 - x; }, -3, 3},
+      {"mul scalar", [](const ag::Tensor& x) { return x * -2.5; }, [](double x) { return x * -2.5; }, -3, 3},
+      {"div scalar", [](const ag::Tensor& x) { return x / 4; }, [](double x) { return x / 4; }, -3, 3},
+      {"rdiv scalar", [](const ag::Tensor& x) { return 3 / x; }, [](double x) { return 3 / x; }, 0.2, 3},
+  };
+  for (ag::DType d : kFloatTypes) {
+    for (const Case& c : cases) {
+      for (int layout = 0; layout < 3; ++layout) {
+        ag::Tensor x =
+            layout == 0 ? uni({4, 7}, c.lo, c.hi, d)
+                        : (layout == 1 ? uni_t({4, 7}, c.lo, c.hi, d) : uni({4, 14}, c.lo, c.hi, d).slice(1, 0, 14, 2));
+        ag::Tensor y = c.op(x);
+        INFO(c.name << " in " << ag::dtype_name(d) << ", layout " << layout);
+        CHECK(y.dtype() == d);
+        CHECK(y.shape() == Shape{4, 7});
+        Vec ref = vals(x);
+        for (double& v : ref) v = c.ref(v);
+        check_vs(y, ref, d);
+      }
+    }
+  }
+}
+
+TEST_CASE("ops: binary elementwise with broadcasting and non-contiguous operands", "[ops][binary]") {
+  struct Case {
+    const char* name;
+    std::function<ag::Tensor(const ag::Tensor&, const ag::Tensor&)> op;
+    std::function<double(double, double)> ref;
+    double lo_a, hi_a, lo_b, hi_b;
+  };
+  const std::vector<Case> cases = {
+      {"add", [](const ag::Tensor& a, const ag::Tensor& b) { return a + b; }, [](double a, double b) { return a + b; },
+       -3, 3, -3, 3},
+      {"add alpha", [](const ag::Tensor& a, const ag::Tensor& b) { return ag::add(a, b, 0.5); },
+       [](double a, double b) { return a + 0.5 * b; }, -3, 3, -3, 3},
+      {"sub", [](const ag::Tensor& a, const ag::Tensor& b) { return a - b; }, [](double a, double b) { return a - b; },
+       -3, 3, -3, 3},
+      {"mul", [](const ag::Tensor& a, const ag::Tensor& b) { return a * b; }, [](double a, double b) { return a * b; },
+       -3, 3, -3, 3},
+      {"div", [](const ag::Tensor& a, const ag::Tensor& b) { return a / b; }, [](double a, double b) { return a / b; },
+       -3, 3, 0.25, 3},
+      {"pow", [](const ag::Tensor& a, const ag::Tensor& b) { return ag::pow(a, b); },
+       [](double a, double b) { return std::pow(a, b); }, 0.1, 3, -2, 2},
+      {"maximum", [](const ag::Tensor& a, const ag::Tensor& b) { return ag::maximum(a, b); },
+       [](double a, double b) { return std::max(a, b); }, -3, 3, -3, 3},
+      {"minimum", [](const ag::Tensor& a, const ag::Tensor& b) { return ag::minimum(a, b); },
+       [](double a, double b) { return std::min(a, b); }, -3, 3, -3, 3},
+  };
+  struct Shapes {
+    const char* name;
+    Shape a, b;
+    int layout;  // 0 contiguous, 1 a transposed, 2 b strided
+  };
+  const std::vector<Shapes> shapes = {
+      {"same", {3, 5}, {3, 5}, 0},      {"[3,1,5] x [4,1]", {3, 1, 5}, {4, 1}, 0}, {"[5] x [3,5]", {5}, {3, 5}, 0},
+      {"0-dim x [3,5]", {}, {3, 5}, 0}, {"transposed a", {3, 5}, {5}, 1},          {"strided b", {2, 3, 5}, {3, 5}, 2},
+  };
+  for (ag::DType d : kFloatTypes) {
+    for (const Case& c : cases) {
+      for (const Shapes& s : shapes) {
+        ag::Tensor a = s.layout == 1 ? uni_t(s.a, c.lo_a, c.hi_a, d) : uni(s.a, c.lo_a, c.hi_a, d);
+        ag::Tensor b = uni(s.b, c.lo_b, c.hi_b, d);
+        if (s.layout == 2) {
+          Shape wide = s.b;
+          wide.back() *= 2;
+          b = uni(wide, c.lo_b, c.hi_b, d).slice(-1, 0, wide.back(), 2);
+        }
+        ag::Tensor y = c.op(a, b);
+        INFO(c.name << " " << s.name << " in " << ag::dtype_name(d));
+        const Shape out = bcast_shape(s.a, s.b);
+        REQUIRE(y.shape() == out);
+        CHECK(y.dtype() == d);
+        const Vec va = vals(a), vb = vals(b);
+        check_vs(y, build(out, [&](const Shape& i) { return c.ref(va[bcast_flat(i, s.a)], vb[bcast_flat(i, s.b)]); }),
+                 d);
+      }
+    }
+  }
+}
+
+TEST_CASE("ops: type promotion of mixed floating operands", "[ops][binary]") {
+  ag::Tensor h = normal({3, 4}, ag::kFloat16), b = normal({3, 4}, ag::kBFloat16), f = normal({4});
+  const Vec vh = vals(h), vb = vals(b), vf = vals(f);
+  ag::Tensor hf = h + f;
+  CHECK(hf.dtype() == ag::kFloat32);
+  check_vs(hf, build({3, 4}, [&](const Shape& i) { return vh[i[0] * 4 + i[1]] + vf[i[1]]; }), ag::kFloat32);
+  ag::Tensor hb = h * b;  // float16 and bfloat16 meet in float32, as in PyTorch
+  CHECK(hb.dtype() == ag::kFloat32);
+  check_vs(hb, build({3, 4}, [&](const Shape& i) { return vh[i[0] * 4 + i[1]] * vb[i[0] * 4 + i[1]]; }), ag::kFloat32);
+  // A 0-dim float32 tensor does not upcast a dimensioned float16 one.
+  ag::Tensor z = ag::tensor(1.5f);
+  ag::Tensor hz = h * z;
+  CHECK(hz.dtype() == ag::kFloat16);
+  check_vs(hz, build({3, 4}, [&](const Shape& i) { return vh[i[0] * 4 + i[1]] * 1.5; }), ag::kFloat16);
+}
+
+TEST_CASE("ops: comparisons return bool, with broadcasting and scalar operands", "[ops][compare]") {
+  using Cmp = std::function<ag::Tensor(const ag::Tensor&, const ag::Tensor&)>;
+  using CmpS = std::function<ag::Tensor(const ag::Tensor&, double)>;
+  struct Case {
+    const char* name;
+    Cmp op;
+    CmpS op_s;
+    std::function<bool(double, double)> ref;
+  };
+  const std::vector<Case> cases = {
+      {"eq", [](auto& a, auto& b) { return ag::eq(a, b); }, [](auto& a, double s) { return ag::eq(a, s); },
+       [](double a, double b) { return a == b; }},
+      {"ne", [](auto& a, auto& b) { return ag::ne(a, b); }, [](auto& a, double s) { return ag::ne(a, s); },
+       [](double a, double b) { return a != b; }},
+      {"lt", [](auto& a, auto& b) { return ag::lt(a, b); }, [](auto& a, double s) { return ag::lt(a, s); },
+       [](double a, double b) { return a < b; }},
+      {"le", [](auto& a, auto& b) { return ag::le(a, b); }, [](auto& a, double s) { return ag::le(a, s); },
+       [](double a, double b) { return a <= b; }},
+      {"gt", [](auto& a, auto& b) { return ag::gt(a, b); }, [](auto& a, double s) { return ag::gt(a, s); },
+       [](double a, double b) { return a > b; }},
+      {"ge", [](auto& a, auto& b) { return ag::ge(a, b); }, [](auto& a, double s) { return ag::ge(a, s); },
+       [](double a, double b) { return a >= b; }},
+  };
+  // Values on a coarse grid (multiples of 0.5 in [-1.5, 1.5]), so that ties are frequent.
+  auto grid = [](const Shape& s, ag::DType d) {
+    Vec v = vals(ag::rand(s, ag::kFloat64));
+    for (double& x : v) x = std::floor(x * 7) * 0.5 - 1.5;
+    return ag::tensor(v, s, ag::kFloat64).to(d);
+  };
+  for (ag::DType d : {ag::kFloat32, ag::kFloat16, ag::kBFloat16, ag::kInt64}) {
+    for (const Case& c : cases) {
+      INFO(c.name << " in " << ag::dtype_name(d));
+      ag::Tensor a = grid({3, 1, 5}, d), b = grid({4, 5}, d);
+      ag::Tensor at = transposed_view(grid({5, 4}, d));  // [4, 5], non-contiguous
+      const Vec va = vals(a), vb = vals(b), vat = vals(at);
+      ag::Tensor y = c.op(a, b);
+      REQUIRE(y.dtype() == ag::kBool);
+      REQUIRE(y.shape() == Shape{3, 4, 5});
+      check_close(y,
+                  build({3, 4, 5},
+                        [&](const Shape& i) {
+                          return c.ref(va[bcast_flat(i, {3, 1, 5})], vb[bcast_flat(i, {4, 5})]) ? 1.0 : 0.0;
+                        }),
+                  0, 0);
+      ag::Tensor yt = c.op(at, b);
+      check_close(yt,
+                  build({4, 5},
+                        [&](const Shape& i) {
+                          return c.ref(vat[ravel(i, {4, 5})], vb[ravel(i, {4, 5})]);
+                        }),
+                  0, 0);
+      ag::Tensor ys = c.op_s(b, 0.5);
+      REQUIRE(ys.dtype() == ag::kBool);
+      check_close(ys,
+                  build({4, 5},
+                        [&](const Shape& i) {
+                          return c.ref(vb[ravel(i, {4, 5})], 0.5) ? 1.0 : 0.0;
+                        }),
+                  0, 0);
+    }
+  }
+}
+
+TEST_CASE("ops: where selects with a broadcast bool condition", "[ops][where]") {
+  for (ag::DType d : kFloatTypes) {
+    INFO(ag::dtype_name(d));
+    ag::Tensor cond = ag::gt(ag::rand({3, 1, 5}), 0.5);
+    ag::Tensor a = normal({4, 5}, d), b = normal({3, 8, 1}, d).slice(1, 0, 8, 2);  // [3, 4, 1], strided
+    REQUIRE(!b.is_contiguous());
+    const Vec vc = vals(cond), va = vals(a), vb = vals(b);
+    ag::Tensor y = ag::where(cond, a, b);
+    REQUIRE(y.shape() == Shape{3, 4, 5});
+    CHECK(y.dtype() == d);
+    check_close(
+        y,
+        build({3, 4, 5},
+              [&](const Shape& i) {
+                return vc[bcast_flat(i, {3, 1, 5})] != 0 ? va[bcast_flat(i, {4, 5})] : vb[bcast_flat(i, {3, 4, 1})];
+              }),
+        0, 0);
+    ag::Tensor ys = ag::where(cond, a, 2.5);
+    CHECK(ys.dtype() == d);
+    check_close(ys,
+                build({3, 4, 5},
+                      [&](const Shape& i) {
+                        return vc[bcast_flat(i, {3, 1, 5})] != 0 ? va[bcast_flat(i, {4, 5})] : 2.5;
+                      }),
+                0, 0);
+  }
+}
+
+// ---- Reductions ----------------------------------------------------------------------------
+
+TEST_CASE("ops: sum/mean/var/logsumexp over dims, keepdim, f32/f16/bf16", "[ops][reduce]") {
+  const std::vector<Shape> dim_sets = {{1}, {-1}, {0}, {0, 1}, {0, 2}, {1, 2}, {}, {0, 1, 2}};
+  for (ag::DType d : kFloatTypes) {
+    for (int layout = 0; layout < 2; ++layout) {
+      // [3, 4, 5], contiguous or a permuted view of a [5, 3, 4] tensor.
+      ag::Tensor x = layout == 0 ? normal({3, 4, 5}, d) : normal({5, 3, 4}, d).permute({1, 2, 0});
+      REQUIRE(x.shape() == Shape{3, 4, 5});
+      const Vec vx = vals(x);
+      for (const Shape& dims : dim_sets) {
+        for (bool keepdim : {false, true}) {
+          INFO(ag::dtype_name(d) << " layout " << layout << " dims " << fmt::format("{}", dims) << " keepdim "
+                                 << keepdim);
+          const Groups gr = group_by(vx, {3, 4, 5}, dims, keepdim);
+          ag::Tensor s = ag::sum(x, dims, keepdim);
+          CHECK(s.shape() == gr.out_shape);
+          CHECK(s.dtype() == d);
+          check_vs(s, reduce_ref(gr, ref_sum), d);
+          ag::Tensor m = ag::mean(x, dims, keepdim);
+          CHECK(m.shape() == gr.out_shape);
+          check_vs(m, reduce_ref(gr, ref_mean), d);
+          for (double corr : {0.0, 1.0}) {
+            ag::Tensor v = ag::var(x, dims, corr, keepdim);
+            CHECK(v.shape() == gr.out_shape);
+            check_vs(v, reduce_ref(gr, [corr](const Vec& g) { return ref_var(g, corr); }), d);
+          }
+          ag::Tensor l = ag::logsumexp(x, dims, keepdim);
+          CHECK(l.shape() == gr.out_shape);
+          check_vs(l, reduce_ref(gr, ref_logsumexp), d);
+        }
+      }
+    }
+    // The all-dims forms without arguments give 0-dim tensors.
+    ag::Tensor x = normal({3, 4}, d);
+    const Vec vx = vals(x);
+    CHECK(ag::sum(x).dim() == 0);
+    check_vs(ag::sum(x), {ref_sum(vx)}, d);
+    check_vs(x.mean(), {ref_mean(vx)}, d);
+    check_vs(ag::var(x), {ref_var(vx, 1)}, d);
+  }
+}
+
+TEST_CASE("ops: prod over a dim and over all, no zeros", "[ops][reduce]") {
+  for (ag::DType d : kFloatTypes) {
+    Vec mag = vals(uni({3, 4, 5}, 0.6, 1.4, ag::kFloat64)), sgn = vals(uni({3, 4, 5}, -1, 1, ag::kFloat64));
+    for (size_t i = 0; i < mag.size(); ++i) mag[i] *= sgn[i] < 0 ? -1 : 1;
+    ag::Tensor x = ag::tensor(mag, {3, 4, 5}, ag::kFloat64).to(d);
+    const Vec vx = vals(x);
+    for (int64_t dim : {0, 1, 2, -1}) {
+      for (bool keepdim : {false, true}) {
+        INFO(ag::dtype_name(d) << " dim " << dim << " keepdim " << keepdim);
+        const Groups gr = group_by(vx, {3, 4, 5}, {dim}, keepdim);
+        ag::Tensor p = ag::prod(x, dim, keepdim);
+        CHECK(p.shape() == gr.out_shape);
+        check_vs(p, reduce_ref(gr, ref_prod), d);
+      }
+    }
+    // Over all elements of a [3, 4] slice (12 factors: no overflow or underflow in float16).
+    ag::Tensor small = x.select(2, 1).t();  // non-contiguous [4, 3]
+    const Vec vs = vals(small);
+    check_vs(ag::prod(small), {ref_prod(vs)}, d, 4);
+    CHECK(ag::prod(small).dim() == 0);
+  }
+}
+
+TEST_CASE("ops: max/min with indices, argmax/argmin, over each dim and over all", "[ops][reduce]") {
+  for (ag::DType d : kFloatTypes) {
+    for (int layout = 0; layout < 2; ++layout) {
+      // Distinct values (a shuffled grid), so that the winner is unique in every dtype.
+      Vec grid(60);
+      Vec key = vals(ag::rand({60}, ag::kFloat64));
+      std::vector<size_t> order(60);
+      for (size_t i = 0; i < 60; ++i) order[i] = i;
+      std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return key[a] < key[b]; });
+      for (size_t i = 0; i < 60; ++i) grid[order[i]] = static_cast<double>(i) * 0.25 - 7.3;
+      ag::Tensor x = ag::tensor(grid, {3, 4, 5}, ag::kFloat64).to(d);
+      if (layout == 1) x = ag::tensor(grid, {5, 4, 3}, ag::kFloat64).to(d).permute({2, 1, 0});
+      const Vec vx = vals(x);
+      for (int64_t dim : {0, 1, 2, -1}) {
+        for (bool keepdim : {false, true}) {
+          INFO(ag::dtype_name(d) << " layout " << layout << " dim " << dim << " keepdim " << keepdim);
+          const Groups gr = group_by(vx, {3, 4, 5}, {dim}, keepdim);
+          auto [mx, imx] = ag::max(x, dim, keepdim);
+          auto [mn, imn] = ag::min(x, dim, keepdim);
+          CHECK(mx.shape() == gr.out_shape);
+          CHECK(imx.shape() == gr.out_shape);
+          CHECK(imx.dtype() == ag::kInt64);
+          CHECK(mx.dtype() == d);
+          check_close(mx, reduce_ref(gr, [](const Vec& g) { return *std::max_element(g.begin(), g.end()); }), 0, 0);
+          check_close(mn, reduce_ref(gr, [](const Vec& g) { return *std::min_element(g.begin(), g.end()); }), 0, 0);
+          check_close(imx, reduce_ref(gr, ref_argmax), 0, 0);
+          check_close(imn, reduce_ref(gr, ref_argmin), 0, 0);
+          ag::Tensor am = ag::argmax(x, dim, keepdim), an = ag::argmin(x, dim, keepdim);
+          CHECK(am.dtype() == ag::kInt64);
+          CHECK(am.shape() == gr.out_shape);
+          check_close(am, reduce_ref(gr, ref_argmax), 0, 0);
+          check_close(an, reduce_ref(gr, ref_argmin), 0, 0);
+        }
+      }
+      check_close(ag::max(x), {*std::max_element(vx.begin(), vx.end())}, 0, 0);
+      check_close(ag::min(x), {*std::min_element(vx.begin(), vx.end())}, 0, 0);
+      CHECK(ag::max(x).dim() == 0);
+      ag::Tensor am = ag::argmax(x);
+      CHECK(am.dim() == 0);
+      check_close(am, {ref_argmax(vx)}, 0, 0);  // index into the row-major flattening
+    }
+  }
+}
+
+TEST_CASE("ops: softmax and log_softmax over each dim", "[ops][softmax]") {
+  for (ag::DType d : kFloatTypes) {
+    for (int layout = 0; layout < 2; ++layout) {
+      ag::Tensor x = layout == 0 ? normal({3, 4, 5}, d, 2) : normal_t({3, 4, 5}, d);
+      const Vec vx = vals(x);
+      for (int64_t dim : {0, 1, 2, -1}) {
+        INFO(ag::dtype_name(d) << " layout " << layout << " dim " << dim);
+        const int64_t dd = dim < 0 ? dim + 3 : dim;
+        const Groups gr = group_by(vx, {3, 4, 5}, {dim}, true);
+        auto ref = [&](bool log) {
+          return build({3, 4, 5}, [&](const Shape& i) {
+            Shape k = i;
+            k[dd] = 0;
+            const Vec& g = gr.g[ravel(k, gr.out_shape)];
+            const double lse = ref_logsumexp(g), v = vx[ravel(i, {3, 4, 5})];
+            return log ? v - lse : std::exp(v - lse);
+          });
+        };
+        ag::Tensor s = ag::softmax(x, dim), l = ag::log_softmax(x, dim);
+        CHECK(s.dtype() == d);
+        CHECK(s.shape() == Shape{3, 4, 5});
+        check_vs(s, ref(false), d);
+        check_vs(l, ref(true), d);
+      }
+    }
+  }
+}
+
+TEST_CASE("ops: softmax, log_softmax and logsumexp stay finite on large inputs", "[ops][softmax]") {
+  for (ag::DType d : kFloatTypes) {
+    INFO(ag::dtype_name(d));
+    // Rows around +1000 and -1000: exp would overflow or underflow without the max shift.
+    Vec v = vals(uni({4, 6}, -4, 4, ag::kFloat64));
+    for (size_t i = 0; i < v.size(); ++i) v[i] = std::round(v[i] * 2) / 2 + (i < 12 ? 1000.0 : -1000.0);
+    ag::Tensor x = ag::tensor(v, {4, 6}, ag::kFloat64).to(d);
+    const Vec vx = vals(x);
+    const Groups gr = group_by(vx, {4, 6}, {1}, true);
+    ag::Tensor s = ag::softmax(x, 1), l = ag::log_softmax(x, 1), lse = ag::logsumexp(x, {1});
+    for (const Vec& out : {vals(s), vals(l), vals(lse)})
+      for (double o : out) CHECK(std::isfinite(o));
+    check_vs(
+        s, build({4, 6}, [&](const Shape& i) { return std::exp(vx[i[0] * 6 + i[1]] - ref_logsumexp(gr.g[i[0]])); }), d);
+    check_vs(l, build({4, 6}, [&](const Shape& i) { return vx[i[0] * 6 + i[1]] - ref_logsumexp(gr.g[i[0]]); }), d);
+    check_vs(lse, reduce_ref(gr, ref_logsumexp), d);
+    // One row spanning 2000: log_softmax keeps the small terms' logs finite.
+    ag::Tensor wide = ag::tensor(std::vector<double>{1000, -1000, 0, 500}, {4}, ag::kFloat64).to(d);
+    check_vs(ag::log_softmax(wide, 0), {0, -2000, -1000, -500}, d);
+    check_vs(ag::softmax(wide, 0), {1, 0, 0, 0}, d);
+  }
+}
+
+// ---- Shape ops -----------------------------------------------------------------------------
+
+TEST_CASE("ops: views and reshapes keep values in the expected order", "[ops][shape]") {
+  for (ag::DType d : kFloatTypes) {
+    INFO(ag::dtype_name(d));
+    ag::Tensor x = normal({3, 4, 5}, d);
+    const Vec vx = vals(x);
+    auto at = [&](int64_t i, int64_t j, int64_t k) { return vx[(i * 4 + j) * 5 + k]; };
+
+    ag::Tensor v = x.view({12, 5});
+    CHECK(v.shape() == Shape{12, 5});
+    CHECK(v.storage() == x.storage());
+    check_close(v, vx, 0, 0);
+    CHECK(x.view({-1}).shape() == Shape{60});
+    check_close(x.reshape({5, -1, 3}), vx, 0, 0);
+    check_close(x.flatten(), vx, 0, 0);
+    CHECK(x.flatten(1).shape() == Shape{3, 20});
+    CHECK(x.flatten(0, 1).shape() == Shape{12, 5});
+    check_close(x.flatten(0, 1), vx, 0, 0);
+
+    ag::Tensor p = x.permute({2, 0, 1});
+    CHECK(p.shape() == Shape{5, 3, 4});
+    CHECK(p.storage() == x.storage());
+    check_close(p, build({5, 3, 4}, [&](const Shape& i) { return at(i[1], i[2], i[0]); }), 0, 0);
+    ag::Tensor t = x.transpose(0, 2);
+    check_close(t, build({5, 4, 3}, [&](const Shape& i) { return at(i[2], i[1], i[0]); }), 0, 0);
+    // reshape of a non-contiguous view copies, in the view's logical order.
+    ag::Tensor r = t.reshape({20, 3});
+    check_close(r,
+                build({20, 3},
+                      [&](const Shape& i) {
+                        const int64_t f = i[0] * 3 + i[1];
+                        return at(f % 3, (f / 3) % 4, f / 12);
+                      }),
+                0, 0);
+    CHECK_THROWS_AS(t.view({60}), ag::Error);
+    ag::Tensor m2 = normal({4, 6}, d);
+    const Vec v2 = vals(m2);
+    check_close(m2.t(), build({6, 4}, [&](const Shape& i) { return v2[i[1] * 6 + i[0]]; }), 0, 0);
+
+    ag::Tensor n = x.narrow(1, 1, 2);
+    CHECK(n.shape() == Shape{3, 2, 5});
+    check_close(n, build({3, 2, 5}, [&](const Shape& i) { return at(i[0], i[1] + 1, i[2]); }), 0, 0);
+    ag::Tensor sl = x.slice(2, 1, 5, 2);
+    CHECK(sl.shape() == Shape{3, 4, 2});
+    check_close(sl, build({3, 4, 2}, [&](const Shape& i) { return at(i[0], i[1], 1 + 2 * i[2]); }), 0, 0);
+    ag::Tensor sl2 = x.slice(0, -2, 3).slice(2, 0, 5, 3);  // negative start, then step 3
+    CHECK(sl2.shape() == Shape{2, 4, 2});
+    check_close(sl2, build({2, 4, 2}, [&](const Shape& i) { return at(i[0] + 1, i[1], 3 * i[2]); }), 0, 0);
+    ag::Tensor se = x.select(1, -1);
+    CHECK(se.shape() == Shape{3, 5});
+    check_close(se, build({3, 5}, [&](const Shape& i) { return at(i[0], 3, i[1]); }), 0, 0);
+
+    ag::Tensor col = x.slice(1, 2, 3);  // [3, 1, 5], non-contiguous
+    ag::Tensor e = col.expand({2, 3, 4, 5});
+    CHECK(e.shape() == Shape{2, 3, 4, 5});
+    check_close(e, build({2, 3, 4, 5}, [&](const Shape& i) { return at(i[1], 2, i[3]); }), 0, 0);
+    ag::Tensor sq = col.squeeze(1);
+    CHECK(sq.shape() == Shape{3, 5});
+    check_close(sq, build({3, 5}, [&](const Shape& i) { return at(i[0], 2, i[1]); }), 0, 0);
+    CHECK(col.squeeze(0).shape() == Shape{3, 1, 5});  // size 3: unchanged
+    CHECK(col.unsqueeze(0).squeeze().shape() == Shape{3, 5});
+    ag::Tensor u = x.unsqueeze(-1);
+    CHECK(u.shape() == Shape{3, 4, 5, 1});
+    check_close(u, vx, 0, 0);
+    CHECK(x.unsqueeze(1).shape() == Shape{3, 1, 4, 5});
+    check_close(t.unsqueeze(1).squeeze(1), vals(t), 0, 0);
+  }
+}
+
+TEST_CASE("ops: cat, stack and index_select values", "[ops][join]") {
+  for (ag::DType d : kFloatTypes) {
+    INFO(ag::dtype_name(d));
+    ag::Tensor a = normal({2, 3}, d), b = normal_t({4, 3}, d), c = normal({1, 3}, d);
+    const Vec va = vals(a), vb = vals(b), vc = vals(c);
+    ag::Tensor c0 = ag::cat({a, b, c}, 0);
+    REQUIRE(c0.shape() == Shape{7, 3});
+    CHECK(c0.dtype() == d);
+    check_close(c0,
+                build({7, 3},
+                      [&](const Shape& i) {
+                        if (i[0] < 2) return va[i[0] * 3 + i[1]];
+                        if (i[0] < 6) return vb[(i[0] - 2) * 3 + i[1]];
+                        return vc[i[1]];
+                      }),
+                0, 0);
+    ag::Tensor p = normal({3, 2}, d), q = normal_strided({3, 4}, d);
+    const Vec vp = vals(p), vq = vals(q);
+    for (int64_t dim : {1, -1}) {
+      ag::Tensor c1 = ag::cat({p, q}, dim);
+      REQUIRE(c1.shape() == Shape{3, 6});
+      check_close(
+          c1, build({3, 6}, [&](const Shape& i) { return i[1] < 2 ? vp[i[0] * 2 + i[1]] : vq[i[0] * 4 + i[1] - 2]; }),
+          0, 0);
+    }
+
+    ag::Tensor s1 = normal({3, 4}, d), s2 = normal_t({3, 4}, d);
+    const Vec v1 = vals(s1), v2 = vals(s2);
+    for (int64_t dim : {0, 1, 2, -1}) {
+      ag::Tensor st = ag::stack({s1, s2}, dim);
+      const int64_t dd = dim < 0 ? dim + 3 : dim;
+      Shape shape{3, 4};
+      shape.insert(shape.begin() + dd, 2);
+      REQUIRE(st.shape() == shape);
+      check_close(st,
+                  build(shape,
+                        [&](const Shape& i) {
+                          Shape k = i;
+                          const int64_t which = k[dd];
+                          k.erase(k.begin() + dd);
+                          return (which == 0 ? v1 : v2)[k[0] * 4 + k[1]];
+                        }),
+                  0, 0);
+    }
+
+    ag::Tensor x = normal({3, 4, 5}, d).transpose(0, 1);  // [4, 3, 5], non-contiguous
+    const Vec vx = vals(x);
+    const std::vector<int64_t> idx_v{2, 0, 2, 4, 1, 2};
+    for (int64_t dim : {0, 1, 2}) {
+      const int64_t size = x.size(dim);
+      std::vector<int64_t> idx;
+      for (int64_t k : idx_v)
+        if (k < size) idx.push_back(k);
+      ag::Tensor sel = x.index_select(dim, ag::tensor(idx));
+      Shape shape = x.shape();
+      shape[dim] = static_cast<int64_t>(idx.size());
+      REQUIRE(sel.shape() == shape);
+      check_close(sel,
+                  build(shape,
+                        [&](const Shape& i) {
+                          Shape k = i;
+                          k[dim] = idx[i[dim]];
+                          return vx[ravel(k, {4, 3, 5})];
+                        }),
+                  0, 0);
+    }
+  }
+}
+
+// ---- Matmul family -------------------------------------------------------------------------
+
+TEST_CASE("ops: mm, bmm and matmul vs float64, transposed operands and broadcast batches", "[ops][matmul]") {
+  struct Case {
+    const char* name;
+    std::function<ag::Tensor(ag::DType)> a, b;
+    std::function<ag::Tensor(const ag::Tensor&, const ag::Tensor&)> op;
+  };
+  auto mm = [](const ag::Tensor& a, const ag::Tensor& b) { return ag::mm(a, b); };
+  auto bmm = [](const ag::Tensor& a, const ag::Tensor& b) { return ag::bmm(a, b); };
+  auto mat = [](const ag::Tensor& a, const ag::Tensor& b) { return ag::matmul(a, b); };
+  auto N = [](Shape s) { return [s](ag::DType d) { return normal(s, d); }; };
+  auto T = [](Shape s) { return [s](ag::DType d) { return normal_t(s, d); }; };
+  auto S = [](Shape s) { return [s](ag::DType d) { return normal_strided(s, d); }; };
+  const std::vector<Case> cases = {
+      {"mm", N({5, 7}), N({7, 3}), mm},
+      {"mm a^T", T({5, 7}), N({7, 3}), mm},
+      {"mm b^T", N({5, 7}), T({7, 3}), mm},
+      {"mm a^T b^T", T({5, 7}), T({7, 3}), mm},
+      {"mm strided", S({5, 7}), N({7, 3}), mm},
+      {"bmm", N({2, 5, 7}), N({2, 7, 3}), bmm},
+      {"bmm transposed", T({2, 5, 7}), T({2, 7, 3}), bmm},
+      {"matmul 1-D . 1-D", N({7}), N({7}), mat},
+      {"matmul 1-D @ 2-D", N({7}), N({7, 3}), mat},
+      {"matmul 2-D @ 1-D", T({5, 7}), N({7}), mat},
+      {"matmul 2-D @ 2-D", N({5, 7}), T({7, 3}), mat},
+      {"matmul 3-D @ 2-D", N({2, 5, 7}), N({7, 3}), mat},
+      {"matmul 2-D @ 3-D", N({5, 7}), T({2, 7, 3}), mat},
+      {"matmul 1-D @ 3-D", N({7}), N({2, 7, 3}), mat},
+      {"matmul 3-D @ 1-D", N({2, 5, 7}), N({7}), mat},
+      {"matmul broadcast [2,1,5,7] @ [3,7,4]", N({2, 1, 5, 7}), N({3, 7, 4}), mat},
+      {"matmul broadcast [3,5,7] @ [2,1,7,4]^T", T({3, 5, 7}), T({2, 1, 7, 4}), mat},
+  };
+  for (ag::DType d : {ag::kFloat32, ag::kFloat16, ag::kBFloat16, ag::kFloat64}) {
+    for (const Case& c : cases) {
+      INFO(c.name << " in " << ag::dtype_name(d));
+      ag::Tensor a = c.a(d), b = c.b(d);
+      Shape out_shape;
+      const Vec ref = ref_matmul(vals(a), a.shape(), vals(b), b.shape(), &out_shape);
+      ag::Tensor y = c.op(a, b);
+      CHECK(y.dtype() == d);
+      REQUIRE(y.shape() == out_shape);
+      const Tol t = matmul_tol(d, 7);
+      check_close(y, ref, t.atol, t.rtol);
+    }
+  }
+}
+
+TEST_CASE("ops: addmm with beta/alpha and linear with and without bias", "[ops][matmul]") {
+  for (ag::DType d : {ag::kFloat32, ag::kFloat16, ag::kBFloat16, ag::kFloat64}) {
+    const Tol t = matmul_tol(d, 7);
+    struct AddmmCase {
+      Shape c;
+      double beta, alpha;
+      bool transposed;
+    };
+    for (const AddmmCase& ac : std::vector<AddmmCase>{
+             {{5, 3}, 1, 1, false}, {{3}, 0.5, 2, false}, {{5, 1}, 0, -1, true}, {{5, 3}, -1.5, 0.25, true}}) {
+      INFO("addmm c " << fmt::format("{}", ac.c) << " beta " << ac.beta << " alpha " << ac.alpha << " transposed "
+                      << ac.transposed << " in " << ag::dtype_name(d));
+      ag::Tensor c = normal(ac.c, d);
+      ag::Tensor a = ac.transposed ? normal_t({5, 7}, d) : normal({5, 7}, d);
+      ag::Tensor b = ac.transposed ? normal_t({7, 3}, d) : normal({7, 3}, d);
+      Shape os;
+      const Vec ab = ref_matmul(vals(a), {5, 7}, vals(b), {7, 3}, &os);
+      const Vec vc = vals(c);
+      ag::Tensor y = ag::addmm(c, a, b, ac.beta, ac.alpha);
+      REQUIRE(y.shape() == Shape{5, 3});
+      CHECK(y.dtype() == d);
+      check_close(
+          y,
+          build({5, 3},
+                [&](const Shape& i) { return ac.beta * vc[bcast_flat(i, ac.c)] + ac.alpha * ab[i[0] * 3 + i[1]]; }),
+          t.atol * 2, t.rtol);
+    }
+    for (bool with_bias : {true, false}) {
+      for (bool wt : {false, true}) {
+        INFO("linear bias " << with_bias << " weight transposed " << wt << " in " << ag::dtype_name(d));
+        ag::Tensor x = normal({2, 5, 7}, d);
+        ag::Tensor w = wt ? normal_t({3, 7}, d) : normal({3, 7}, d);
+        ag::Tensor bias = with_bias ? normal({3}, d) : ag::Tensor();
+        const Vec vx = vals(x), vw = vals(w), vb = with_bias ? vals(bias) : Vec(3, 0.0);
+        ag::Tensor y = ag::linear(x, w, bias);
+        REQUIRE(y.shape() == Shape{2, 5, 3});
+        CHECK(y.dtype() == d);
+        check_close(y,
+                    build({2, 5, 3},
+                          [&](const Shape& i) {
+                            double s = vb[i[2]];
+                            for (int64_t k = 0; k < 7; ++k) s += vx[(i[0] * 5 + i[1]) * 7 + k] * vw[i[2] * 7 + k];
+                            return s;
+                          }),
+                    t.atol * 2, t.rtol);
+        ag::Tensor y1 = ag::linear(x.select(0, 1).select(0, 2), w, bias);  // 1-D input
+        REQUIRE(y1.shape() == Shape{3});
+      }
+    }
+  }
+}
+
+// ---- Integer ops ---------------------------------------------------------------------------
+
+TEST_CASE("ops: integer arithmetic stays int64, sums of int64 are int64", "[ops][int]") {
+  auto ints = [](const Shape& s, int64_t lo, int64_t hi) {
+    std::vector<int64_t> v;
+    for (double u : vals(ag::rand(s, ag::kFloat64))) {
+      int64_t x = lo + static_cast<int64_t>(u * static_cast<double>(hi - lo + 1));
+      v.push_back(x == 0 ? 1 : x);  // never zero
+    }
+    return ag::tensor(v, s);
+  };
+  ag::Tensor a = ints({3, 4}, -50, 50), b = ints({4}, -50, 50);
+  const std::vector<int64_t> va = a.to_vector<int64_t>(), vb = b.to_vector<int64_t>();
+  REQUIRE(a.dtype() == ag::kInt64);
+  auto exact = [](const ag::Tensor& t, const std::vector<int64_t>& ref) {
+    REQUIRE(t.dtype() == ag::kInt64);
+    CHECK(t.to_vector<int64_t>() == ref);
+  };
+  std::vector<int64_t> add_r, sub_r, mul_r, adds_r, muls_r, neg_r, abs_r;
+  for (int64_t i = 0; i < 3; ++i)
+    for (int64_t j = 0; j < 4; ++j) {
+      const int64_t x = va[i * 4 + j], y = vb[j];
+      add_r.push_back(x + y);
+      sub_r.push_back(x - y);
+      mul_r.push_back(x * y);
+      adds_r.push_back(x + 7);
+      muls_r.push_back(x * -3);
+      neg_r.push_back(-x);
+      abs_r.push_back(x < 0 ? -x : x);
+    }
+  exact(a + b, add_r);
+  exact(a - b, sub_r);
+  exact(a * b, mul_r);
+  exact(a + 7, adds_r);
+  exact(a * -3, muls_r);
+  exact(-a, neg_r);
+  exact(ag::abs(a), abs_r);
+  // Large values survive (no trip through float).
+  ag::Tensor big = ag::tensor(std::vector<int64_t>{(int64_t{1} << 53) + 1, 3});
+  exact(big + 2, {(int64_t{1} << 53) + 3, 5});
+  exact(ag::sum(big), {(int64_t{1} << 53) + 4});
+
+  int64_t total = 0;
+  std::vector<int64_t> rows(3, 0), cols(4, 0), row_prod(3, 1);
+  for (int64_t i = 0; i < 3; ++i)
+    for (int64_t j = 0; j < 4; ++j) {
+      total += va[i * 4 + j];
+      rows[i] += va[i * 4 + j];
+      cols[j] += va[i * 4 + j];
+      row_prod[i] *= va[i * 4 + j];
+    }
+  exact(ag::sum(a), {total});
+  CHECK(ag::sum(a).dim() == 0);
+  exact(ag::sum(a, {1}), rows);
+  exact(ag::sum(a, {0}, true), cols);
+  CHECK(ag::sum(a, {0}, true).shape() == Shape{1, 4});
+  exact(ag::sum(a.t(), {0}), rows);
+  exact(ag::prod(a, 1), row_prod);
+  auto [mx, imx] = ag::max(a, 1);
+  CHECK(mx.dtype() == ag::kInt64);
+  for (int64_t i = 0; i < 3; ++i) {
+    const auto row = va.begin() + i * 4;
+    CHECK(mx.to_vector<int64_t>()[i] == *std::max_element(row, row + 4));
+    CHECK(imx.to_vector<int64_t>()[i] == std::max_element(row, row + 4) - row);
+  }
+  exact(ag::argmax(a, 0), [&] {
+    std::vector<int64_t> r;
+    for (int64_t j = 0; j < 4; ++j) {
+      int64_t best = 0;
+      for (int64_t i = 1; i < 3; ++i)
+        if (va[i * 4 + j] > va[best * 4 + j]) best = i;
+      r.push_back(best);
+    }
+    return r;
+  }());
+
+  // Mixing with floats promotes to float32, as a Python float would in PyTorch.
+  ag::Tensor af = a + 0.5;
+  CHECK(af.dtype() == ag::kFloat32);
+  check_close(af, build({3, 4}, [&](const Shape& i) { return static_cast<double>(va[i[0] * 4 + i[1]]) + 0.5; }), 0, 0);
+  ag::Tensor f = normal({4});
+  ag::Tensor mixed = a * f;
+  CHECK(mixed.dtype() == ag::kFloat32);
+  const Vec vf = vals(f);
+  check_vs(mixed, build({3, 4}, [&](const Shape& i) { return static_cast<double>(va[i[0] * 4 + i[1]]) * vf[i[1]]; }),
+           ag::kFloat32);
+  CHECK((a / b).dtype() == ag::kFloat32);  // true division
+}
+
+// ---- Edge cases ----------------------------------------------------------------------------
+
+TEST_CASE("ops: NaN propagates through elementwise ops and reductions", "[ops][nan]") {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  for (ag::DType d : kFloatTypes) {
+    INFO(ag::dtype_name(d));
+    ag::Tensor x = ag::tensor(std::vector<double>{-1.5, nan, 2.5}, {3}, ag::kFloat64).to(d);
+    ag::Tensor y = ag::tensor(std::vector<double>{nan, 0.5, 1.0}, {3}, ag::kFloat64).to(d);
+    check_close(ag::relu(x), {0, nan, 2.5}, 0, 0);
+    check_close(ag::clamp(x, -1.0, 1.0), {-1, nan, 1}, 0, 0);
+    check_close(ag::maximum(x, y), {nan, nan, 2.5}, 0, 0);
+    check_close(ag::minimum(x, y), {nan, nan, 1}, 0, 0);
+    check_close(ag::exp(x), {std::exp(-1.5), nan, std::exp(2.5)}, 0, tol(d).rtol);
+    check_close(ag::max(x), {nan}, 0, 0);
+    check_close(ag::min(x), {nan}, 0, 0);
+    check_close(ag::sum(x), {nan}, 0, 0);
+    check_close(ag::argmax(x), {1}, 0, 0);  // NaN counts as the largest value
+    check_close(ag::max(x, 0).second, {1}, 0, 0);
+    check_close(ag::softmax(x, 0), {nan, nan, nan}, 0, 0);
+    check_close(ag::lt(x, 0.0), {1, 0, 0}, 0, 0);  // comparisons with NaN are false
+    check_close(ag::ne(x, x), {0, 1, 0}, 0, 0);
+  }
+}
+
+TEST_CASE("ops: empty tensors, size-1 dims and 0-dim tensors", "[ops][edge]") {
+  ag::Tensor e = ag::zeros({2, 0});
+  CHECK(e.numel() == 0);
+  CHECK(e.is_contiguous());
+  CHECK(e.view({0, 2}).shape() == Shape{0, 2});
+  check_close(ag::sum(e, {1}), {0, 0}, 0, 0);
+  check_close(ag::prod(e, 1), {1, 1}, 0, 0);
+  check_close(ag::mean(e, {1}), {std::nan(""), std::nan("")}, 0, 0);
+  CHECK(ag::sum(e, {0}).shape() == Shape{0});
+  CHECK_THROWS_AS(ag::max(e, 1), ag::Error);
+  ag::Tensor ones23 = ag::ones({2, 3});
+  check_close(ag::cat({e, ones23}, 1), Vec(6, 1.0), 0, 0);
+  check_close(ag::mm(ag::ones({2, 0}), ag::ones({0, 3})), Vec(6, 0.0), 0, 0);
+  check_close(ag::addmm(ones23, ag::ones({2, 0}), ag::ones({0, 3}), 2.0, 1.0), Vec(6, 2.0), 0, 0);
+  CHECK((e + 1).shape() == Shape{2, 0});
+  CHECK(ag::randn({5, 3}).slice(0, 4, 2).shape() == Shape{0, 3});
+
+  // Size-1 dims.
+  ag::Tensor col = normal({3, 1});
+  const Vec vc = vals(col);
+  check_close(ag::softmax(col, 1), {1, 1, 1}, 0, 0);
+  check_close(ag::log_softmax(col, 1), {0, 0, 0}, 0, 0);
+  check_close(ag::max(col, 1).first, vc, 0, 0);
+  check_close(ag::max(col, 1).second, {0, 0, 0}, 0, 0);
+  check_close(ag::sum(col, {1}), vc, 0, 0);
+  check_close(ag::var(col, {1}, 0), {0, 0, 0}, 0, 0);
+
+  // 0-dim tensors.
+  ag::Tensor s = ag::tensor(2.5f);
+  CHECK(s.dim() == 0);
+  check_close(ag::sum(s), {2.5}, 0, 0);
+  CHECK(ag::sum(s).dim() == 0);
+  CHECK(ag::unsqueeze(s, 0).shape() == Shape{1});
+  CHECK(ag::flatten(s).shape() == Shape{1});
+  CHECK(ag::squeeze(s).dim() == 0);
+  ag::Tensor st = ag::stack({s, s * 2}, 0);
+  CHECK(st.shape() == Shape{2});
+  check_close(st, {2.5, 5}, 0, 0);
+  check_close(s * ag::ones({2}), {2.5, 2.5}, 0, 0);
+}
+
+TEST_CASE("ops: bool and int32 tensors in arithmetic and reductions", "[ops][int]") {
+  ag::Tensor mask = ag::gt(ag::tensor({0.5f, -1.f, 2.f, 3.f}), 0.0);
+  ag::Tensor count = ag::sum(mask);
+  CHECK(count.dtype() == ag::kInt64);  // as PyTorch: a sum of bools counts them
+  CHECK(count.item<int64_t>() == 3);
+  ag::Tensor i32 = ag::tensor(std::vector<int64_t>{3, -4, 5}).to(ag::kInt32);
+  ag::Tensor i64 = ag::tensor(std::vector<int64_t>{10, 20, 30});
+  ag::Tensor sum_mixed = i32 + i64;
+  CHECK(sum_mixed.dtype() == ag::kInt64);
+  CHECK(sum_mixed.to_vector<int64_t>() == std::vector<int64_t>{13, 16, 35});
+  ag::Tensor doubled = i32 * 2;
+  CHECK(doubled.dtype() == ag::kInt32);
+  CHECK(doubled.to_vector<int64_t>() == std::vector<int64_t>{6, -8, 10});
+  ag::Tensor total = ag::sum(i32);
+  CHECK(total.dtype() == ag::kInt64);
+  CHECK(total.item<int64_t>() == 4);
+  ag::Tensor same = ag::eq(i32, i64 - 7);
+  CHECK(same.dtype() == ag::kBool);
+  check_close(same, {1, 0, 0}, 0, 0);
+}
