@@ -86,6 +86,14 @@ AutocastGuard::~AutocastGuard() {
   if (enabled_region_ && --t_state.depth == 0) t_state.cache.clear();
 }
 
+AutocastSuspend::AutocastSuspend() : prev_{t_state.enabled[0], t_state.enabled[1]} {
+  t_state.enabled[0] = t_state.enabled[1] = false;
+}
+AutocastSuspend::~AutocastSuspend() {
+  t_state.enabled[0] = prev_[0];
+  t_state.enabled[1] = prev_[1];
+}
+
 CastCacheStats cast_cache_stats() {
   CastCacheStats s = t_state.stats;
   s.entries = static_cast<int64_t>(t_state.cache.size());

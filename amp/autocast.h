@@ -52,6 +52,20 @@ class AutocastGuard {
   bool enabled_region_ = false;
 };
 
+// Turns autocast off for both device types in its scope, keeping the cast cache. The
+// backward engine runs under one: gradients follow the forward's dtypes (Note [Grad shape
+// and dtype]), not the policy.
+class AutocastSuspend {
+ public:
+  AutocastSuspend();
+  ~AutocastSuspend();
+  AutocastSuspend(const AutocastSuspend&) = delete;
+  AutocastSuspend& operator=(const AutocastSuspend&) = delete;
+
+ private:
+  bool prev_[2];
+};
+
 struct CastCacheStats {
   int64_t entries = 0;
   int64_t hits = 0;
