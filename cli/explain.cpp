@@ -24,39 +24,11 @@ struct ExplainArgs {
   bool json = false;
 };
 
-constexpr double kFp16MinNormal = 6.103515625e-05;
-constexpr double kFp16Max = 65504.0;
-
-struct GradHealth {
+struct NamedHealth {
   std::string name;
   std::string dtype;
-  int64_t numel = 0;
-  double zero = 0;               // exact zeros (a ReLU's dead units, say)
-  double underflow_unscaled = 0; // non-zero values below fp16's smallest normal without loss scaling
-  double underflow_scaled = 0;   // the same after multiplying by the scale
-  double max_scaled = 0;         // largest |grad * scale|
-  bool nonfinite = false;
+  amp::GradHealth h;
 };
-
-// Gradient statistics, computed on the device from the scaled gradient g_s = scale * g.
-GradHealth health(const std::string& name, const Tensor& scaled_grad, double scale) {
-  NoGradGuard no_grad;
-  GradHealth h;
-  h.name = name;
-  h.dtype = std::string(dtype_name(scaled_grad.dtype()));
-  h.numel = scaled_grad.numel();
-  Tensor a = abs(scaled_grad.to(kFloat64));
-  Tensor finite = lt(a, INFINITY);
-  h.nonfinite = sum(finite.to(kInt64)).item<int64_t>() != h.numel;
-  Tensor nonzero = ne(a, 0.0);
-  Tensor true_mag = a / scale;
-  const double n = static_cast<double>(h.numel);
-  h.zero = 1.0 - sum(nonzero.to(kFloat64)).item<double>() / n;
-  h.underflow_unscaled = sum((nonzero.to(kFloat64) * lt(true_mag, kFp16MinNormal).to(kFloat64))).item<double>() / n;
-  h.underflow_scaled = sum((nonzero.to(kFloat64) * lt(a, kFp16MinNormal).to(kFloat64))).item<double>() / n;
-  h.max_scaled = max(where(finite, a, zeros_like(a))).item<double>();
-  return h;
-}
 
 void run_explain(const ExplainArgs& a) {
   const Device dev = resolve_device(a.device);
@@ -111,7 +83,7 @@ void run_explain(const ExplainArgs& a) {
   // 2. Scaled backward, then the health of each gradient before the step.
   const double scale = scaler.get_scale();
   scaler.scale(loss).backward();
-  std::vector<GradHealth> healths;
+  std::vector<NamedHealth> healths;
   for (auto& [n, p] : named) {
     Tensor g = p.grad();
     if (!a.inject_inf.empty() && n == a.inject_inf) {  // show the injected value as the scaler will see it
@@ -119,7 +91,7 @@ void run_explain(const ExplainArgs& a) {
       g = g.clone();
       g.view({-1}).narrow(0, 0, 1).fill_(INFINITY);
     }
-    healths.push_back(health(n, g, scale));
+    healths.push_back({n, std::string(dtype_name(g.dtype())), amp::grad_health(g, scale)});
   }
   scaler.step(opt);
   scaler.update();
@@ -141,8 +113,8 @@ void run_explain(const ExplainArgs& a) {
     }
     out["scaler"] = {{"loss", loss.item<double>()}, {"scale", d.scale}, {"found_inf", d.found_inf},
                      {"step_taken", d.step_taken}, {"next_scale", next_scale}};
-    for (const auto& h : healths)
-      out["gradients"].push_back({{"parameter", h.name}, {"dtype", h.dtype}, {"numel", h.numel}, {"zero", h.zero},
+    for (const auto& [name, dtype, h] : healths)
+      out["gradients"].push_back({{"parameter", name}, {"dtype", dtype}, {"numel", h.numel}, {"zero", h.zero},
                                   {"underflow_without_scaling", h.underflow_unscaled},
                                   {"underflow_with_scaling", h.underflow_scaled}, {"max_abs_scaled", h.max_scaled},
                                   {"nonfinite", h.nonfinite}});
@@ -168,9 +140,10 @@ void run_explain(const ExplainArgs& a) {
   std::printf("3. Gradient health in float16 (smallest normal 6.1e-05, largest finite 65504)\n\n");
   std::printf("| parameter | dtype | elements | zero | underflow without scaling | underflow with scaling | max |grad| x scale |\n");
   std::printf("|---|---|---|---|---|---|---|\n");
-  for (const auto& h : healths) {
-    std::string mx = h.nonfinite ? "inf/NaN" : fmt::format("{:.3g}{}", h.max_scaled, h.max_scaled > kFp16Max ? " > 65504!" : "");
-    std::printf("| %s | %s | %lld | %.1f%% | %.2f%% | %.2f%% | %s |\n", h.name.c_str(), h.dtype.c_str(),
+  for (const auto& [name, dtype, h] : healths) {
+    std::string mx =
+        h.nonfinite ? "inf/NaN" : fmt::format("{:.3g}{}", h.max_scaled, h.max_scaled > amp::kFp16Max ? " > 65504!" : "");
+    std::printf("| %s | %s | %lld | %.1f%% | %.2f%% | %.2f%% | %s |\n", name.c_str(), dtype.c_str(),
                 static_cast<long long>(h.numel), 100 * h.zero, 100 * h.underflow_unscaled, 100 * h.underflow_scaled,
                 mx.c_str());
   }

@@ -10,6 +10,7 @@ int main(int argc, char** argv) {
   ampgrad::cli::add_train(app);
   ampgrad::cli::add_explain(app);
   ampgrad::cli::add_ops(app);
+  ampgrad::cli::add_bench(app);
   ampgrad::cli::add_demo(app);
   try {
     app.parse(argc, argv);

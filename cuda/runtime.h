@@ -75,6 +75,10 @@ inline bool is_available() { return false; }
 inline int device_count() { return 0; }
 inline void synchronize() {}
 inline MemoryStats memory_stats(int = 0) { return {}; }
+inline const DeviceProperties& device_properties(int = 0) {
+  static const DeviceProperties none{"no CUDA device"};
+  return none;
+}
 inline void reset_peak_memory_stats(int = 0) {}
 
 #endif

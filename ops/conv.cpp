@@ -20,7 +20,8 @@ void check_window(std::string_view op, const Tensor& x, const Window2d& w) {
   AG_CHECK(x.dim() == 4, "{}: expected a 4-D input [N, C, H, W], got {}", op, x.desc());
   AG_CHECK(w.kh > 0 && w.kw > 0 && w.sh > 0 && w.sw > 0 && w.dh > 0 && w.dw > 0 && w.ph >= 0 && w.pw >= 0,
            "{}: kernel, stride and dilation must be positive and padding non-negative", op);
-  AG_CHECK(w.out_h(x.size(2)) > 0 && w.out_w(x.size(3)) > 0,
+  AG_CHECK(x.size(2) + 2 * w.ph >= w.dh * (w.kh - 1) + 1 && x.size(3) + 2 * w.pw >= w.dw * (w.kw - 1) + 1 &&
+               w.out_h(x.size(2)) > 0 && w.out_w(x.size(3)) > 0,
            "{}: input {} is too small for kernel {}x{} (dilation {}x{}, padding {}x{})", op, shape_str(x.shape()),
            w.kh, w.kw, w.dh, w.dw, w.ph, w.pw);
 }

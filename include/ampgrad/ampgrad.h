@@ -2,6 +2,7 @@
 #pragma once
 
 #include "amp/autocast.h"
+#include "amp/grad_health.h"
 #include "amp/grad_scaler.h"
 #include "amp/op_table.h"
 #include "amp/trace.h"

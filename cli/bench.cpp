@@ -1,0 +1,182 @@
+// `ampgrad bench matmul|conv|step|optim`: speed and accuracy of each precision, side by side.
+#include "cli/bench.h"
+
+#include <cmath>
+#include <cstdio>
+
+#include "ampgrad/ampgrad.h"
+#include "cli/bench_timer.h"
+#include "cli/commands.h"
+#include "cli/models.h"
+
+namespace ampgrad::cli {
+
+namespace {
+
+struct Precision {
+  const char* name;
+  DType dtype;
+  bool tf32;
+};
+const Precision kPrecisions[] = {{"f32", kFloat32, false}, {"tf32", kFloat32, true}, {"f16", kFloat16, false},
+                                 {"bf16", kBFloat16, false}};
+
+// ||got - ref|| / ||ref|| in float64 (Frobenius norms).
+double rel_error(const Tensor& got, const Tensor& ref64) {
+  NoGradGuard no_grad;
+  Tensor d = got.to(kFloat64) - ref64;
+  return std::sqrt(sum(d * d).item<double>() / sum(ref64 * ref64).item<double>());
+}
+
+struct TfGuard {
+  explicit TfGuard(bool on) { set_allow_tf32(on); }
+  ~TfGuard() { set_allow_tf32(false); }
+};
+
+}  // namespace
+
+nlohmann::json bench_matmul(const BenchOptions& o) {
+  NoGradGuard no_grad;
+  std::vector<int64_t> sizes = o.quick ? std::vector<int64_t>{32, 64}
+                               : o.device.is_cuda() ? std::vector<int64_t>{256, 512, 1024, 2048, 4096, 8192}
+                                                    : std::vector<int64_t>{128, 256, 512};
+  nlohmann::json rows = nlohmann::json::array();
+  // The card's measured peak per precision: the best rate of the largest size in this sweep.
+  std::printf("\n## matmul: C = A @ B, square n x n, A and B ~ N(0, 1) drawn in float32 (median of %d runs)\n\n", o.reps);
+  std::printf("| precision | n | ms | TFLOP/s | %% of peak | rel. error vs float64 |\n|---|---|---|---|---|---|\n");
+  for (const Precision& p : kPrecisions) {
+    if (p.tf32 && o.device.is_cpu()) continue;  // TF32 is a tensor-core format
+    std::vector<nlohmann::json> prow;
+    double peak = 0;
+    for (int64_t n : sizes) {
+      TensorOptions f32 = TensorOptions(kFloat32).device(o.device);
+      Tensor a32 = randn({n, n}, f32), b32 = randn({n, n}, f32);
+      Tensor ref = mm(a32.to(kFloat64), b32.to(kFloat64));
+      Tensor a = a32.to(p.dtype), b = b32.to(p.dtype);
+      TfGuard tf(p.tf32);
+      Tensor c = mm(a, b);
+      const double err = rel_error(c, ref);
+      const double ms = median_ms(o.device, [&] { Tensor r = mm(a, b); }, 3, o.reps);
+      const double tflops = 2.0 * n * n * n / (ms * 1e-3) / 1e12;
+      peak = std::max(peak, tflops);
+      prow.push_back({{"suite", "matmul"}, {"precision", p.name}, {"n", n}, {"ms", ms}, {"tflops", tflops},
+                      {"rel_error", err}, {"device", o.device.str()}});
+    }
+    for (auto& r : prow) {
+      r["pct_of_peak"] = 100.0 * r["tflops"].get<double>() / peak;
+      std::printf("| %s | %lld | %.4f | %.1f | %.0f%% | %.2e |\n", p.name, static_cast<long long>(r["n"].get<int64_t>()),
+                  r["ms"].get<double>(), r["tflops"].get<double>(), r["pct_of_peak"].get<double>(),
+                  r["rel_error"].get<double>());
+      rows.push_back(r);
+    }
+  }
+  std::printf("\n%% of peak: against the best rate this precision reached in the sweep (the card's measured peak).\n");
+  return rows;
+}
+
+nlohmann::json bench_conv(const BenchOptions& o) {
+  struct Shape4 {
+    int64_t n, c, h, k;
+  };
+  std::vector<Shape4> shapes = o.quick ? std::vector<Shape4>{{2, 4, 8, 4}}
+                               : o.device.is_cuda() ? std::vector<Shape4>{{64, 64, 56, 64}, {64, 128, 28, 128}, {64, 256, 14, 256}}
+                                                    : std::vector<Shape4>{{8, 16, 28, 16}};
+  nlohmann::json rows = nlohmann::json::array();
+  std::printf("\n## conv2d 3x3, stride 1, padding 1: forward and forward+backward (median of %d runs)\n\n", o.reps);
+  std::printf("| precision | layout | N C H K | fwd ms | fwd TFLOP/s | fwd+bwd ms | fwd+bwd TFLOP/s | rel. error vs float64 |\n");
+  std::printf("|---|---|---|---|---|---|---|---|\n");
+  for (const Shape4& s : shapes) {
+    TensorOptions f32 = TensorOptions(kFloat32).device(o.device);
+    Tensor x32 = randn({s.n, s.c, s.h, s.h}, f32), w32 = randn({s.k, s.c, 3, 3}, f32) * (1.0 / std::sqrt(9.0 * s.c));
+    Tensor ref;
+    {
+      NoGradGuard ng;
+      ref = conv2d(x32.to(kFloat64), w32.to(kFloat64), Tensor(), {1, 1}, {1, 1});
+    }
+    const double flop = 2.0 * s.n * s.k * s.h * s.h * s.c * 9;
+    for (const Precision& p : kPrecisions) {
+      if (p.tf32 && o.device.is_cpu()) continue;
+      for (bool nhwc : {false, true}) {
+        TfGuard tf(p.tf32);
+        Tensor x = x32.to(p.dtype), w = w32.to(p.dtype);
+        if (nhwc) {
+          x = x.to_channels_last();
+          w = w.to_channels_last();
+        }
+        x = x.detach().requires_grad_();
+        w = w.detach().requires_grad_();
+        Tensor out;
+        {
+          NoGradGuard ng;
+          out = conv2d(x, w, Tensor(), {1, 1}, {1, 1});
+        }
+        const double err = rel_error(out, ref);
+        const double fwd = median_ms(o.device, [&] { NoGradGuard ng; Tensor r = conv2d(x, w, Tensor(), {1, 1}, {1, 1}); }, 3, o.reps);
+        Tensor g = ones_like(out);
+        const double both = median_ms(o.device, [&] {
+          Tensor r = conv2d(x, w, Tensor(), {1, 1}, {1, 1});
+          r.backward(g);
+        }, 3, o.reps);
+        nlohmann::json r{{"suite", "conv"}, {"precision", p.name}, {"layout", nhwc ? "NHWC" : "NCHW"},
+                         {"n", s.n}, {"c", s.c}, {"h", s.h}, {"k", s.k}, {"fwd_ms", fwd},
+                         {"fwd_tflops", flop / (fwd * 1e-3) / 1e12}, {"fwd_bwd_ms", both},
+                         {"fwd_bwd_tflops", 3 * flop / (both * 1e-3) / 1e12}, {"rel_error", err},
+                         {"device", o.device.str()}};
+        std::printf("| %s | %s | %lld %lld %lld %lld | %.3f | %.1f | %.3f | %.1f | %.2e |\n", p.name,
+                    nhwc ? "NHWC" : "NCHW", static_cast<long long>(s.n), static_cast<long long>(s.c),
+                    static_cast<long long>(s.h), static_cast<long long>(s.k), fwd, r["fwd_tflops"].get<double>(), both,
+                    r["fwd_bwd_tflops"].get<double>(), err);
+        rows.push_back(r);
+      }
+    }
+  }
+  return rows;
+}
+
+void add_bench(CLI::App& app) {
+  auto suite = std::make_shared<std::string>("matmul");
+  auto device = std::make_shared<std::string>("auto");
+  auto json = std::make_shared<std::string>();
+  auto quick = std::make_shared<bool>(false);
+  auto reps = std::make_shared<int>(30);
+  CLI::App* cmd = app.add_subcommand("bench", "Measure each precision's speed and accuracy (matmul, conv, step, optim)");
+  cmd->add_option("suite", *suite, "matmul, conv, step, optim or all")
+      ->check(CLI::IsMember({"matmul", "conv", "step", "optim", "all"}))->capture_default_str();
+  cmd->add_option("--device", *device, "auto, cpu or cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}))->capture_default_str();
+  cmd->add_option("--json", *json, "also write the rows as JSON to this file ('-' for stdout)");
+  cmd->add_flag("--quick", *quick, "a tiny sweep (seconds, for a smoke test)");
+  cmd->add_option("--reps", *reps, "timed runs per case (the median is reported)")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->callback([=] {
+    BenchOptions o;
+    o.device = resolve_device(*device);
+    o.quick = *quick;
+    o.reps = *reps;
+    manual_seed(0);
+    if (o.device.is_cpu())
+      std::printf("bench: running on the CPU (no CUDA device%s): small sizes, wall-clock timing\n",
+                  cuda::is_available() ? " chosen" : " found");
+    else
+      std::printf("bench: %s (%d SMs), CUDA-event timing\n", cuda::device_properties(o.device.index).name.c_str(),
+                  cuda::device_properties(o.device.index).sm_count);
+    nlohmann::json all = nlohmann::json::array();
+    auto run = [&](const std::string& name, nlohmann::json (*fn)(const BenchOptions&)) {
+      if (*suite != name && *suite != "all") return;
+      for (auto& r : fn(o)) all.push_back(r);
+    };
+    run("matmul", bench_matmul);
+    run("conv", bench_conv);
+    run("step", bench_step);
+    run("optim", bench_optim);
+    if (*json == "-") {
+      std::printf("%s\n", all.dump(2).c_str());
+    } else if (!json->empty()) {
+      std::FILE* f = std::fopen(json->c_str(), "w");
+      AG_CHECK(f != nullptr, "bench: cannot write {}", *json);
+      std::fputs(all.dump(2).c_str(), f);
+      std::fclose(f);
+      std::printf("\nbench: wrote %zu rows to %s\n", all.size(), json->c_str());
+    }
+  });
+}
+
+}  // namespace ampgrad::cli

@@ -1,0 +1,25 @@
+// `ampgrad bench`: the benchmark suites, each returning rows for a table and for --json.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/device.h"
+
+namespace ampgrad::cli {
+
+struct BenchOptions {
+  Device device;
+  bool quick = false;  // a tiny sweep (CPU runs, tests)
+  int reps = 30;
+};
+
+// Each suite prints its table and returns its rows as JSON objects.
+nlohmann::json bench_matmul(const BenchOptions& o);
+nlohmann::json bench_conv(const BenchOptions& o);
+nlohmann::json bench_step(const BenchOptions& o);
+nlohmann::json bench_optim(const BenchOptions& o);
+
+}  // namespace ampgrad::cli

@@ -1,0 +1,130 @@
+// `ampgrad bench step` (whole training steps, fp32 vs AMP, eager vs CUDA graph) and
+// `ampgrad bench optim` (one scaled Adam step over 64 tensors, in GB/s).
+#include <cstdio>
+
+#include "ampgrad/ampgrad.h"
+#include "cli/bench.h"
+#include "cli/bench_timer.h"
+#include "cli/models.h"
+
+namespace ampgrad::cli {
+
+namespace {
+
+std::shared_ptr<nn::Sequential> wide_mlp(Device dev) {
+  auto net = std::make_shared<nn::Sequential>();
+  for (int i = 0; i < 4; ++i) {
+    net->push_back(std::make_shared<nn::Linear>(4096, 4096));
+    if (i < 3) net->push_back(std::make_shared<nn::ReLU>());
+  }
+  net->to(dev);
+  return net;
+}
+
+struct StepCase {
+  std::string name;
+  std::string model;  // mlp, cnn, wide
+  int64_t batch;
+};
+
+}  // namespace
+
+nlohmann::json bench_step(const BenchOptions& o) {
+  std::vector<StepCase> cases = o.quick ? std::vector<StepCase>{{"MLP 784-512-512-10", "mlp", 16}}
+                                        : std::vector<StepCase>{{"MLP 784-512-512-10", "mlp", 64},
+                                                                {"MLP 784-512-512-10", "mlp", 1024},
+                                                                {"Fashion-MNIST CNN", "cnn", 128},
+                                                                {"4x Linear(4096)", "wide", 4096}};
+  if (o.device.is_cpu() && !o.quick) cases = {{"MLP 784-512-512-10", "mlp", 64}, {"Fashion-MNIST CNN", "cnn", 32}};
+  nlohmann::json rows = nlohmann::json::array();
+  std::printf("\n## Training step: forward, backward, SGD(momentum 0.9) step; AMP = fp16 autocast + GradScaler\n\n");
+  std::printf("| model | batch | precision | mode | ms/step | images/s |\n|---|---|---|---|---|---|\n");
+  for (const StepCase& c : cases) {
+    for (bool amp_on : {false, true}) {
+      for (bool graphed : {false, true}) {
+        if (graphed && !o.device.is_cuda()) continue;
+        manual_seed(0);
+        auto net = c.model == "wide" ? wide_mlp(o.device) : make_model(c.model, o.device);
+        const int64_t classes = c.model == "wide" ? 4096 : 10;
+        Tensor x = c.model == "wide" ? randn({c.batch, 4096}, TensorOptions().device(o.device))
+                                     : randn({c.batch, 1, 28, 28}, TensorOptions().device(o.device));
+        Tensor y = (rand({c.batch}, TensorOptions().device(o.device)) * static_cast<double>(classes)).to(kInt64);
+        optim::SGD opt(net->parameters(), optim::SGDOptions(0.01).momentum(0.9));
+        amp::GradScaler scaler(amp::GradScalerOptions().enabled(amp_on));
+        Tensor loss;
+        auto step = [&] {
+          opt.zero_grad(/*set_to_none=*/false);
+          {
+            amp::AutocastGuard autocast(o.device.type, kFloat16, amp_on);
+            loss = cross_entropy((*net)(x), y);
+          }
+          scaler.scale(loss).backward();
+          scaler.step(opt);
+          scaler.update();
+        };
+        double ms = 0;
+        if (graphed) {
+#if AMPGRAD_WITH_CUDA
+          for (int i = 0; i < 3; ++i) step();
+          cuda::CudaGraph graph;
+          graph.capture(step);
+          ms = median_ms(o.device, [&] { graph.replay(); }, 5, o.reps);
+#endif
+        } else {
+          ms = median_ms(o.device, step, 5, o.reps);
+        }
+        const char* prec = amp_on ? "AMP fp16" : "fp32";
+        const char* mode = graphed ? "CUDA graph" : "eager";
+        std::printf("| %s | %lld | %s | %s | %.3f | %.0f |\n", c.name.c_str(), static_cast<long long>(c.batch), prec,
+                    mode, ms, c.batch / (ms * 1e-3));
+        std::fflush(stdout);
+        rows.push_back({{"suite", "step"}, {"model", c.name}, {"batch", c.batch}, {"precision", prec}, {"mode", mode},
+                        {"ms", ms}, {"images_per_s", c.batch / (ms * 1e-3)}, {"device", o.device.str()}});
+      }
+    }
+  }
+  return rows;
+}
+
+nlohmann::json bench_optim(const BenchOptions& o) {
+  const int64_t tensors = o.quick ? 4 : 64, numel = o.quick ? 4096 : (o.device.is_cuda() ? 1 << 20 : 1 << 16);
+  nlohmann::json rows = nlohmann::json::array();
+  // The copy bandwidth of this device, measured now: a float32 copy of all parameters.
+  Tensor src = randn({tensors * numel}, TensorOptions().device(o.device)), dst = empty_like(src);
+  const double copy_ms = median_ms(o.device, [&] { dst.copy_(src); }, 3, o.reps);
+  const double copy_gbs = 2.0 * src.nbytes() / (copy_ms * 1e-3) / 1e9;
+  std::printf("\n## Optimizer step: unscale + inf/NaN check + Adam, %lld tensors of %lld elements\n\n",
+              static_cast<long long>(tensors), static_cast<long long>(numel));
+  std::printf("| parameters | ms | bytes moved | GB/s | vs copy (%.0f GB/s) |\n|---|---|---|---|---|\n", copy_gbs);
+  for (bool master : {false, true}) {
+    manual_seed(1);
+    const DType pd = master ? kFloat16 : kFloat32;
+    std::vector<Tensor> params;
+    for (int64_t i = 0; i < tensors; ++i) {
+      Tensor p = randn({numel}, TensorOptions(pd).device(o.device)).requires_grad_();
+      p.set_grad(randn({numel}, TensorOptions(pd).device(o.device)) * 1024.0);
+      params.push_back(p);
+    }
+    optim::Adam opt(params, optim::AdamOptions(1e-4));
+    if (master) opt.use_master_weights();
+    amp::GradScaler scaler(amp::GradScalerOptions().init_scale(1024));
+    scaler.scale(zeros({}, TensorOptions().device(o.device)));
+    auto step = [&] {
+      scaler.step(opt);
+      scaler.update();
+    };
+    const double ms = median_ms(o.device, step, 3, o.reps);
+    // Per element: the check reads g; Adam reads p, g, m, v and writes p, m, v (and the
+    // 16-bit working copy under master weights).
+    const double g = static_cast<double>(itemsize(pd)), per = master ? (g + 4 + g + 4 + 4 + 4 + 4 + 4 + g) : 8 * 4.0;
+    const double bytes = per * static_cast<double>(tensors * numel);
+    const double gbs = bytes / (ms * 1e-3) / 1e9;
+    const char* name = master ? "float16 + float32 masters" : "float32";
+    std::printf("| %s | %.3f | %.0f MB | %.0f | %.0f%% |\n", name, ms, bytes / 1e6, gbs, 100 * gbs / copy_gbs);
+    rows.push_back({{"suite", "optim"}, {"parameters", name}, {"tensors", tensors}, {"numel", numel}, {"ms", ms},
+                    {"gb_per_s", gbs}, {"copy_gb_per_s", copy_gbs}, {"device", o.device.str()}});
+  }
+  return rows;
+}
+
+}  // namespace ampgrad::cli
