@@ -1,0 +1,187 @@
+#!/usr/bin/env python3
+"""Runs `ampgrad bench`'s cases in PyTorch on the same GPU and prints one side-by-side table.
+
+Usage: python3 benchmarks/compare_torch.py AMPGRAD_BENCH.json [--suites matmul,conv,step,optim] [--reps 30]
+The JSON comes from `ampgrad bench all --json FILE` run in the same session on the same card.
+"""
+import argparse
+import json
+import statistics
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def median_ms(fn, warmup=5, reps=30):
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    return statistics.median(times)
+
+
+DTYPES = {"f32": torch.float32, "tf32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
+
+
+def set_tf32(on):
+    torch.backends.cuda.matmul.allow_tf32 = on
+    torch.backends.cudnn.allow_tf32 = on
+
+
+def torch_matmul(row, reps):
+    n, p = row["n"], row["precision"]
+    set_tf32(p == "tf32")
+    a = torch.randn(n, n, device="cuda").to(DTYPES[p])
+    b = torch.randn(n, n, device="cuda").to(DTYPES[p])
+    ms = median_ms(lambda: torch.mm(a, b), 3, reps)
+    return {"ms": ms, "tflops": 2 * n ** 3 / (ms * 1e-3) / 1e12}
+
+
+def torch_conv(row, reps):
+    p = row["precision"]
+    set_tf32(p == "tf32")
+    torch.backends.cudnn.benchmark = True
+    fmt = torch.channels_last if row["layout"] == "NHWC" else torch.contiguous_format
+    n, c, h, k = row["n"], row["c"], row["h"], row["k"]
+    x = torch.randn(n, c, h, h, device="cuda").to(DTYPES[p]).to(memory_format=fmt).requires_grad_()
+    w = (torch.randn(k, c, 3, 3, device="cuda") / (9 * c) ** 0.5).to(DTYPES[p]).to(memory_format=fmt).requires_grad_()
+    with torch.no_grad():
+        fwd = median_ms(lambda: F.conv2d(x, w, padding=1), 3, reps)
+    g = torch.ones(n, k, h, h, device="cuda", dtype=DTYPES[p]).to(memory_format=fmt)
+
+    def both():
+        F.conv2d(x, w, padding=1).backward(g)
+
+    both_ms = median_ms(both, 3, reps)
+    flop = 2 * n * k * h * h * c * 9
+    return {"fwd_ms": fwd, "fwd_tflops": flop / (fwd * 1e-3) / 1e12, "fwd_bwd_ms": both_ms,
+            "fwd_bwd_tflops": 3 * flop / (both_ms * 1e-3) / 1e12}
+
+
+def make_model(name):
+    if name.startswith("MLP"):
+        return nn.Sequential(nn.Flatten(), nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
+                             nn.Linear(512, 10)), (1, 28, 28), 10
+    if name.startswith("Fashion"):
+        return nn.Sequential(nn.Conv2d(1, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
+                             nn.Conv2d(32, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(2),
+                             nn.Flatten(), nn.Linear(64 * 7 * 7, 128), nn.ReLU(), nn.Dropout(0.25),
+                             nn.Linear(128, 10)), (1, 28, 28), 10
+    layers = []
+    for i in range(4):
+        layers.append(nn.Linear(4096, 4096))
+        if i < 3:
+            layers.append(nn.ReLU())
+    return nn.Sequential(*layers), (4096,), 4096
+
+
+def torch_step(row, reps):
+    set_tf32(False)
+    model, shape, classes = make_model(row["model"])
+    model = model.cuda()
+    batch = row["batch"]
+    amp_on = row["precision"] != "fp32"
+    x = torch.randn(batch, *shape, device="cuda")
+    y = torch.randint(0, classes, (batch,), device="cuda")
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    graphed = row["mode"] == "CUDA graph"
+    # PyTorch's GradScaler reads found_inf on the host, so it cannot be captured: the graphed
+    # AMP step runs without a scaler (as the issue's reference numbers do).
+    scaler = torch.amp.GradScaler("cuda", enabled=amp_on and not graphed)
+
+    def step():
+        opt.zero_grad(set_to_none=False)
+        with torch.autocast("cuda", dtype=torch.float16, enabled=amp_on):
+            loss = F.cross_entropy(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+
+    if not graphed:
+        return {"ms": median_ms(step, 5, reps)}
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            step()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        step()
+    return {"ms": median_ms(g.replay, 5, reps)}
+
+
+def torch_optim(row, reps):
+    master = row["parameters"] != "float32"
+    tensors, numel = row["tensors"], row["numel"]
+    # PyTorch has no fused master-weight Adam: compare with fp32 parameters either way.
+    params = [torch.randn(numel, device="cuda", requires_grad=True) for _ in range(tensors)]
+    for p in params:
+        p.grad = torch.randn(numel, device="cuda") * 1024
+    opt = torch.optim.Adam(params, lr=1e-4, fused=True)
+    scaler = torch.amp.GradScaler("cuda", init_scale=1024)
+    scaler.scale(torch.zeros((), device="cuda"))
+
+    def step():
+        scaler.step(opt)
+        scaler.update()
+
+    return {"ms": median_ms(step, 3, reps), "note": "fp32 params (no master-weight path)" if master else ""}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("ampgrad_json")
+    ap.add_argument("--suites", default="matmul,conv,step,optim")
+    ap.add_argument("--reps", type=int, default=30)
+    args = ap.parse_args()
+    rows = json.load(open(args.ampgrad_json))
+    suites = args.suites.split(",")
+    props = torch.cuda.get_device_properties(0)
+    print(f"# ampgrad vs PyTorch {torch.__version__} (CUDA {torch.version.cuda}, cuDNN "
+          f"{torch.backends.cudnn.version()}) on {props.name}\n")
+    torch.manual_seed(0)
+    if "matmul" in suites:
+        print("## matmul TFLOP/s\n\n| precision | n | ampgrad | PyTorch | ampgrad / PyTorch |\n|---|---|---|---|---|")
+        for r in rows:
+            if r["suite"] != "matmul":
+                continue
+            t = torch_matmul(r, args.reps)
+            print(f"| {r['precision']} | {r['n']} | {r['tflops']:.1f} | {t['tflops']:.1f} | {r['tflops'] / t['tflops']:.2f} |")
+    if "conv" in suites:
+        print("\n## conv2d 3x3 TFLOP/s (PyTorch with cudnn.benchmark)\n\n| precision | layout | N C H K | fwd ampgrad | fwd PyTorch | ratio | fwd+bwd ampgrad | fwd+bwd PyTorch | ratio |\n|---|---|---|---|---|---|---|---|---|")
+        for r in rows:
+            if r["suite"] != "conv":
+                continue
+            t = torch_conv(r, args.reps)
+            print(f"| {r['precision']} | {r['layout']} | {r['n']} {r['c']} {r['h']} {r['k']} | {r['fwd_tflops']:.1f} | "
+                  f"{t['fwd_tflops']:.1f} | {r['fwd_tflops'] / t['fwd_tflops']:.2f} | {r['fwd_bwd_tflops']:.1f} | "
+                  f"{t['fwd_bwd_tflops']:.1f} | {r['fwd_bwd_tflops'] / t['fwd_bwd_tflops']:.2f} |")
+    if "step" in suites:
+        print("\n## Training step, ms (lower is better)\n\n| model | batch | precision | mode | ampgrad | PyTorch | PyTorch / ampgrad |\n|---|---|---|---|---|---|---|")
+        for r in rows:
+            if r["suite"] != "step":
+                continue
+            t = torch_step(r, args.reps)
+            note = " (PyTorch: no scaler)" if r["mode"] == "CUDA graph" and r["precision"] != "fp32" else ""
+            print(f"| {r['model']} | {r['batch']} | {r['precision']} | {r['mode']}{note} | {r['ms']:.3f} | {t['ms']:.3f} | {t['ms'] / r['ms']:.2f} |")
+    if "optim" in suites:
+        print("\n## Optimizer step (unscale + inf check + Adam), ms\n\n| parameters | ampgrad | PyTorch Adam(fused) + GradScaler | PyTorch / ampgrad | ampgrad GB/s | copy GB/s |\n|---|---|---|---|---|---|")
+        for r in rows:
+            if r["suite"] != "optim":
+                continue
+            t = torch_optim(r, args.reps)
+            print(f"| {r['parameters']} | {r['ms']:.3f} | {t['ms']:.3f}{(' ' + t['note']) if t['note'] else ''} | "
+                  f"{t['ms'] / r['ms']:.2f} | {r['gb_per_s']:.0f} | {r['copy_gb_per_s']:.0f} |")
+
+
+if __name__ == "__main__":
+    main()
