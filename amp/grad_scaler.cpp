@@ -45,8 +45,19 @@ Tensor GradScaler::scale(const Tensor& loss) {
   AG_CHECK(loss.defined() && is_floating(loss.dtype()), "GradScaler.scale: expected a floating loss, got {}",
            loss.desc());
   lazy_init(loss.device());
-  AG_CHECK(loss.device() == scale_.device(), "GradScaler.scale: loss {} is on another device than the scaler ({})",
-           loss.desc(), scale_.device().str());
+  if (loss.device() != scale_.device()) {
+    // The state follows the loss between steps (a scaler loaded from a checkpoint starts on
+    // the CPU), never in the middle of one.
+    for (auto& [o, st] : per_opt_)
+      AG_CHECK(st.stage == Stage::ready,
+               "GradScaler.scale: loss {} is on {} but this step's gradients were checked on {}; call update() first",
+               loss.desc(), loss.device().str(), scale_.device().str());
+    NoGradGuard no_grad;
+    scale_ = scale_.to(loss.device());
+    growth_tracker_ = growth_tracker_.to(loss.device());
+    hysteresis_left_ = hysteresis_left_.to(loss.device());
+    for (auto& [o, st] : per_opt_) st.found_inf = st.found_inf.to(loss.device());
+  }
   return mul(loss, scale_);
 }
 

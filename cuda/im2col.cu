@@ -117,8 +117,12 @@ __global__ void col2im_kernel(const T* cols, T* out, int64_t total, WindowArgs g
 // out[i] = hash_uniform(seed, offset + i) < keep ? on : 0, the formula of the CPU reference
 // (core/kernel_kinds.h), so masks are bit-identical across devices.
 template <class T>
-__global__ void dropout_mask_kernel(T* out, int64_t n, float keep, float scale, uint64_t seed, uint64_t offset) {
-  const T on = from_acc<T>(scale), off = from_acc<T>(0.0f);
+__global__ void dropout_mask_kernel(T* out, int64_t n, float keep, double scale, uint64_t seed, uint64_t offset) {
+  // As the CPU reference: float64 masks hold the exact scale, the others scale rounded to float.
+  T on;
+  if constexpr (std::is_same_v<T, double>) on = scale;
+  else on = from_acc<T>(static_cast<float>(scale));
+  const T off = from_acc<T>(0.0f);
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step)
     out[i] = hash_uniform(seed, offset + static_cast<uint64_t>(i)) < keep ? on : off;
@@ -167,9 +171,9 @@ void dropout_mask(const Tensor& out, double p_keep, double scale, uint64_t seed,
   KernelContext ctx(out);
   dispatch_floating(out.dtype(), "dropout_mask", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    // keep and scale pass through float exactly as in the CPU reference.
+    // keep passes through float exactly as in the CPU reference.
     dropout_mask_kernel<T><<<ctx.grid_stride_blocks(n), kBlockSize, 0, ctx.stream>>>(
-        ptr<T>(out), n, static_cast<float>(p_keep), static_cast<float>(scale), seed, offset);
+        ptr<T>(out), n, static_cast<float>(p_keep), scale, seed, offset);
     AG_CUDA_CHECK_LAUNCH();
   });
 }

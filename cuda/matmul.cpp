@@ -37,6 +37,10 @@ cublasHandle_t blas_handle(int device) {
     AG_CUBLAS_CHECK(cublasSetStream(h, current_stream(device)));
     AG_CUDA_CHECK(cudaMalloc(&workspace, kWorkspaceBytes));
     AG_CUBLAS_CHECK(cublasSetWorkspace(h, workspace, kWorkspaceBytes));
+    // float16/bfloat16 products accumulate in float32 all the way (DESIGN.md): no split-K
+    // partial sums rounded to the 16-bit output type, which cuBLAS allows by default.
+    AG_CUBLAS_CHECK(cublasSetMathMode(h, static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH |
+                                                                   CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
     st.handle = h;
   });
   return st.handle;
