@@ -467,24 +467,57 @@ std::optional<AlgoPerf> benchmarked(const ConvCall& c, bool accumulate, bool sea
 
 // Runs the call with the first candidate algorithm that cuDNN supports and whose workspace
 // can be allocated; false when there is none (`why` says the last reason).
+// The algorithm that last ran for each key: asking cuDNN 9's heuristics costs milliseconds
+// of host time per call (it builds a backend query), more than the convolution itself.
+struct ChosenCache {
+  std::mutex mu;
+  std::map<std::string, AlgoPerf> algo;
+};
+ChosenCache& chosen_cache() {
+  static auto* cache = new ChosenCache();  // leaked, like the handles
+  return *cache;
+}
+
+bool try_algo(ConvCall& c, const AlgoPerf& p, bool accumulate, std::string& why);
+
 bool run(ConvCall& c, bool accumulate, std::string& why) {
+  const bool bench = g_benchmark.load(std::memory_order_relaxed);
+  const std::string key = c.key + (bench ? "|bench" : "|heuristic");
+  std::optional<AlgoPerf> cached;
+  {
+    std::lock_guard<std::mutex> lock(chosen_cache().mu);
+    if (auto it = chosen_cache().algo.find(key); it != chosen_cache().algo.end()) cached = it->second;
+  }
+  if (cached && try_algo(c, *cached, accumulate, why)) return true;
   std::vector<AlgoPerf> candidates;
-  if (g_benchmark.load(std::memory_order_relaxed)) {
+  if (bench) {
     if (auto best = benchmarked(c, accumulate, !capturing(c.device))) candidates.push_back(*best);
   }
   for (const AlgoPerf& p : heuristic_algos(c)) candidates.push_back(p);
   for (const AlgoPerf& p : candidates) {
-    if (p.status != CUDNN_STATUS_SUCCESS) continue;
+    if (try_algo(c, p, accumulate, why)) {
+      std::lock_guard<std::mutex> lock(chosen_cache().mu);
+      chosen_cache().algo[key] = p;
+      return true;
+    }
+  }
+  return false;
+}
+
+// Runs `p` if cuDNN supports it and its workspace can be allocated.
+bool try_algo(ConvCall& c, const AlgoPerf& p, bool accumulate, std::string& why) {
+  {
+    if (p.status != CUDNN_STATUS_SUCCESS) return false;
     AG_CUDNN_CHECK(cudnnSetConvolutionMathType(c.cd.get(), math_for(p, c.dtype)));
     size_t bytes = 0;
-    if (!workspace_size(c, p.algo, &bytes)) continue;
+    if (!workspace_size(c, p.algo, &bytes)) return false;
     Tensor ws;
     if (bytes > 0) {
       try {
         ws = workspace(c.device, bytes);
       } catch (const Error& e) {
         why = e.what();  // out of memory: try an algorithm that needs less
-        continue;
+        return false;
       }
     }
     const cudnnStatus_t st = execute(c, p.algo, bytes ? ws.data_ptr() : nullptr, bytes, accumulate);
