@@ -6,6 +6,7 @@ Usage: python3 benchmarks/train_torch.py DATA_DIR [--amp fp16|off] [--epochs 5] 
 """
 import argparse
 import gzip
+import math
 import os
 import struct
 import time
@@ -47,6 +48,7 @@ def main():
     ap.add_argument("--batch-size", type=int, default=128)
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--schedule", default="cosine", choices=["cosine", "constant"])
     a = ap.parse_args()
     torch.manual_seed(a.seed)
     torch.backends.cudnn.benchmark = False
@@ -67,7 +69,13 @@ def main():
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         model.train()
-        for i in range(0, n - a.batch_size + 1, a.batch_size):
+        steps = n // a.batch_size
+        for s_ in range(steps):
+            i = s_ * a.batch_size
+            if a.schedule == "cosine":  # the same per-step cosine decay as ampgrad train
+                t = (epoch * steps + s_) / (a.epochs * steps)
+                for g in opt.param_groups:
+                    g["lr"] = a.lr * 0.5 * (1 + math.cos(math.pi * t))
             idx = perm[i:i + a.batch_size]
             opt.zero_grad()
             with torch.autocast("cuda", dtype=torch.float16, enabled=amp_on):

@@ -8,6 +8,9 @@
 #include "cli/bench_timer.h"
 #include "cli/commands.h"
 #include "cli/models.h"
+#if AMPGRAD_WITH_CUDA
+#include "cuda/kernels.h"
+#endif
 
 namespace ampgrad::cli {
 
@@ -75,6 +78,13 @@ nlohmann::json bench_matmul(const BenchOptions& o) {
 }
 
 nlohmann::json bench_conv(const BenchOptions& o) {
+#if AMPGRAD_WITH_CUDA
+  // Time cuDNN's candidates once per shape, as PyTorch's cudnn.benchmark = True does.
+  cuda::set_cudnn_benchmark(true);
+  struct Off {
+    ~Off() { cuda::set_cudnn_benchmark(false); }
+  } off;
+#endif
   struct Shape4 {
     int64_t n, c, h, k;
   };
@@ -82,7 +92,7 @@ nlohmann::json bench_conv(const BenchOptions& o) {
                                : o.device.is_cuda() ? std::vector<Shape4>{{64, 64, 56, 64}, {64, 128, 28, 128}, {64, 256, 14, 256}}
                                                     : std::vector<Shape4>{{8, 16, 28, 16}};
   nlohmann::json rows = nlohmann::json::array();
-  std::printf("\n## conv2d 3x3, stride 1, padding 1: forward and forward+backward (median of %d runs)\n\n", o.reps);
+  std::printf("\n## conv2d 3x3, stride 1, padding 1: forward and forward+backward, cuDNN benchmark mode (median of %d runs)\n\n", o.reps);
   std::printf("| precision | layout | N C H K | fwd ms | fwd TFLOP/s | fwd+bwd ms | fwd+bwd TFLOP/s | rel. error vs float64 |\n");
   std::printf("|---|---|---|---|---|---|---|---|\n");
   for (const Shape4& s : shapes) {

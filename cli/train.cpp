@@ -1,5 +1,6 @@
 // `ampgrad train`: trains the MLP or the CNN on Fashion-MNIST, with or without AMP.
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -20,6 +21,7 @@ struct TrainArgs {
   bool master_weights = false;
   std::string optimizer = "adam";
   double lr = 1e-3;
+  std::string schedule = "cosine";
   int epochs = 5;
   int64_t batch_size = 128;
   std::string device = "auto";
@@ -141,6 +143,11 @@ void run_train(const TrainArgs& a) {
     st.steps = batches.size();
     for (int64_t i = 0; i < batches.size(); ++i) {
       data::Batch b = batches.batch(i);
+      if (a.schedule == "cosine") {
+        // Cosine decay to zero over the whole run, per step (a host-side number: no sync).
+        const double t = static_cast<double>(epoch * batches.size() + i) / static_cast<double>(a.epochs * batches.size());
+        opt->set_lr(a.lr * 0.5 * (1 + std::cos(M_PI * t)));
+      }
       opt->zero_grad();
       Tensor loss;
       {
@@ -227,7 +234,9 @@ void add_train(CLI::App& app) {
                 "store the model in 16 bits and keep float32 master weights in the optimizer");
   cmd->add_option("--optimizer", a->optimizer, "sgd (momentum 0.9), adam or adamw")
       ->check(CLI::IsMember({"sgd", "adam", "adamw"}))->capture_default_str();
-  cmd->add_option("--lr", a->lr, "learning rate")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--lr", a->lr, "learning rate (the peak of the schedule)")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--schedule", a->schedule, "learning-rate schedule: cosine (decay to 0 over all steps) or constant")
+      ->check(CLI::IsMember({"cosine", "constant"}))->capture_default_str();
   cmd->add_option("--epochs", a->epochs, "passes over the training set")->check(CLI::PositiveNumber)->capture_default_str();
   cmd->add_option("--batch-size", a->batch_size, "images per step")->check(CLI::PositiveNumber)->capture_default_str();
   cmd->add_option("--device", a->device, "auto (CUDA when present), cpu or cuda")
