@@ -126,11 +126,16 @@ void run_explain(const ExplainArgs& a) {
   std::printf("ampgrad explain: MLP 784-256-10 on %s, %s autocast on %s, GradScaler(init_scale %g)\n\n",
               source.c_str(), std::string(dtype_name(amp_dtype)).c_str(), dev.str().c_str(), a.init_scale);
   std::printf("1. Forward pass: each op as autocast saw it\n\n%s\n", amp::format_trace(records).c_str());
+  int64_t casts = 0, bytes = 0;
+  for (const auto& r : records) {
+    casts += r.casts;
+    bytes += r.bytes_converted;
+  }
   std::printf("   lower ops ran in %s on the cast inputs; fp32 ops widened theirs first. %lld casts wrote %lld bytes;\n"
-              "   the cast cache holds %lld parameter copies (the step's %s working weights).\n\n",
-              std::string(dtype_name(amp_dtype)).c_str(), static_cast<long long>(cache.misses + cache.hits == 0 ? 0 : cache.misses),
-              static_cast<long long>(cache.bytes_converted), static_cast<long long>(cache.entries),
-              std::string(dtype_name(amp_dtype)).c_str());
+              "   %lld of them are parameter copies, kept in the cast cache for the rest of the autocast region\n"
+              "   (the step's %s working weights).\n\n",
+              std::string(dtype_name(amp_dtype)).c_str(), static_cast<long long>(casts), static_cast<long long>(bytes),
+              static_cast<long long>(cache.entries), std::string(dtype_name(amp_dtype)).c_str());
   std::printf("2. The scaler's decision\n\n");
   std::printf("   loss %.4f (float32), multiplied by the scale %g before backward\n", loss.item<double>(), d.scale);
   std::printf("   inf/NaN in any gradient: %s -> optimizer step %s\n", d.found_inf ? "yes" : "no",

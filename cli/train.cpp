@@ -17,7 +17,7 @@ namespace {
 
 struct TrainArgs {
   std::string model = "cnn";
-  std::string amp = "fp16";
+  std::string amp = "auto";
   bool master_weights = false;
   std::string optimizer = "adam";
   double lr = 1e-3;
@@ -79,8 +79,10 @@ std::vector<double> read_all(const std::vector<Tensor>& ts) {
 
 void run_train(const TrainArgs& a) {
   const Device dev = resolve_device(a.device);
-  const bool use_amp = a.amp != "off";
-  const DType amp_dtype = a.amp == "bf16" ? kBFloat16 : kFloat16;
+  TrainArgs args = a;
+  if (args.amp == "auto") args.amp = dev.is_cuda() ? "fp16" : "bf16";  // as torch.autocast's defaults
+  const bool use_amp = args.amp != "off";
+  const DType amp_dtype = args.amp == "bf16" ? kBFloat16 : kFloat16;
   AG_CHECK(!a.master_weights || use_amp, "--master-weights needs --amp fp16 or bf16");
   std::optional<int64_t> limit;
   if (a.limit > 0) limit = a.limit;
@@ -121,7 +123,7 @@ void run_train(const TrainArgs& a) {
 
   std::printf("training %s on %s: %lld images, batch %lld, %s lr %g, amp %s%s, %d epochs\n", a.model.c_str(),
               dev.str().c_str(), static_cast<long long>(train.size()), static_cast<long long>(a.batch_size),
-              a.optimizer.c_str(), a.lr, a.amp.c_str(), a.master_weights ? " (master weights)" : "", a.epochs);
+              a.optimizer.c_str(), a.lr, args.amp.c_str(), a.master_weights ? " (master weights)" : "", a.epochs);
   std::ofstream metrics;
   const bool csv = a.metrics.size() > 4 && a.metrics.substr(a.metrics.size() - 4) == ".csv";
   if (!a.metrics.empty()) {
@@ -200,7 +202,7 @@ void run_train(const TrainArgs& a) {
       nn::save_checkpoint(a.save,
                           {{"model", net->state_dict()}, {"optimizer", opt->state_dict()},
                            {"scaler", scaler.state_dict()}, {"progress", progress_sd}},
-                          {{"model", a.model}, {"amp", a.amp}, {"optimizer", a.optimizer}});
+                          {{"model", a.model}, {"amp", args.amp}, {"optimizer", a.optimizer}});
     }
   }
   std::string peak = "-";
@@ -208,7 +210,7 @@ void run_train(const TrainArgs& a) {
   std::printf("\n| model | device | amp | test accuracy | time | images/s | peak device memory | final scale | skipped steps |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|\n");
   std::printf("| %s | %s | %s%s | %.2f%% | %.1f s | %.0f | %s | %s | %lld |\n", a.model.c_str(), dev.str().c_str(),
-              a.amp.c_str(), a.master_weights ? "+master" : "", 100 * last_acc, total_time,
+              args.amp.c_str(), a.master_weights ? "+master" : "", 100 * last_acc, total_time,
               total_time > 0 ? images_seen / total_time : 0.0, peak.c_str(),
               scaler.is_enabled() ? fmt::format("{:g}", scaler.get_scale()).c_str() : "-",
               static_cast<long long>(skipped_total));
@@ -216,7 +218,7 @@ void run_train(const TrainArgs& a) {
   if (!a.metrics.empty()) std::printf("metrics: %s\n", a.metrics.c_str());
   if (!a.plot.empty()) {
     plot_training(a.plot, all_loss, all_scale,
-                  fmt::format("ampgrad train --model {} --amp {} ({})", a.model, a.amp, dev.str()));
+                  fmt::format("ampgrad train --model {} --amp {} ({})", a.model, args.amp, dev.str()));
     std::printf("plot: %s\n", a.plot.c_str());
   }
 }
@@ -228,8 +230,9 @@ void add_train(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("train", "Train a network on Fashion-MNIST, with or without mixed precision");
   cmd->add_option("--model", a->model, "mlp (784-512-512-10) or cnn (2 conv blocks + 2 linear)")
       ->check(CLI::IsMember({"mlp", "cnn"}))->capture_default_str();
-  cmd->add_option("--amp", a->amp, "autocast dtype: fp16 (with loss scaling), bf16, or off (float32)")
-      ->check(CLI::IsMember({"fp16", "bf16", "off"}))->capture_default_str();
+  cmd->add_option("--amp", a->amp,
+                  "autocast dtype: fp16 (with loss scaling), bf16, off (float32), or auto (fp16 on CUDA, bf16 on the CPU)")
+      ->check(CLI::IsMember({"auto", "fp16", "bf16", "off"}))->capture_default_str();
   cmd->add_flag("--master-weights", a->master_weights,
                 "store the model in 16 bits and keep float32 master weights in the optimizer");
   cmd->add_option("--optimizer", a->optimizer, "sgd (momentum 0.9), adam or adamw")

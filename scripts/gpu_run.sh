@@ -3,7 +3,7 @@
 # every test binary (the [cuda] cases run for real), then the [cuda] cases under
 # compute-sanitizer memcheck (memory errors only: the tests provoke API errors on purpose,
 # an out-of-memory and a synchronization inside a graph capture), then the benchmarks. Logs go to $OUT when it is set.
-# Usage: bash dist/gpu/gpu_run.sh [tests|memcheck|bench|all]  (default: all)
+# Usage: bash dist/gpu/gpu_run.sh [tests|memcheck|bench|train|all]  (default: all)
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 out="${OUT:-/tmp}"
@@ -33,5 +33,22 @@ if [ "$what" = all ] || [ "$what" = bench ]; then
     echo "=== $(basename "$b")"
     "$b" 2>&1 | tee "$out/$(basename "$b").md"
   done
+  echo "=== ampgrad bench all"
+  "$here/ampgrad" bench all --json "$out/ampgrad_bench.json" 2>&1 | tee "$out/ampgrad_bench.md"
+  repo="$(cd "$here/../.." && pwd)"
+  if python3 -c "import torch" 2>/dev/null; then
+    echo "=== PyTorch side by side"
+    python3 "$repo/benchmarks/compare_torch.py" "$out/ampgrad_bench.json" 2>&1 | tee "$out/compare_torch.md"
+  fi
+fi
+if [ "$what" = all ] || [ "$what" = train ]; then
+  data="$here/../data"
+  if [ -d "$data" ]; then
+    for amp in fp16 off; do
+      echo "=== ampgrad train --model cnn --amp $amp"
+      "$here/ampgrad" train --model cnn --amp "$amp" --epochs 5 --data "$data" --metrics "$out/metrics_$amp.csv" \
+        2>&1 | grep -v " step " | tee -a "$out/train.log"
+    done
+  fi
 fi
 exit $status
