@@ -138,6 +138,9 @@ void run_train(const TrainArgs& a) {
   const bool terminal = stdout_is_terminal();
   for (int epoch = start_epoch; epoch < a.epochs; ++epoch) {
     auto t0 = std::chrono::steady_clock::now();
+    // Dropout draws from the default generator: seeding it per epoch makes a resumed run
+    // draw the same masks as an uninterrupted one.
+    manual_seed(a.seed * 1000003ull + static_cast<uint64_t>(epoch) + 1);
     data::Epoch batches = loader.epoch(epoch);
     Progress progress(epoch + 1, a.epochs, terminal);
     StepLog log;

@@ -1,0 +1,199 @@
+// The `ampgrad` command: ops, explain, bench (tiny CPU sweeps), train (short CPU runs,
+// resume), and bad arguments. Runs the built binary; JSON outputs are parsed.
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "common.h"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+struct Run {
+  int status = 0;
+  std::string out;  // stdout and stderr together
+};
+
+Run run(const std::string& args) {
+  Run r;
+  const std::string cmd = std::string(AMPGRAD_CLI_PATH) + " " + args + " 2>&1";
+  std::FILE* p = popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  const int st = pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream f(p);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+fs::path scratch(const std::string& name) {
+  fs::path d = fs::temp_directory_path() / "ampgrad_test_cli";
+  fs::create_directories(d);
+  return d / name;
+}
+
+const char* kData = "/usr/share/datasets/fashion-mnist";
+
+// Per-step losses of a CSV metrics file, by epoch.
+std::map<int, std::vector<double>> losses_by_epoch(const fs::path& csv) {
+  std::map<int, std::vector<double>> out;
+  std::ifstream f(csv);
+  std::string line;
+  std::getline(f, line);  // header
+  while (std::getline(f, line)) {
+    int epoch = 0;
+    long step = 0;
+    double loss = 0;
+    REQUIRE(std::sscanf(line.c_str(), "%d,%ld,%lf", &epoch, &step, &loss) == 3);
+    out[epoch].push_back(loss);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("ampgrad ops lists every registered op with its category", "[cli]") {
+  Run r = run("ops --json");
+  REQUIRE(r.status == 0);
+  json ops = json::parse(r.out);
+  REQUIRE(ops.size() == ag::op_registry().size());
+  std::set<std::string> names;
+  for (const auto& e : ops) names.insert(e["op"].get<std::string>());
+  for (const ag::OpInfo* op : ag::op_registry()) {
+    INFO(op->name);
+    CHECK(names.count(std::string(op->name)) == 1);
+  }
+  Run table = run("ops");
+  CHECK(table.status == 0);
+  CHECK_THAT(table.out, Catch::Contains("binary_cross_entropy") && Catch::Contains("banned") &&
+                            Catch::Contains("tensor cores"));
+}
+
+TEST_CASE("ampgrad explain lists the ops that ran and the scaler's decision", "[cli]") {
+  Run r = run("explain --device cpu --json --data /nonexistent --batch-size 8");
+  REQUIRE(r.status == 0);
+  json e = json::parse(r.out);
+  std::vector<std::string> ops;
+  for (const auto& o : e["ops"]) ops.push_back(o["op"].get<std::string>());
+  CHECK(ops == std::vector<std::string>{"reshape", "linear", "relu", "linear", "cross_entropy"});
+  CHECK(e["ops"][1]["output_dtype"] == "float16");
+  CHECK(e["ops"][4]["output_dtype"] == "float32");
+  CHECK(e["scaler"]["found_inf"] == false);
+  CHECK(e["scaler"]["step_taken"] == true);
+  CHECK(e["gradients"].size() == 4);
+  Run bad = run("explain --device cpu --json --data /nonexistent --batch-size 8 --inject-inf 1.bias");
+  REQUIRE(bad.status == 0);
+  json b = json::parse(bad.out);
+  CHECK(b["scaler"]["found_inf"] == true);
+  CHECK(b["scaler"]["step_taken"] == false);
+  CHECK(b["scaler"]["next_scale"].get<double>() == b["scaler"]["scale"].get<double>() / 2);
+  CHECK(b["gradients"][1]["nonfinite"] == true);
+  Run typo = run("explain --device cpu --data /nonexistent --inject-inf nope");
+  CHECK(typo.status != 0);
+  CHECK_THAT(typo.out, Catch::Contains("no parameter named 'nope'") && Catch::Contains("1.weight"));
+}
+
+TEST_CASE("gradient health on a crafted gradient", "[cli]") {
+  // scale 1024; true gradients: 0, 1e-6, 1e-5, 1e-3, 1, 2 (the last two scaled past 65504? no: 2048)
+  ag::Tensor scaled = ag::tensor({0.0f, 1e-6f * 1024, 1e-5f * 1024, 1e-3f * 1024, 1.0f * 1024, 70.0f * 1024,
+                                  1e-8f * 1024, -3e-5f * 1024});
+  auto h = ag::amp::grad_health(scaled, 1024);
+  CHECK(h.numel == 8);
+  CHECK(h.zero == Approx(1.0 / 8));
+  CHECK(h.underflow_unscaled == Approx(4.0 / 8));  // 1e-6, 1e-5, 1e-8, 3e-5 are below 6.1e-5
+  CHECK(h.underflow_scaled == Approx(1.0 / 8));    // only 1e-8 * 1024 stays below it
+  CHECK(h.max_scaled == Approx(70.0 * 1024));      // above 65504: the scaler would back off
+  CHECK_FALSE(h.nonfinite);
+  CHECK(ag::amp::grad_health(ag::tensor({1.f, INFINITY}), 1).nonfinite);
+}
+
+TEST_CASE("ampgrad bench runs a tiny sweep on the CPU and writes JSON", "[cli]") {
+  const fs::path out = scratch("bench.json");
+  Run r = run("bench all --quick --device cpu --reps 2 --json " + out.string());
+  REQUIRE(r.status == 0);
+  CHECK_THAT(r.out, Catch::Contains("running on the CPU"));
+  json rows = json::parse(slurp(out));
+  std::set<std::string> suites;
+  for (const auto& row : rows) {
+    suites.insert(row["suite"].get<std::string>());
+    CHECK(row["device"] == "cpu");
+    if (row["suite"] == "matmul") {
+      CHECK(row["tflops"].get<double>() > 0);
+      CHECK(row["rel_error"].get<double>() > 0);
+      CHECK(row["rel_error"].get<double>() < (row["precision"] == "f32" ? 1e-5 : 1e-1));
+      CHECK(row.contains("pct_of_peak"));
+    }
+    if (row["suite"] == "conv") CHECK(row["fwd_ms"].get<double>() > 0);
+    if (row["suite"] == "step") CHECK(row["images_per_s"].get<double>() > 0);
+    if (row["suite"] == "optim") CHECK(row["gb_per_s"].get<double>() > 0);
+  }
+  CHECK(suites == std::set<std::string>{"matmul", "conv", "step", "optim"});
+}
+
+TEST_CASE("ampgrad train: a short CPU run lowers the loss, and resume continues identically", "[cli]") {
+  if (!fs::exists(kData)) {
+    std::printf("[train] skipped: no Fashion-MNIST at %s (scripts/setup.sh installs it)\n", kData);
+    return;
+  }
+  // A constant schedule: with cosine, the learning rate depends on --epochs, which differs
+  // between the interrupted run and the full one.
+  const std::string common =
+      std::string("train --model mlp --device cpu --amp bf16 --limit 512 --batch-size 64 --lr 0.002 --schedule constant --data ") + kData;
+  const fs::path full = scratch("full.csv"), part = scratch("part.csv"), ckpt = scratch("ckpt.safetensors");
+  fs::remove(ckpt);
+  Run a = run(common + " --epochs 3 --metrics " + full.string());
+  REQUIRE(a.status == 0);
+  CHECK_THAT(a.out, Catch::Contains("test accuracy"));
+  auto la = losses_by_epoch(full);
+  REQUIRE(la.size() == 3);
+  const double first = (la[1][0] + la[1][1]) / 2, last = (la[3][6] + la[3][7]) / 2;
+  CHECK(last < first * 0.7);
+  // Two epochs and a checkpoint, then resume for the third.
+  Run b1 = run(common + " --epochs 2 --save " + ckpt.string() + " --metrics " + part.string());
+  REQUIRE(b1.status == 0);
+  Run b2 = run(common + " --epochs 3 --resume " + ckpt.string() + " --metrics " + part.string());
+  REQUIRE(b2.status == 0);
+  CHECK_THAT(b2.out, Catch::Contains("resumed from"));
+  auto lb = losses_by_epoch(part);
+  REQUIRE(lb.size() == 3);
+  CHECK(lb[3] == la[3]);  // bit-identical third epoch
+}
+
+TEST_CASE("ampgrad train: bad arguments give clear messages and exit codes", "[cli]") {
+  Run model = run("train --model resnet");
+  CHECK(model.status != 0);
+  CHECK_THAT(model.out, Catch::Contains("--model") && Catch::Contains("resnet"));
+  Run lr = run("train --lr -1");
+  CHECK(lr.status != 0);
+  CHECK_THAT(lr.out, Catch::Contains("--lr"));
+  Run data = run("train --device cpu --data /nonexistent/dir");
+  CHECK(data.status == 1);
+  CHECK_THAT(data.out, Catch::Contains("error:") && Catch::Contains("/nonexistent/dir"));
+  Run master = run("train --device cpu --amp off --master-weights");
+  CHECK(master.status == 1);
+  CHECK_THAT(master.out, Catch::Contains("--master-weights needs --amp fp16 or bf16"));
+  if (!ag::cuda::is_available()) {
+    Run cuda = run("train --device cuda");
+    CHECK(cuda.status == 1);
+    CHECK_THAT(cuda.out, Catch::Contains("no CUDA device"));
+  }
+  Run none = run("");
+  CHECK(none.status != 0);
+}
