@@ -1,14 +1,16 @@
 // Issue benchmark for the CUDA backend: ag::mm vs raw cublasGemmEx (TFLOP/s), add and sum
 // vs a device-to-device copy (GB/s), and host time per small op.
 #include <chrono>
+#include <functional>
 #include <cstdio>
 
 #include <ampgrad/ampgrad.h>
 
-#include "benchmarks/bench_util.h"
+#include "cli/bench_timer.h"
 
 namespace ag = ampgrad;
-using ag::bench::median_ms;
+// Device time of fn on CUDA, median of 30 runs after 5 warm-ups (cli/bench_timer.h).
+double median_ms(const std::function<void()>& fn) { return ag::cli::median_ms(ag::Device(ag::kCUDA), fn); }
 
 namespace {
 

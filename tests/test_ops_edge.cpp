@@ -1,0 +1,92 @@
+// Op edge cases: NaN propagation, empty, size-1 and 0-dim tensors, bool and int32 operands.
+#include <functional>
+#include <limits>
+
+#include "common.h"
+#include "ops_reference.h"
+
+using namespace ops_reference;  // Vec, Shape, the references, input makers and tolerances
+
+TEST_CASE("ops: NaN propagates through elementwise ops and reductions", "[ops][nan]") {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  for (ag::DType d : kFloatTypes) {
+    INFO(ag::dtype_name(d));
+    ag::Tensor x = ag::tensor(std::vector<double>{-1.5, nan, 2.5}, {3}, ag::kFloat64).to(d);
+    ag::Tensor y = ag::tensor(std::vector<double>{nan, 0.5, 1.0}, {3}, ag::kFloat64).to(d);
+    check_close(ag::relu(x), {0, nan, 2.5}, 0, 0);
+    check_close(ag::clamp(x, -1.0, 1.0), {-1, nan, 1}, 0, 0);
+    check_close(ag::maximum(x, y), {nan, nan, 2.5}, 0, 0);
+    check_close(ag::minimum(x, y), {nan, nan, 1}, 0, 0);
+    check_close(ag::exp(x), {std::exp(-1.5), nan, std::exp(2.5)}, 0, tol(d).rtol);
+    check_close(ag::max(x), {nan}, 0, 0);
+    check_close(ag::min(x), {nan}, 0, 0);
+    check_close(ag::sum(x), {nan}, 0, 0);
+    check_close(ag::argmax(x), {1}, 0, 0);  // NaN counts as the largest value
+    check_close(ag::max(x, 0).second, {1}, 0, 0);
+    check_close(ag::softmax(x, 0), {nan, nan, nan}, 0, 0);
+    check_close(ag::lt(x, 0.0), {1, 0, 0}, 0, 0);  // comparisons with NaN are false
+    check_close(ag::ne(x, x), {0, 1, 0}, 0, 0);
+  }
+}
+
+TEST_CASE("ops: empty tensors, size-1 dims and 0-dim tensors", "[ops][edge]") {
+  ag::Tensor e = ag::zeros({2, 0});
+  CHECK(e.numel() == 0);
+  CHECK(e.is_contiguous());
+  CHECK(e.view({0, 2}).shape() == Shape{0, 2});
+  check_close(ag::sum(e, {1}), {0, 0}, 0, 0);
+  check_close(ag::prod(e, 1), {1, 1}, 0, 0);
+  check_close(ag::mean(e, {1}), {std::nan(""), std::nan("")}, 0, 0);
+  CHECK(ag::sum(e, {0}).shape() == Shape{0});
+  CHECK_THROWS_AS(ag::max(e, 1), ag::Error);
+  ag::Tensor ones23 = ag::ones({2, 3});
+  check_close(ag::cat({e, ones23}, 1), Vec(6, 1.0), 0, 0);
+  check_close(ag::mm(ag::ones({2, 0}), ag::ones({0, 3})), Vec(6, 0.0), 0, 0);
+  check_close(ag::addmm(ones23, ag::ones({2, 0}), ag::ones({0, 3}), 2.0, 1.0), Vec(6, 2.0), 0, 0);
+  CHECK((e + 1).shape() == Shape{2, 0});
+  CHECK(ag::randn({5, 3}).slice(0, 4, 2).shape() == Shape{0, 3});
+
+  // Size-1 dims.
+  ag::Tensor col = normal({3, 1});
+  const Vec vc = vals(col);
+  check_close(ag::softmax(col, 1), {1, 1, 1}, 0, 0);
+  check_close(ag::log_softmax(col, 1), {0, 0, 0}, 0, 0);
+  check_close(ag::max(col, 1).first, vc, 0, 0);
+  check_close(ag::max(col, 1).second, {0, 0, 0}, 0, 0);
+  check_close(ag::sum(col, {1}), vc, 0, 0);
+  check_close(ag::var(col, {1}, 0), {0, 0, 0}, 0, 0);
+
+  // 0-dim tensors.
+  ag::Tensor s = ag::tensor(2.5f);
+  CHECK(s.dim() == 0);
+  check_close(ag::sum(s), {2.5}, 0, 0);
+  CHECK(ag::sum(s).dim() == 0);
+  CHECK(ag::unsqueeze(s, 0).shape() == Shape{1});
+  CHECK(ag::flatten(s).shape() == Shape{1});
+  CHECK(ag::squeeze(s).dim() == 0);
+  ag::Tensor st = ag::stack({s, s * 2}, 0);
+  CHECK(st.shape() == Shape{2});
+  check_close(st, {2.5, 5}, 0, 0);
+  check_close(s * ag::ones({2}), {2.5, 2.5}, 0, 0);
+}
+
+TEST_CASE("ops: bool and int32 tensors in arithmetic and reductions", "[ops][int]") {
+  ag::Tensor mask = ag::gt(ag::tensor({0.5f, -1.f, 2.f, 3.f}), 0.0);
+  ag::Tensor count = ag::sum(mask);
+  CHECK(count.dtype() == ag::kInt64);  // as PyTorch: a sum of bools counts them
+  CHECK(count.item<int64_t>() == 3);
+  ag::Tensor i32 = ag::tensor(std::vector<int64_t>{3, -4, 5}).to(ag::kInt32);
+  ag::Tensor i64 = ag::tensor(std::vector<int64_t>{10, 20, 30});
+  ag::Tensor sum_mixed = i32 + i64;
+  CHECK(sum_mixed.dtype() == ag::kInt64);
+  CHECK(sum_mixed.to_vector<int64_t>() == std::vector<int64_t>{13, 16, 35});
+  ag::Tensor doubled = i32 * 2;
+  CHECK(doubled.dtype() == ag::kInt32);
+  CHECK(doubled.to_vector<int64_t>() == std::vector<int64_t>{6, -8, 10});
+  ag::Tensor total = ag::sum(i32);
+  CHECK(total.dtype() == ag::kInt64);
+  CHECK(total.item<int64_t>() == 4);
+  ag::Tensor same = ag::eq(i32, i64 - 7);
+  CHECK(same.dtype() == ag::kBool);
+  check_close(same, {1, 0, 0}, 0, 0);
+}
