@@ -9,6 +9,7 @@ here="$(cd "$(dirname "$0")" && pwd)"
 out="${OUT:-/tmp}"
 what="${1:-all}"
 export LD_LIBRARY_PATH="$here:${LD_LIBRARY_PATH:-}"
+export AMPGRAD_CLI="$here/ampgrad"  # test_cli runs the carried binary
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
 status=0
 if [ "$what" = all ] || [ "$what" = tests ]; then

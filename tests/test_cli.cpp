@@ -3,6 +3,7 @@
 #include <sys/wait.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -25,7 +26,9 @@ struct Run {
 
 Run run(const std::string& args) {
   Run r;
-  const std::string cmd = std::string(AMPGRAD_CLI_PATH) + " " + args + " 2>&1";
+  // The binary built beside this test, or $AMPGRAD_CLI where the binaries were carried elsewhere.
+  const char* env = std::getenv("AMPGRAD_CLI");
+  const std::string cmd = std::string(env && *env ? env : AMPGRAD_CLI_PATH) + " " + args + " 2>&1";
   std::FILE* p = popen(cmd.c_str(), "r");
   REQUIRE(p != nullptr);
   char buf[4096];
