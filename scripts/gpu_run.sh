@@ -21,7 +21,9 @@ if [ "$what" = all ] || [ "$what" = tests ]; then
 fi
 if [ "$what" = all ] || [ "$what" = memcheck ]; then
   for t in "$here"/test_*; do
-    "$t" --list-test-names-only "[cuda]" 2>/dev/null | grep -q . || continue
+    # (captured, not piped into grep -q: under pipefail an early-closed pipe fails the test)
+    names=$("$t" --list-test-names-only "[cuda]" 2>/dev/null)
+    [ -n "$names" ] || continue
     echo "=== memcheck $(basename "$t") [cuda]"
     compute-sanitizer --tool memcheck --leak-check no --report-api-errors no --error-exitcode 9 "$t" "[cuda]" 2>&1 \
       | tee "$out/memcheck_$(basename "$t").log" | tail -n 3
