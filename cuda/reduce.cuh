@@ -162,26 +162,12 @@ __device__ typename Op::State accumulate_row(const Op& op, const typename Op::El
   const int64_t vbegin = begin + head;
   const int64_t nvec = (end - vbegin) / V;
   const auto* pv = reinterpret_cast<const Vec<T, V>*>(p + vbegin);
-  // Four independent partial states, four 16-byte loads in flight: one accumulator would
-  // chain every add of a row behind the last (8 per load for 16-bit types).
-  typename Op::State a1 = op.identity(), a2 = op.identity(), a3 = op.identity();
-  int64_t k = tx;
-  for (; k + 3 * bx < nvec; k += 4 * static_cast<int64_t>(bx)) {
-    const Vec<T, V> v0 = pv[k], v1 = pv[k + bx], v2 = pv[k + 2 * bx], v3 = pv[k + 3 * bx];
-#pragma unroll
-    for (int e = 0; e < V; ++e) {
-      acc = op.accumulate(acc, to_acc(v0.v[e]), vbegin + k * V + e);
-      a1 = op.accumulate(a1, to_acc(v1.v[e]), vbegin + (k + bx) * V + e);
-      a2 = op.accumulate(a2, to_acc(v2.v[e]), vbegin + (k + 2 * bx) * V + e);
-      a3 = op.accumulate(a3, to_acc(v3.v[e]), vbegin + (k + 3 * bx) * V + e);
-    }
-  }
-  for (; k < nvec; k += bx) {
+#pragma unroll 4
+  for (int64_t k = tx; k < nvec; k += bx) {
     const Vec<T, V> v = pv[k];
 #pragma unroll
     for (int e = 0; e < V; ++e) acc = op.accumulate(acc, to_acc(v.v[e]), vbegin + k * V + e);
   }
-  acc = op.combine(op.combine(acc, a1), op.combine(a2, a3));
   for (int64_t j = vbegin + nvec * V + tx; j < end; j += bx) acc = op.accumulate(acc, to_acc(p[j]), j);
   return acc;
 }
