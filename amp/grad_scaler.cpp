@@ -71,7 +71,8 @@ GradScaler::PerOptimizer& GradScaler::state_of(optim::Optimizer& opt) {
   return st;
 }
 
-void GradScaler::check_and_unscale(optim::Optimizer& opt, PerOptimizer& st, bool write_back) {
+void GradScaler::check_and_unscale(optim::Optimizer& opt, PerOptimizer& st, const Tensor& inv_scale,
+                                   bool write_back) {
   NoGradGuard no_grad;
   std::vector<Tensor> grads;
   for (const Tensor& p : opt.params()) {
@@ -83,7 +84,7 @@ void GradScaler::check_and_unscale(optim::Optimizer& opt, PerOptimizer& st, bool
     if (p.grad().defined()) grads.push_back(p.grad());
   }
   st.found_inf.zero_();
-  if (!grads.empty()) check_and_unscale_kernel(grads, st.found_inf, reciprocal(scale_), write_back);
+  if (!grads.empty()) check_and_unscale_kernel(grads, st.found_inf, inv_scale, write_back);
 }
 
 void GradScaler::unscale_(optim::Optimizer& opt) {
@@ -91,7 +92,8 @@ void GradScaler::unscale_(optim::Optimizer& opt) {
   PerOptimizer& st = state_of(opt);
   AG_CHECK(st.stage == Stage::ready,
            "GradScaler.unscale_: unscale_() has already been called on this optimizer since the last update()");
-  check_and_unscale(opt, st, /*write_back=*/true);
+  NoGradGuard no_grad;
+  check_and_unscale(opt, st, reciprocal(scale_), /*write_back=*/true);
   st.stage = Stage::unscaled;
 }
 
@@ -104,9 +106,10 @@ void GradScaler::step(optim::Optimizer& opt) {
   AG_CHECK(st.stage != Stage::stepped, "GradScaler.step: step() has already been called on this optimizer since the last update()");
   if (st.stage == Stage::ready) {
     // Check only; the optimizer unscales on the fly (Note [Fused steps]).
-    check_and_unscale(opt, st, /*write_back=*/false);
     NoGradGuard no_grad;
-    opt.step_gated(st.found_inf, reciprocal(scale_));
+    const Tensor inv_scale = reciprocal(scale_);
+    check_and_unscale(opt, st, inv_scale, /*write_back=*/false);
+    opt.step_gated(st.found_inf, inv_scale);
   } else {
     opt.step_gated(st.found_inf, Tensor());
   }

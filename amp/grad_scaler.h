@@ -96,7 +96,7 @@ class GradScaler {
   };
   void lazy_init(Device device);
   PerOptimizer& state_of(optim::Optimizer& opt);
-  void check_and_unscale(optim::Optimizer& opt, PerOptimizer& st, bool write_back);
+  void check_and_unscale(optim::Optimizer& opt, PerOptimizer& st, const Tensor& inv_scale, bool write_back);
 
   GradScalerOptions opt_;
   Tensor scale_;            // float32 []
