@@ -99,9 +99,11 @@ __global__ void sgd_kernel(TensorLists<4> lists, const float* found_inf, const f
 }
 
 // Lists: 0 param, 1 grad, 2 exp_avg, 3 exp_avg_sq, 4 max_exp_avg_sq (amsgrad), 5 working copy.
+// With `vec4`, every tensor of the launch is aligned for 4-element loads, with a multiple of 4 elements,
+// and each thread moves 4 elements per array per load.
 template <class P, class G>
 __global__ void adam_kernel(TensorLists<6> lists, const float* found_inf, const float* inv_scale, AdamHyper h,
-                            bool has_working) {
+                            bool has_working, bool vec4) {
   if (found_inf && *found_inf != 0.0f) return;
   const int t = blockIdx.y;
   using A = std::conditional_t<std::is_same_v<P, double>, double, float>;
@@ -118,24 +120,51 @@ __global__ void adam_kernel(TensorLists<6> lists, const float* found_inf, const 
   const A lr = static_cast<A>(h.lr), b1 = static_cast<A>(h.beta1), b2 = static_cast<A>(h.beta2),
           eps = static_cast<A>(h.eps), wd = static_cast<A>(h.weight_decay);
   const A step_size = lr / bc1;
-  for_each_element(lists.numel[t], [&](int64_t i) {
-    A gi = static_cast<A>(to_acc(g[i])) * inv;
+  // One element: gradient, parameter and state in, state updated in place, new parameter out.
+  auto update = [&](A gi, A x, P& mi_s, P& vi_s, P& vmax_s) -> P {
+    gi *= inv;
     if (h.maximize) gi = -gi;
-    A x = static_cast<A>(to_acc(p[i]));
     if (wd != A(0)) {
       if (h.decoupled_weight_decay) x *= A(1) - lr * wd;
       else gi += wd * x;
     }
-    const A mi = b1 * static_cast<A>(to_acc(m[i])) + (A(1) - b1) * gi;
-    const A vi = b2 * static_cast<A>(to_acc(v[i])) + (A(1) - b2) * gi * gi;
-    m[i] = from_acc<P>(mi);
-    v[i] = from_acc<P>(vi);
+    const A mi = b1 * static_cast<A>(to_acc(mi_s)) + (A(1) - b1) * gi;
+    const A vi = b2 * static_cast<A>(to_acc(vi_s)) + (A(1) - b2) * gi * gi;
+    mi_s = from_acc<P>(mi);
+    vi_s = from_acc<P>(vi);
     A vv = vi;
     if (h.amsgrad) {
-      vv = fmax(static_cast<A>(to_acc(vmax[i])), vi);
-      vmax[i] = from_acc<P>(vv);
+      vv = fmax(static_cast<A>(to_acc(vmax_s)), vi);
+      vmax_s = from_acc<P>(vv);
     }
-    const P nx = from_acc<P>(x - step_size * mi / (sqrt(vv) / bc2_sqrt + eps));
+    return from_acc<P>(x - step_size * mi / (sqrt(vv) / bc2_sqrt + eps));
+  };
+  if (vec4) {
+    for_each_element(lists.numel[t] / 4, [&](int64_t q) {
+      Vec<P, 4> pv = reinterpret_cast<const Vec<P, 4>*>(p)[q];
+      const Vec<G, 4> gv = reinterpret_cast<const Vec<G, 4>*>(g)[q];
+      Vec<P, 4> mv = reinterpret_cast<const Vec<P, 4>*>(m)[q];
+      Vec<P, 4> vv = reinterpret_cast<const Vec<P, 4>*>(v)[q];
+      Vec<P, 4> xv{};
+      if (h.amsgrad) xv = reinterpret_cast<const Vec<P, 4>*>(vmax)[q];
+      Vec<G, 4> wv{};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        pv.v[e] = update(static_cast<A>(to_acc(gv.v[e])), static_cast<A>(to_acc(pv.v[e])), mv.v[e], vv.v[e], xv.v[e]);
+        if (has_working) wv.v[e] = from_acc<G>(to_acc(pv.v[e]));
+      }
+      reinterpret_cast<Vec<P, 4>*>(p)[q] = pv;
+      reinterpret_cast<Vec<P, 4>*>(m)[q] = mv;
+      reinterpret_cast<Vec<P, 4>*>(v)[q] = vv;
+      if (h.amsgrad) reinterpret_cast<Vec<P, 4>*>(vmax)[q] = xv;
+      if (has_working) reinterpret_cast<Vec<G, 4>*>(w)[q] = wv;
+    });
+    return;
+  }
+  for_each_element(lists.numel[t], [&](int64_t i) {
+    P unused{};
+    const P nx = update(static_cast<A>(to_acc(g[i])), static_cast<A>(to_acc(p[i])), m[i], v[i],
+                        h.amsgrad ? vmax[i] : unused);
     p[i] = nx;
     if (has_working) w[i] = from_acc<G>(to_acc(nx));
   });
@@ -307,8 +336,14 @@ void adam_step(const FusedStep& s, const std::vector<Tensor>& exp_avgs, const st
             l.numel[j] = s.params[k].numel();
           },
           [&](TensorLists<6>& l, int count, int64_t max_numel) {
-            adam_kernel<P, G><<<fused_grid(ctx, count, max_numel), kFusedBlock, 0, ctx.stream>>>(
-                l, f32_or_null(s.found_inf), f32_or_null(s.inv_scale), h, has_working);
+            bool vec4 = true;  // every pointer aligned for 4 elements, every size a multiple of 4
+            for (int j = 0; j < count; ++j) {
+              vec4 = vec4 && l.numel[j] % 4 == 0;
+              for (int a = 0; a < 6; ++a) vec4 = vec4 && (l.ptr[a][j] == nullptr || is_aligned(l.ptr[a][j], 32));  // 4 doubles
+            }
+            const int64_t per_thread = vec4 ? 4 : 1;
+            adam_kernel<P, G><<<fused_grid(ctx, count, max_numel / per_thread), kFusedBlock, 0, ctx.stream>>>(
+                l, f32_or_null(s.found_inf), f32_or_null(s.inv_scale), h, has_working, vec4);
             AG_CUDA_CHECK_LAUNCH();
           });
     });
