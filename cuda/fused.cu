@@ -67,9 +67,10 @@ __global__ void amp_update_scale_kernel(float* scale, int32_t* growth, int32_t* 
 }
 
 // Lists: 0 param (P), 1 grad (G), 2 momentum buffer (P, unused without momentum), 3 working copy (G).
+// `vec4` as in adam_kernel.
 template <class P, class G>
 __global__ void sgd_kernel(TensorLists<4> lists, const float* found_inf, const float* inv_scale, SgdHyper h,
-                           bool has_working) {
+                           bool has_working, bool vec4) {
   if (found_inf && *found_inf != 0.0f) return;
   const int t = blockIdx.y;
   using A = std::conditional_t<std::is_same_v<P, double>, double, float>;
@@ -81,18 +82,39 @@ __global__ void sgd_kernel(TensorLists<4> lists, const float* found_inf, const f
   const bool first = *lists.step[t] == 0.0f;
   const A lr = static_cast<A>(h.lr), mom = static_cast<A>(h.momentum), damp = static_cast<A>(h.dampening),
           wd = static_cast<A>(h.weight_decay);
-  for_each_element(lists.numel[t], [&](int64_t i) {
-    A gi = static_cast<A>(to_acc(g[i])) * inv;
+  // One element: gradient and parameter in, momentum buffer updated in place, new parameter out.
+  auto update = [&](A gi, A x, P& b_s) -> P {
+    gi *= inv;
     if (h.maximize) gi = -gi;
-    const A x = static_cast<A>(to_acc(p[i]));
     if (wd != A(0)) gi += wd * x;
     if (mom != A(0)) {
-      A b = first ? gi : mom * static_cast<A>(to_acc(buf[i])) + (A(1) - damp) * gi;
-      buf[i] = from_acc<P>(b);
-      b = static_cast<A>(to_acc(buf[i]));
+      b_s = from_acc<P>(first ? gi : mom * static_cast<A>(to_acc(b_s)) + (A(1) - damp) * gi);
+      const A b = static_cast<A>(to_acc(b_s));  // as stored
       gi = h.nesterov ? gi + mom * b : b;
     }
-    const P nx = from_acc<P>(x - lr * gi);
+    return from_acc<P>(x - lr * gi);
+  };
+  if (vec4) {
+    for_each_element(lists.numel[t] / 4, [&](int64_t q) {
+      Vec<P, 4> pv = reinterpret_cast<const Vec<P, 4>*>(p)[q];
+      const Vec<G, 4> gv = reinterpret_cast<const Vec<G, 4>*>(g)[q];
+      Vec<P, 4> bv{};
+      if (mom != A(0)) bv = reinterpret_cast<const Vec<P, 4>*>(buf)[q];
+      Vec<G, 4> wv{};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        pv.v[e] = update(static_cast<A>(to_acc(gv.v[e])), static_cast<A>(to_acc(pv.v[e])), bv.v[e]);
+        if (has_working) wv.v[e] = from_acc<G>(to_acc(pv.v[e]));
+      }
+      reinterpret_cast<Vec<P, 4>*>(p)[q] = pv;
+      if (mom != A(0)) reinterpret_cast<Vec<P, 4>*>(buf)[q] = bv;
+      if (has_working) reinterpret_cast<Vec<G, 4>*>(w)[q] = wv;
+    });
+    return;
+  }
+  for_each_element(lists.numel[t], [&](int64_t i) {
+    P unused{};
+    const P nx = update(static_cast<A>(to_acc(g[i])), static_cast<A>(to_acc(p[i])), mom != A(0) ? buf[i] : unused);
     p[i] = nx;
     if (has_working) w[i] = from_acc<G>(to_acc(nx));
   });
@@ -191,6 +213,17 @@ void in_batches(size_t n, Fill&& fill, Launch&& launch) {
     }
     if (max_numel > 0) launch(lists, count, max_numel);
   }
+}
+
+// Whether a launch can take 4 elements per load: every size a multiple of 4 and every
+// pointer aligned for 4 elements of the widest type (4 doubles: 32 bytes).
+template <int L> bool lists_vec4(const TensorLists<L>& l, int count) {
+  for (int j = 0; j < count; ++j) {
+    if (l.numel[j] % 4 != 0) return false;
+    for (int a = 0; a < L; ++a)
+      if (l.ptr[a][j] != nullptr && !is_aligned(l.ptr[a][j], 32)) return false;
+  }
+  return true;
 }
 
 dim3 fused_grid(const KernelContext& ctx, int count, int64_t max_numel) {
@@ -304,8 +337,9 @@ void sgd_step(const FusedStep& s, const std::vector<Tensor>& momentum_bufs, cons
             l.numel[j] = s.params[k].numel();
           },
           [&](TensorLists<4>& l, int count, int64_t max_numel) {
-            sgd_kernel<P, G><<<fused_grid(ctx, count, max_numel), kFusedBlock, 0, ctx.stream>>>(
-                l, f32_or_null(s.found_inf), f32_or_null(s.inv_scale), h, has_working);
+            const bool vec4 = lists_vec4(l, count);
+            sgd_kernel<P, G><<<fused_grid(ctx, count, vec4 ? max_numel / 4 : max_numel), kFusedBlock, 0, ctx.stream>>>(
+                l, f32_or_null(s.found_inf), f32_or_null(s.inv_scale), h, has_working, vec4);
             AG_CUDA_CHECK_LAUNCH();
           });
     });
@@ -336,13 +370,8 @@ void adam_step(const FusedStep& s, const std::vector<Tensor>& exp_avgs, const st
             l.numel[j] = s.params[k].numel();
           },
           [&](TensorLists<6>& l, int count, int64_t max_numel) {
-            bool vec4 = true;  // every pointer aligned for 4 elements, every size a multiple of 4
-            for (int j = 0; j < count; ++j) {
-              vec4 = vec4 && l.numel[j] % 4 == 0;
-              for (int a = 0; a < 6; ++a) vec4 = vec4 && (l.ptr[a][j] == nullptr || is_aligned(l.ptr[a][j], 32));  // 4 doubles
-            }
-            const int64_t per_thread = vec4 ? 4 : 1;
-            adam_kernel<P, G><<<fused_grid(ctx, count, max_numel / per_thread), kFusedBlock, 0, ctx.stream>>>(
+            const bool vec4 = lists_vec4(l, count);
+            adam_kernel<P, G><<<fused_grid(ctx, count, vec4 ? max_numel / 4 : max_numel), kFusedBlock, 0, ctx.stream>>>(
                 l, f32_or_null(s.found_inf), f32_or_null(s.inv_scale), h, has_working, vec4);
             AG_CUDA_CHECK_LAUNCH();
           });
