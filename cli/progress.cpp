@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 
 #include <fmt/format.h>
@@ -22,20 +23,23 @@ std::string Progress::line(const StepStats& s) const {
                      s.steps, s.images_per_s, s.loss, scale, eta);
 }
 
+bool Progress::due(int64_t step, int64_t steps) const {
+  if (terminal_)
+    return step == steps || std::chrono::steady_clock::now() - last_draw_ >= std::chrono::milliseconds(100);
+  return 10 * step / std::max<int64_t>(steps, 1) != last_decile_;
+}
+
 void Progress::update(const StepStats& s) {
-  auto now = std::chrono::steady_clock::now();
+  if (!due(s.step, s.steps)) return;
   if (terminal_) {
-    if (now - last_draw_ < std::chrono::milliseconds(100) && s.step != s.steps) return;
-    last_draw_ = now;
+    last_draw_ = std::chrono::steady_clock::now();
     const int width = 24;
     const int filled = static_cast<int>(width * s.step / std::max<int64_t>(s.steps, 1));
     std::printf("\r[%s%s] %s", std::string(filled, '#').c_str(), std::string(width - filled, '.').c_str(),
                 line(s).c_str());
     std::fflush(stdout);
   } else {
-    const int64_t decile = 10 * s.step / std::max<int64_t>(s.steps, 1);
-    if (decile == last_decile_) return;
-    last_decile_ = decile;
+    last_decile_ = 10 * s.step / std::max<int64_t>(s.steps, 1);
     std::printf("%s\n", line(s).c_str());
     std::fflush(stdout);
   }

@@ -18,7 +18,9 @@ struct StepStats {
 class Progress {
  public:
   Progress(int epoch, int epochs, bool terminal);
-  // Called every step; draws at most every 100 ms (terminal) or every 10% (lines).
+  // Whether update() would draw now: at most every 100 ms (terminal) or every 10% (lines).
+  // Callers gather the stats, which synchronize with the device, only then.
+  bool due(int64_t step, int64_t steps) const;
   void update(const StepStats& s);
   void finish(const StepStats& s);
 

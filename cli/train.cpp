@@ -170,13 +170,12 @@ void run_train(const TrainArgs& a) {
       st.step = i + 1;
       const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       st.images_per_s = static_cast<double>((i + 1) * a.batch_size) / std::max(secs, 1e-9);
-      // Reading values synchronizes; the bar asks at most ten times a second.
-      auto value = [](const Tensor& t) { return t.item<double>(); };
-      if (terminal || 10 * st.step / st.steps != 10 * (st.step - 1) / st.steps || st.step == st.steps) {
-        st.loss = value(loss);
+      // Reading values synchronizes: only when the bar or a line is due.
+      if (progress.due(st.step, st.steps)) {
+        st.loss = loss.item<double>();
         st.scale = scaler.is_enabled() ? scaler.get_scale() : 0;
         st.skipped = skipped_total;
-        for (const Tensor& f : log.found_inf) st.skipped += f.item<double>() != 0;  // cheap: rarely drawn
+        if (!log.found_inf.empty()) st.skipped += sum(ne(stack(log.found_inf, 0), 0.0)).item<int64_t>();
         progress.update(st);
       }
     }
