@@ -1,0 +1,501 @@
+// cuDNN graph API for convolution: descriptors, engine configurations filtered by numerics,
+// execution plans chosen by heuristics or timing and cached per geometry, variant packs.
+#include "cuda/cudnn_plan.h"
+
+#include <array>
+#include <limits>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <vector>
+
+#include "cuda/check.h"
+#include "cuda/kernels.h"
+#include "cuda/runtime.h"
+
+namespace ampgrad::cuda {
+
+namespace detail {
+void throw_cudnn_error(int status, const char* call, const char* file, int line) {
+  char last[1024] = {};
+  cudnnGetLastErrorString(last, sizeof(last));
+  last[sizeof(last) - 1] = '\0';
+  throw Error(fmt::format("cuDNN error: {} failed: {}{}{} (at {}:{})", call,
+                          cudnnGetErrorString(static_cast<cudnnStatus_t>(status)), last[0] ? ": " : "", last, file,
+                          line));
+}
+}  // namespace detail
+
+namespace dnn {
+
+// Note [cuDNN plans]
+// cuDNN 9's legacy calls (cudnnConvolutionForward and friends) are a shim over the graph API:
+// every call builds an operation graph and an execution plan again, which costs more host
+// time than a small convolution runs on the device, and they reach only the engines that map
+// to the old algorithm enums. ampgrad builds the graph itself, once per ConvGeometry: tensor,
+// convolution and operation descriptors, an operation graph, engine configurations from
+// heuristics mode A and then the fallback list, and a finalized execution plan. A call then
+// costs a map lookup, a workspace from the caching allocator and a variant pack.
+// Numerics filter the engines: none that down-converts its inputs; for float32 no tensor-core
+// (TF32) engine unless allow_tf32(); none that reduces in reduced precision, so float16 and
+// bfloat16 accumulate in float32 (DESIGN.md). Non-deterministic engines are allowed, as in
+// PyTorch's default.
+// Benchmark mode (cudnn.benchmark): up to kMaxTimed candidate plans each run once to warm up,
+// then three times between CUDA events into a scratch output; the fastest is cached. Timing
+// synchronizes, so while the stream is captured into a CUDA graph only cached plans are used
+// and a new geometry takes the heuristics' first plan. A geometry no engine supports is cached
+// as such (channels-last float32 may have none: the caller retries in NCHW).
+
+namespace {
+
+constexpr int kMaxDevices = 64;
+constexpr int kMaxTimed = 12;
+constexpr int64_t kUidX = 1, kUidW = 2, kUidY = 3;
+
+struct HandleState {
+  std::once_flag once;
+  cudnnHandle_t handle = nullptr;
+};
+
+// One owner of a backend descriptor.
+class Desc {
+ public:
+  explicit Desc(cudnnBackendDescriptorType_t type) { AG_CUDNN_CHECK(cudnnBackendCreateDescriptor(type, &d_)); }
+  ~Desc() { (void)cudnnBackendDestroyDescriptor(d_); }
+  Desc(const Desc&) = delete;
+  Desc& operator=(const Desc&) = delete;
+  cudnnBackendDescriptor_t get() const { return d_; }
+  void set(cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type, int64_t count, const void* values) {
+    AG_CUDNN_CHECK(cudnnBackendSetAttribute(d_, name, type, count, values));
+  }
+  void set(cudnnBackendAttributeName_t name, const Desc& other) {
+    cudnnBackendDescriptor_t v = other.get();
+    set(name, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &v);
+  }
+  void finalize() { AG_CUDNN_CHECK(cudnnBackendFinalize(d_)); }
+
+ private:
+  cudnnBackendDescriptor_t d_ = nullptr;
+};
+using DescPtr = std::shared_ptr<Desc>;
+
+struct Plan {
+  std::vector<DescPtr> parts;  // the descriptors the plan was built from, kept alive with it
+  DescPtr plan;
+  int64_t workspace = 0;
+};
+using PlanPtr = std::shared_ptr<const Plan>;
+
+cudnnDataType_t dnn_type(DType t) {
+  switch (t) {
+    case DType::Float32: return CUDNN_DATA_FLOAT;
+    case DType::Float16: return CUDNN_DATA_HALF;
+    case DType::BFloat16: return CUDNN_DATA_BFLOAT16;
+    case DType::Float64: return CUDNN_DATA_DOUBLE;
+    default: break;
+  }
+  AG_CHECK(false, "conv2d on cuda: dtype {} is not supported (cuDNN takes float16, bfloat16, float32, float64)",
+           dtype_name(t));
+  return CUDNN_DATA_FLOAT;  // unreachable: AG_CHECK threw
+}
+
+// Strides of a packed [N, C, H, W] (or [K, C/g, kh, kw]) tensor stored as NCHW or NHWC.
+std::array<int64_t, 4> packed_strides(const std::array<int64_t, 4>& s, bool nhwc) {
+  std::array<int64_t, 4> st{};
+  int64_t e = 1;
+  for (int d : nhwc ? std::array<int, 4>{1, 3, 2, 0} : std::array<int, 4>{3, 2, 1, 0}) {
+    st[static_cast<size_t>(d)] = e;
+    e *= s[static_cast<size_t>(d)];
+  }
+  return st;
+}
+
+DescPtr tensor_desc(int64_t uid, cudnnDataType_t type, const std::array<int64_t, 4>& dims, bool nhwc) {
+  auto t = std::make_shared<Desc>(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
+  const std::array<int64_t, 4> strides = packed_strides(dims, nhwc);
+  const int64_t alignment = 16;  // the caller passes 16-byte-aligned pointers only
+  t->set(CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &type);
+  t->set(CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dims.data());
+  t->set(CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, strides.data());
+  t->set(CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid);
+  t->set(CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &alignment);
+  t->finalize();
+  return t;
+}
+
+DescPtr conv_desc(const ConvGeometry& g) {
+  auto c = std::make_shared<Desc>(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR);
+  const cudnnDataType_t compute = g.dtype == DType::Float64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
+  const cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
+  const int64_t spatial = 2;
+  const std::array<int64_t, 2> stride{g.window[0], g.window[1]}, pad{g.window[2], g.window[3]},
+      dilation{g.window[4], g.window[5]};
+  c->set(CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &compute);
+  c->set(CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode);
+  c->set(CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, 1, &spatial);
+  c->set(CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, 2, stride.data());
+  c->set(CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, 2, pad.data());
+  c->set(CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, 2, pad.data());
+  c->set(CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, 2, dilation.data());
+  c->finalize();
+  return c;
+}
+
+// The pass's operation: which attributes name x, w, y, alpha and beta.
+struct OpAttrs {
+  cudnnBackendDescriptorType_t type;
+  cudnnBackendAttributeName_t x, w, y, conv, alpha, beta;
+};
+OpAttrs op_attrs(Pass p) {
+  switch (p) {
+    case Pass::Forward:
+      return {CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA};
+    case Pass::BackwardData:
+      return {CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA};
+    case Pass::BackwardFilter:
+      return {CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA};
+  }
+  AG_INTERNAL_ASSERT(false, "unknown convolution pass");
+  return {};
+}
+
+// The operation graph of one pass, and the descriptors it holds.
+std::vector<DescPtr> operation_graph(const ConvGeometry& g, cudnnHandle_t h) {
+  const cudnnDataType_t type = dnn_type(g.dtype);
+  DescPtr x = tensor_desc(kUidX, type, g.x, g.nhwc), w = tensor_desc(kUidW, type, g.w, g.nhwc),
+          y = tensor_desc(kUidY, type, g.y, g.nhwc), conv = conv_desc(g);
+  const OpAttrs a = op_attrs(g.pass);
+  auto op = std::make_shared<Desc>(a.type);
+  op->set(a.x, *x);
+  op->set(a.w, *w);
+  op->set(a.y, *y);
+  op->set(a.conv, *conv);
+  // Scaling factors in the compute type: double for float64 data, float otherwise.
+  const double alpha_d = 1, beta_d = g.accumulate ? 1 : 0;
+  const float alpha_f = 1, beta_f = g.accumulate ? 1.0f : 0.0f;
+  if (g.dtype == DType::Float64) {
+    op->set(a.alpha, CUDNN_TYPE_DOUBLE, 1, &alpha_d);
+    op->set(a.beta, CUDNN_TYPE_DOUBLE, 1, &beta_d);
+  } else {
+    op->set(a.alpha, CUDNN_TYPE_FLOAT, 1, &alpha_f);
+    op->set(a.beta, CUDNN_TYPE_FLOAT, 1, &beta_f);
+  }
+  op->finalize();
+  auto graph = std::make_shared<Desc>(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
+  cudnnBackendDescriptor_t ops[] = {op->get()};
+  graph->set(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, ops);
+  graph->set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &h);
+  graph->finalize();
+  return {graph, op, conv, x, w, y};  // the graph first
+}
+
+// The engine configurations one heuristics mode proposes, best first (none when the mode
+// has nothing for this graph).
+std::vector<DescPtr> engine_configs(const Desc& graph, cudnnBackendHeurMode_t mode) {
+  Desc heur(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
+  heur.set(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph);
+  heur.set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
+  if (cudnnBackendFinalize(heur.get()) != CUDNN_STATUS_SUCCESS) return {};
+  int64_t count = 0;
+  if (cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count,
+                               nullptr) != CUDNN_STATUS_SUCCESS)
+    return {};
+  std::vector<DescPtr> cfgs;
+  std::vector<cudnnBackendDescriptor_t> raw;
+  for (int64_t i = 0; i < count; ++i) {
+    cfgs.push_back(std::make_shared<Desc>(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR));
+    raw.push_back(cfgs.back()->get());
+  }
+  int64_t got = 0;
+  AG_CUDNN_CHECK(cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                                          count, &got, raw.data()));
+  cfgs.resize(static_cast<size_t>(std::min(got, count)));
+  return cfgs;
+}
+
+struct EngineInfo {
+  int64_t index = -1;
+  bool allowed = true;
+};
+
+// The engine behind a configuration and whether its numerics are allowed (Note [cuDNN plans]).
+EngineInfo engine_info(const Desc& cfg, const ConvGeometry& g) {
+  Desc engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
+  cudnnBackendDescriptor_t e = engine.get();
+  int64_t n = 0;
+  AG_CUDNN_CHECK(
+      cudnnBackendGetAttribute(cfg.get(), CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &e));
+  EngineInfo info;
+  AG_CUDNN_CHECK(cudnnBackendGetAttribute(e, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &n, &info.index));
+  std::array<cudnnBackendNumericalNote_t, CUDNN_NUMERICAL_NOTE_TYPE_COUNT> notes{};
+  AG_CUDNN_CHECK(cudnnBackendGetAttribute(e, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
+                                          static_cast<int64_t>(notes.size()), &n, notes.data()));
+  for (int64_t i = 0; i < std::min<int64_t>(n, static_cast<int64_t>(notes.size())); ++i) {
+    switch (notes[static_cast<size_t>(i)]) {
+      case CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS:
+      case CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION: info.allowed = false; break;
+      case CUDNN_NUMERICAL_NOTE_TENSOR_CORE:
+        if (g.dtype == DType::Float32 && !g.tf32) info.allowed = false;
+        break;
+      default: break;
+    }
+  }
+  return info;
+}
+
+// Execution plans for one geometry, in the heuristics' order, built on demand.
+class PlanSource {
+ public:
+  PlanSource(const ConvGeometry& g, cudnnHandle_t h) : h_(h) {
+    parts_ = operation_graph(g, h);
+    std::set<int64_t> seen;
+    for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
+      for (DescPtr& cfg : engine_configs(*parts_.front(), mode)) {
+        const EngineInfo info = engine_info(*cfg, g);
+        if (info.allowed && seen.insert(info.index).second) cfgs_.push_back(std::move(cfg));
+      }
+    }
+  }
+
+  // The next configuration that finalizes into a plan; nullptr when there is none.
+  PlanPtr next() {
+    while (i_ < cfgs_.size()) {
+      const DescPtr& cfg = cfgs_[i_++];
+      auto plan = std::make_shared<Desc>(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+      plan->set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h_);
+      plan->set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, *cfg);
+      if (cudnnBackendFinalize(plan->get()) != CUDNN_STATUS_SUCCESS) continue;  // engine cannot run this graph
+      auto p = std::make_shared<Plan>();
+      p->parts = parts_;
+      p->parts.push_back(cfg);
+      p->plan = plan;
+      int64_t n = 0;
+      AG_CUDNN_CHECK(cudnnBackendGetAttribute(plan->get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+                                              CUDNN_TYPE_INT64, 1, &n, &p->workspace));
+      return p;
+    }
+    return nullptr;
+  }
+
+  size_t configs() const { return cfgs_.size(); }
+
+ private:
+  cudnnHandle_t h_;
+  std::vector<DescPtr> parts_;
+  std::vector<DescPtr> cfgs_;
+  size_t i_ = 0;
+};
+
+Tensor workspace(int device, int64_t bytes) {
+  return empty({bytes}, TensorOptions(kUInt8).device(Device(kCUDA, device)));
+}
+
+void execute(cudnnHandle_t h, const Plan& p, void* x, void* w, void* y, void* ws) {
+  Desc pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
+  const int64_t uids[] = {kUidX, kUidW, kUidY};
+  void* ptrs[] = {x, w, y};
+  pack.set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 3, uids);
+  pack.set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 3, ptrs);
+  pack.set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws);
+  pack.finalize();
+  AG_CUDNN_CHECK(cudnnBackendExecute(h, p.plan->get(), pack.get()));
+}
+
+int64_t numel(const std::array<int64_t, 4>& s) { return s[0] * s[1] * s[2] * s[3]; }
+
+// Mean milliseconds of three runs after one warm-up, or infinity when the workspace cannot be
+// allocated. The pass writes into `scratch`, never into the caller's output.
+float time_plan(const ConvGeometry& g, cudnnHandle_t h, const Plan& p, void* x, void* w, void* y, void* scratch) {
+  Tensor ws;
+  try {
+    if (p.workspace > 0) ws = workspace(g.device, p.workspace);
+  } catch (const Error&) {
+    return std::numeric_limits<float>::infinity();
+  }
+  void* wsp = p.workspace > 0 ? ws.data_ptr() : nullptr;
+  void* xs = g.pass == Pass::BackwardData ? scratch : x;
+  void* wsc = g.pass == Pass::BackwardFilter ? scratch : w;
+  void* ys = g.pass == Pass::Forward ? scratch : y;
+  cudaStream_t s = current_stream(g.device);
+  cudaEvent_t a = nullptr, b = nullptr;
+  AG_CUDA_CHECK(cudaEventCreate(&a));
+  AG_CUDA_CHECK(cudaEventCreate(&b));
+  float ms = std::numeric_limits<float>::infinity();
+  try {
+    execute(h, p, xs, wsc, ys, wsp);
+    AG_CUDA_CHECK(cudaEventRecord(a, s));
+    for (int i = 0; i < 3; ++i) execute(h, p, xs, wsc, ys, wsp);
+    AG_CUDA_CHECK(cudaEventRecord(b, s));
+    AG_CUDA_CHECK(cudaEventSynchronize(b));
+    AG_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+  } catch (...) {
+    (void)cudaEventDestroy(a);
+    (void)cudaEventDestroy(b);
+    throw;
+  }
+  AG_CUDA_CHECK(cudaEventDestroy(a));
+  AG_CUDA_CHECK(cudaEventDestroy(b));
+  return ms / 3;
+}
+
+// The fastest of the first kMaxTimed plans (Note [cuDNN plans]); nullptr when none finalizes.
+PlanPtr fastest_plan(const ConvGeometry& g, cudnnHandle_t h, void* x, void* w, void* y) {
+  PlanSource src(g, h);
+  const std::array<int64_t, 4>& out = g.pass == Pass::Forward ? g.y : (g.pass == Pass::BackwardData ? g.x : g.w);
+  Tensor scratch;
+  try {
+    scratch = workspace(g.device, numel(out) * static_cast<int64_t>(itemsize(g.dtype)));
+  } catch (const Error&) {
+    return src.next();  // no memory to time in: the heuristics' choice
+  }
+  PlanPtr best, first;
+  float best_ms = std::numeric_limits<float>::infinity();
+  for (int i = 0; i < kMaxTimed; ++i) {
+    PlanPtr p = src.next();
+    if (!p) break;
+    if (!first) first = p;
+    const float ms = time_plan(g, h, *p, x, w, y, scratch.data_ptr());
+    if (ms < best_ms) best_ms = ms, best = p;
+  }
+  return best ? best : first;  // nothing fit in memory: the heuristics' choice, to fail clearly later
+}
+
+struct Entry {
+  PlanPtr plan;     // nullptr: no engine supports the geometry
+  std::string why;  // ... and why
+};
+
+struct PlanCache {
+  std::mutex mu;
+  std::map<std::pair<ConvGeometry, bool>, Entry> plans;  // (geometry, timed)
+};
+PlanCache& plan_cache() {
+  static auto* cache = new PlanCache();  // leaked, like the handles the plans use
+  return *cache;
+}
+
+bool lookup(const ConvGeometry& g, bool timed, Entry& e) {
+  PlanCache& c = plan_cache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  auto it = c.plans.find({g, timed});
+  if (it == c.plans.end()) return false;
+  e = it->second;
+  return true;
+}
+
+void store(const ConvGeometry& g, bool timed, const Entry& e) {
+  PlanCache& c = plan_cache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  c.plans[{g, timed}] = e;
+}
+
+Entry no_engine(const PlanSource& src) {
+  return {nullptr, src.configs() == 0 ? "cuDNN's heuristics propose no engine with the required numerics"
+                                      : fmt::format("none of the {} proposed engines builds a plan", src.configs())};
+}
+
+bool capturing(int device) {
+  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  AG_CUDA_CHECK(cudaStreamIsCapturing(current_stream(device), &st));
+  return st != cudaStreamCaptureStatusNone;
+}
+
+}  // namespace
+
+cudnnHandle_t handle(int device) {
+  static auto* states = new std::array<HandleState, kMaxDevices>();  // never destroyed: plans use them
+  AG_CHECK(device >= 0 && device < kMaxDevices, "cuda: device index {} out of range", device);
+  HandleState& st = (*states)[static_cast<size_t>(device)];
+  std::call_once(st.once, [&] {
+    DeviceGuard guard(device);
+    cudnnHandle_t h = nullptr;
+    AG_CUDNN_CHECK(cudnnCreate(&h));
+    try {
+      AG_CUDNN_CHECK(cudnnSetStream(h, current_stream(device)));
+    } catch (const Error&) {
+      (void)cudnnDestroy(h);
+      throw;
+    }
+    st.handle = h;
+  });
+  return st.handle;
+}
+
+const char* pass_name(Pass p) {
+  switch (p) {
+    case Pass::Forward: return "forward";
+    case Pass::BackwardData: return "backward data";
+    case Pass::BackwardFilter: return "backward filter";
+  }
+  return "?";
+}
+
+bool run_conv(const ConvGeometry& g, void* x, void* w, void* y, bool benchmark, std::string& why) {
+  const cudnnHandle_t h = handle(g.device);
+  Entry e;
+  bool found = false;
+  if (benchmark) {
+    found = lookup(g, true, e);
+    if (!found && !capturing(g.device)) {
+      PlanPtr p = fastest_plan(g, h, x, w, y);
+      e = p ? Entry{p, ""} : Entry{nullptr, "no cuDNN engine builds a plan for it"};
+      store(g, true, e);
+      found = true;
+    }
+  }
+  if (!found && !lookup(g, false, e)) {
+    PlanSource src(g, h);
+    PlanPtr p = src.next();
+    e = p ? Entry{p, ""} : no_engine(src);
+    store(g, false, e);
+  }
+  if (!e.plan) {
+    why = e.why;
+    return false;
+  }
+  PlanPtr plan = e.plan;
+  Tensor ws;
+  if (plan->workspace > 0) {
+    try {
+      ws = workspace(g.device, plan->workspace);
+    } catch (const Error& oom) {
+      // Out of memory for this plan's workspace: the first plan that needs less and fits.
+      PlanSource src(g, h);
+      plan = nullptr;
+      while (PlanPtr p = src.next()) {
+        if (p->workspace >= e.plan->workspace) continue;
+        try {
+          if (p->workspace > 0) ws = workspace(g.device, p->workspace);
+          plan = p;
+          break;
+        } catch (const Error&) {
+        }
+      }
+      if (!plan) {
+        why = oom.what();
+        return false;
+      }
+    }
+  }
+  execute(h, *plan, x, w, y, plan->workspace > 0 ? ws.data_ptr() : nullptr);
+  return true;
+}
+
+}  // namespace dnn
+}  // namespace ampgrad::cuda

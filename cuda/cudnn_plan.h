@@ -1,0 +1,41 @@
+// cuDNN's graph (backend) API for one convolution pass: execution plans chosen by heuristics
+// or timed, cached per geometry, and run with a variant pack (Note [cuDNN plans]).
+#pragma once
+
+#include <cudnn.h>
+
+#include <array>
+#include <compare>
+#include <cstdint>
+#include <string>
+
+#include "core/dtype.h"
+
+namespace ampgrad::cuda::dnn {
+
+// The library's cuDNN handle of a device, bound to its stream (Note [CUDA stream]).
+cudnnHandle_t handle(int device);
+
+enum class Pass { Forward, BackwardData, BackwardFilter };
+const char* pass_name(Pass p);
+
+// Everything an execution plan depends on, in forward's naming: x [N, C, H, W],
+// w [K, C/groups, kh, kw], y [N, K, oh, ow], each packed in one format (groups follow from
+// C / w's second dim). The pass writes y (forward), x (backward data) or w (backward filter).
+struct ConvGeometry {
+  Pass pass = Pass::Forward;
+  int device = 0;
+  DType dtype = DType::Float32;
+  bool tf32 = false;        // float32 may round through TF32
+  bool nhwc = false;        // all three tensors channels-last
+  bool accumulate = false;  // output += result (beta = 1)
+  std::array<int64_t, 4> x{}, w{}, y{};
+  std::array<int64_t, 6> window{};  // stride h/w, padding h/w, dilation h/w
+  auto operator<=>(const ConvGeometry&) const = default;
+};
+
+// Runs the pass on 16-byte-aligned packed tensors. False (and `why`) when no cuDNN engine
+// can run this geometry; throws ag::Error on any other cuDNN or CUDA failure.
+bool run_conv(const ConvGeometry& g, void* x, void* w, void* y, bool benchmark, std::string& why);
+
+}  // namespace ampgrad::cuda::dnn
