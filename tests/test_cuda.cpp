@@ -374,6 +374,32 @@ TEST_CASE("cuda: allocator statistics", "[cuda]") {
   CHECK(ag::cuda::memory_stats().peak_allocated == after.allocated);
 }
 
+TEST_CASE("cuda: small blocks are reused from the host-side cache, in stream order", "[cuda]") {
+  if (skip_without_cuda()) return;
+  const auto opt = ag::TensorOptions(ag::kFloat32).device(kGpu);
+  ag::cuda::synchronize();
+  const ag::cuda::MemoryStats before = ag::cuda::memory_stats();
+  void* first = nullptr;
+  {
+    ag::Tensor a = ag::full({1000}, 3.0, opt);  // 4000 bytes: a 4096-byte size class
+    first = a.data_ptr();
+    CHECK(ag::cuda::memory_stats().allocated == before.allocated + 4096);
+  }
+  CHECK(ag::cuda::memory_stats().allocated == before.allocated);
+  // Same size class: the block just freed comes back without a driver call. The kernel that
+  // filled it may still be queued; the new one runs after it on the same stream.
+  ag::Tensor b = ag::full({1001}, 5.0, opt);
+  CHECK(b.data_ptr() == first);
+  CHECK(ag::sum(b).item<float>() == 5005.0f);
+  // A block of another size class does not take it.
+  ag::Tensor c = ag::full({2000}, 1.0, opt);
+  CHECK(c.data_ptr() != first);
+  b = ag::Tensor();
+  ag::cuda::empty_cache();  // the cached blocks go back to the pool, and the pool to the driver
+  CHECK(ag::cuda::memory_stats().allocated == before.allocated + 8192);
+  CHECK(ag::sum(c).item<float>() == 2000.0f);
+}
+
 TEST_CASE("cuda: out of memory is an ag::Error and the process stays usable", "[cuda]") {
   if (skip_without_cuda()) return;
   const size_t total = ag::cuda::device_properties(0).total_memory;
