@@ -9,8 +9,11 @@
 #include "cli/bench_timer.h"
 
 namespace ag = ampgrad;
-// Device time of fn on CUDA, median of 30 runs after 5 warm-ups (cli/bench_timer.h).
-double median_ms(const std::function<void()>& fn) { return ag::cli::median_ms(ag::Device(ag::kCUDA), fn); }
+// Device time of one call of fn on CUDA: median of 30 samples of 10 back-to-back calls after
+// 5 warm-ups (cli/bench_timer.h).
+double median_ms(const std::function<void()>& fn) {
+  return ag::cli::median_ms(ag::Device(ag::kCUDA), fn, 5, 30, ag::cli::kOpCalls);
+}
 
 namespace {
 
@@ -40,7 +43,7 @@ void bench_mm() {
   void* ws = nullptr;
   AG_CUDA_CHECK(cudaMalloc(&ws, ws_bytes));
   AG_CUBLAS_CHECK(cublasSetWorkspace(h, ws, ws_bytes));
-  std::printf("\n## mm: ag::mm vs raw cublasGemmEx, square n x n, TFLOP/s (median of 30 after 5 warm-ups)\n\n");
+  std::printf("\n## mm: ag::mm vs raw cublasGemmEx, square n x n, TFLOP/s (median of 30 samples of 10 calls after 5 warm-ups)\n\n");
   std::printf("| dtype | n | ag::mm | raw cuBLAS | ratio |\n|---|---|---|---|---|\n");
   const GemmCase cases[] = {{"f32", ag::kFloat32, false}, {"tf32", ag::kFloat32, true},
                             {"f16", ag::kFloat16, false}, {"bf16", ag::kBFloat16, false}};
@@ -85,6 +88,17 @@ void bench_bandwidth() {
   }
 }
 
+// Host microseconds per call of fn: 10,000 calls after 1,000 warm-ups, no sync inside.
+double host_us(const std::function<void()>& fn) {
+  for (int i = 0; i < 1000; ++i) fn();  // warm the allocator and caches
+  ag::cuda::synchronize();
+  auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 10000; ++i) fn();
+  double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / 10000;
+  ag::cuda::synchronize();
+  return us;
+}
+
 void bench_host_overhead() {
   std::printf("\n## Host time per small op: 10,000 adds of 1,000 elements (wall clock, no sync inside)\n\n");
   std::printf("| device | autograd recording | us per op |\n|---|---|---|\n");
@@ -93,15 +107,21 @@ void bench_host_overhead() {
       ag::Tensor a = ag::randn({1000}, ag::TensorOptions().device(dev));
       ag::Tensor b = ag::randn({1000}, ag::TensorOptions().device(dev));
       if (grad) a.requires_grad_();
-      for (int i = 0; i < 1000; ++i) ag::Tensor r = ag::add(a, b);  // warm the allocator and caches
-      ag::cuda::synchronize();
-      auto t0 = std::chrono::steady_clock::now();
-      for (int i = 0; i < 10000; ++i) ag::Tensor r = ag::add(a, b);
-      double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / 10000;
-      ag::cuda::synchronize();
+      const double us = host_us([&] { ag::Tensor r = ag::add(a, b); });
       std::printf("| %s | %s | %.2f |\n", dev.str().c_str(), grad ? "yes" : "no", us);
     }
   }
+  // Where a CUDA op's host time goes: the allocation alone, the op without one (in place),
+  // and a bare cudaMemsetAsync as the floor of any call that queues device work.
+  ag::Tensor a = ag::randn({1000}, ag::TensorOptions().device(ag::kCUDA));
+  ag::Tensor b = ag::randn({1000}, ag::TensorOptions().device(ag::kCUDA));
+  std::printf("\n| CUDA part | us per call |\n|---|---|\n");
+  std::printf("| ag::empty({1000}) (allocate + free) | %.2f |\n",
+              host_us([&] { ag::Tensor r = ag::empty({1000}, a.options()); }));
+  std::printf("| a.add_(b) (dispatch + launch, no allocation) | %.2f |\n", host_us([&] { a.add_(b); }));
+  std::printf("| cudaMemsetAsync (driver floor) | %.2f |\n", host_us([&] {
+                AG_CUDA_CHECK(cudaMemsetAsync(a.data_ptr(), 0, 4000, ag::cuda::current_stream()));
+              }));
 }
 
 }  // namespace

@@ -13,7 +13,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 
-def median_ms(fn, warmup=5, reps=30):
+def median_ms(fn, warmup=5, reps=30, calls=1):
+    """Median over reps samples of the mean time of `calls` back-to-back calls (as cli/bench_timer.h)."""
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
@@ -21,12 +22,15 @@ def median_ms(fn, warmup=5, reps=30):
     for _ in range(reps):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         a.record()
-        fn()
+        for _ in range(calls):
+            fn()
         b.record()
         b.synchronize()
-        times.append(a.elapsed_time(b))
+        times.append(a.elapsed_time(b) / calls)
     return statistics.median(times)
 
+
+OP_CALLS = 10  # calls per sample for single-op cases, as ampgrad's kOpCalls
 
 DTYPES = {"f32": torch.float32, "tf32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
 
@@ -41,7 +45,7 @@ def torch_matmul(row, reps):
     set_tf32(p == "tf32")
     a = torch.randn(n, n, device="cuda").to(DTYPES[p])
     b = torch.randn(n, n, device="cuda").to(DTYPES[p])
-    ms = median_ms(lambda: torch.mm(a, b), 3, reps)
+    ms = median_ms(lambda: torch.mm(a, b), 3, reps, OP_CALLS)
     return {"ms": ms, "tflops": 2 * n ** 3 / (ms * 1e-3) / 1e12}
 
 
@@ -54,13 +58,13 @@ def torch_conv(row, reps):
     x = torch.randn(n, c, h, h, device="cuda").to(DTYPES[p]).to(memory_format=fmt).requires_grad_()
     w = (torch.randn(k, c, 3, 3, device="cuda") / (9 * c) ** 0.5).to(DTYPES[p]).to(memory_format=fmt).requires_grad_()
     with torch.no_grad():
-        fwd = median_ms(lambda: F.conv2d(x, w, padding=1), 3, reps)
+        fwd = median_ms(lambda: F.conv2d(x, w, padding=1), 3, reps, OP_CALLS)
     g = torch.ones(n, k, h, h, device="cuda", dtype=DTYPES[p]).to(memory_format=fmt)
 
     def both():
         F.conv2d(x, w, padding=1).backward(g)
 
-    both_ms = median_ms(both, 3, reps)
+    both_ms = median_ms(both, 3, reps, OP_CALLS)
     flop = 2 * n * k * h * h * c * 9
     return {"fwd_ms": fwd, "fwd_tflops": flop / (fwd * 1e-3) / 1e12, "fwd_bwd_ms": both_ms,
             "fwd_bwd_tflops": 3 * flop / (both_ms * 1e-3) / 1e12}

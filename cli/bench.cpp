@@ -59,7 +59,7 @@ nlohmann::json bench_matmul(const BenchOptions& o) {
       TfGuard tf(p.tf32);
       Tensor c = mm(a, b);
       const double err = rel_error(c, ref);
-      const double ms = median_ms(o.device, [&] { Tensor r = mm(a, b); }, 3, o.reps);
+      const double ms = median_ms(o.device, [&] { Tensor r = mm(a, b); }, 3, o.reps, kOpCalls);
       const double tflops = 2.0 * n * n * n / (ms * 1e-3) / 1e12;
       peak = std::max(peak, tflops);
       prow.push_back({{"suite", "matmul"}, {"precision", p.name}, {"n", n}, {"ms", ms}, {"tflops", tflops},
@@ -121,12 +121,12 @@ nlohmann::json bench_conv(const BenchOptions& o) {
           out = conv2d(x, w, Tensor(), {1, 1}, {1, 1});
         }
         const double err = rel_error(out, ref);
-        const double fwd = median_ms(o.device, [&] { NoGradGuard ng; Tensor r = conv2d(x, w, Tensor(), {1, 1}, {1, 1}); }, 3, o.reps);
+        const double fwd = median_ms(o.device, [&] { NoGradGuard ng; Tensor r = conv2d(x, w, Tensor(), {1, 1}, {1, 1}); }, 3, o.reps, kOpCalls);
         Tensor g = ones_like(out);
         const double both = median_ms(o.device, [&] {
           Tensor r = conv2d(x, w, Tensor(), {1, 1}, {1, 1});
           r.backward(g);
-        }, 3, o.reps);
+        }, 3, o.reps, kOpCalls);
         nlohmann::json r{{"suite", "conv"}, {"precision", p.name}, {"layout", nhwc ? "NHWC" : "NCHW"},
                          {"n", s.n}, {"c", s.c}, {"h", s.h}, {"k", s.k}, {"fwd_ms", fwd},
                          {"fwd_tflops", flop / (fwd * 1e-3) / 1e12}, {"fwd_bwd_ms", both},

@@ -3,7 +3,9 @@
 # every test binary (the [cuda] cases run for real), then the [cuda] cases under
 # compute-sanitizer memcheck (memory errors only: the tests provoke API errors on purpose,
 # an out-of-memory and a synchronization inside a graph capture), then the benchmarks. Logs go to $OUT when it is set.
-# Usage: bash dist/gpu/gpu_run.sh [tests|memcheck|bench|train|all]  (default: all)
+# "profile" prints host time per step part and a per-kernel device-time table (ncu) of one
+# training step of the small and the wide MLP (benchmarks/profile_step.cpp).
+# Usage: bash dist/gpu/gpu_run.sh [tests|memcheck|bench|train|profile|all]  (default: all)
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 out="${OUT:-/tmp}"
@@ -43,6 +45,17 @@ if [ "$what" = all ] || [ "$what" = bench ]; then
     echo "=== PyTorch side by side"
     python3 "$repo/benchmarks/compare_torch.py" "$out/ampgrad_bench.json" 2>&1 | tee "$out/compare_torch.md"
   fi
+fi
+if [ "$what" = profile ]; then
+  repo="$(cd "$here/../.." && pwd)"
+  for c in "mlp 64 fp32" "mlp 64 amp" "wide 4096 fp32" "wide 4096 amp"; do
+    set -- $c
+    echo "=== profile_step $c"
+    ncu --profile-from-start off --metrics gpu__time_duration.sum --csv "$here/profile_step" $c \
+      > "$out/ncu_$1_$2_$3.csv" 2> "$out/ncu_$1_$2_$3.err"
+    grep -h "host us" "$out/ncu_$1_$2_$3.csv" || tail -n 5 "$out/ncu_$1_$2_$3.err"
+    python3 "$repo/benchmarks/ncu_summary.py" "$out/ncu_$1_$2_$3.csv" | head -n 25
+  done
 fi
 if [ "$what" = all ] || [ "$what" = train ]; then
   data="$here/../data"

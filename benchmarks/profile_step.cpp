@@ -1,0 +1,88 @@
+// One training step (forward, backward, scaled SGD step) between cudaProfilerStart and
+// cudaProfilerStop, after warm-ups, for per-kernel profiles:
+//   ncu --profile-from-start off --metrics gpu__time_duration.sum --csv profile_step wide 4096 amp
+// Models: mlp (784-512-512-10) and wide (4x Linear(4096)); precision: fp32 or amp (fp16 + GradScaler).
+#include <cuda_profiler_api.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include <ampgrad/ampgrad.h>
+
+#include "cuda/check.h"
+
+namespace ag = ampgrad;
+
+int main(int argc, char** argv) {
+  if (argc != 4) {
+    std::fprintf(stderr, "usage: profile_step mlp|wide BATCH fp32|amp\n");
+    return 2;
+  }
+  if (!ag::cuda::is_available()) {
+    std::printf("profile_step: no CUDA device\n");
+    return 0;
+  }
+  const std::string model = argv[1], prec = argv[3];
+  const int64_t batch = std::atoll(argv[2]);
+  const bool amp_on = prec == "amp";
+  const ag::Device dev(ag::kCUDA);
+  ag::manual_seed(0);
+  auto net = std::make_shared<ag::nn::Sequential>();
+  const int64_t in = model == "wide" ? 4096 : 784, classes = model == "wide" ? 4096 : 10;
+  const std::vector<int64_t> widths = model == "wide" ? std::vector<int64_t>{4096, 4096, 4096, 4096, 4096}
+                                                      : std::vector<int64_t>{784, 512, 512, 10};
+  for (size_t i = 0; i + 1 < widths.size(); ++i) {
+    net->push_back(std::make_shared<ag::nn::Linear>(widths[i], widths[i + 1]));
+    if (i + 2 < widths.size()) net->push_back(std::make_shared<ag::nn::ReLU>());
+  }
+  net->to(dev);
+  ag::Tensor x = ag::randn({batch, in}, ag::TensorOptions().device(dev));
+  ag::Tensor y = (ag::rand({batch}, ag::TensorOptions().device(dev)) * static_cast<double>(classes)).to(ag::kInt64);
+  ag::optim::SGD opt(net->parameters(), ag::optim::SGDOptions(0.01).momentum(0.9));
+  ag::amp::GradScaler scaler(ag::amp::GradScalerOptions().enabled(amp_on));
+  auto step = [&] {
+    opt.zero_grad(/*set_to_none=*/false);
+    ag::Tensor loss;
+    {
+      ag::amp::AutocastGuard autocast(dev.type, ag::kFloat16, amp_on);
+      loss = ag::nn::functional::cross_entropy((*net)(x), y);
+    }
+    scaler.scale(loss).backward();
+    scaler.step(opt);
+    scaler.update();
+  };
+  for (int i = 0; i < 5; ++i) step();
+  ag::cuda::synchronize();
+  // Host time of the parts of a step, averaged over 200 steps (no sync inside a step).
+  const int n = 200;
+  double fwd_us = 0, bwd_us = 0, opt_us = 0;
+  for (int i = 0; i < n; ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    opt.zero_grad(false);
+    ag::Tensor loss;
+    {
+      ag::amp::AutocastGuard autocast(dev.type, ag::kFloat16, amp_on);
+      loss = ag::nn::functional::cross_entropy((*net)(x), y);
+    }
+    auto t1 = std::chrono::steady_clock::now();
+    scaler.scale(loss).backward();
+    auto t2 = std::chrono::steady_clock::now();
+    scaler.step(opt);
+    scaler.update();
+    auto t3 = std::chrono::steady_clock::now();
+    fwd_us += std::chrono::duration<double, std::micro>(t1 - t0).count();
+    bwd_us += std::chrono::duration<double, std::micro>(t2 - t1).count();
+    opt_us += std::chrono::duration<double, std::micro>(t3 - t2).count();
+  }
+  ag::cuda::synchronize();
+  std::printf("profile_step %s batch %lld %s: host us per step: zero_grad+forward %.1f, backward %.1f, "
+              "scaler step+update %.1f\n",
+              model.c_str(), static_cast<long long>(batch), prec.c_str(), fwd_us / n, bwd_us / n, opt_us / n);
+  AG_CUDA_CHECK(cudaProfilerStart());
+  step();
+  ag::cuda::synchronize();
+  AG_CUDA_CHECK(cudaProfilerStop());
+  return 0;
+}
