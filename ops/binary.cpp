@@ -102,6 +102,50 @@ Tensor scalar_like(const Tensor& a, const Scalar& s) {
 
 }  // namespace
 
+// Note [In-place arithmetic]
+// a.add_(b) could run as add(a, b) and a copy back: two kernels and a temporary. When the
+// result's dtype is self's, other broadcasts to self's shape, self has no overlapping
+// elements (no zero stride) and other is not a different view of self's storage, the kernel
+// writes into self directly: each element is read and written by the same thread, so
+// out == x is safe. Otherwise the two-kernel path runs. Both bump self's version.
+namespace {
+bool writable_in_place(const Tensor& self) {
+  for (int64_t d = 0; d < self.dim(); ++d)
+    if (self.stride(d) == 0 && self.size(d) > 1) return false;
+  return true;
+}
+bool same_view(const Tensor& a, const Tensor& b) {
+  return a.storage_offset() == b.storage_offset() && a.shape() == b.shape() && a.strides() == b.strides() &&
+         a.dtype() == b.dtype();
+}
+}  // namespace
+
+bool binary_inplace(BinaryKind k, Tensor& self, const Tensor& other) {
+  if (!self.defined() || !other.defined() || self.device() != other.device()) return false;
+  if (result_type(self, other) != self.dtype() || self.dtype() == kBool || !writable_in_place(self)) return false;
+  if (other.storage() == self.storage() && !same_view(self, other)) return false;
+  if (broadcast_shapes("in-place", self.shape(), other.shape()) != self.shape()) return false;
+  const OpInfo& op = k == BinaryKind::Add ? kAdd : (k == BinaryKind::Sub ? kSub : (k == BinaryKind::Mul ? kMul : kDiv));
+  Tensor a = self, b = other;
+  OpScope scope(op, a, b);  // passthrough: traced, never cast
+  NoGradGuard no_grad;
+  const Tensor y = broadcast_to(cast_quietly(other, self.dtype()), self.shape());
+  if (self.numel()) kernel::binary(k, self, y, self);
+  self.bump_version();
+  scope.finish(self);
+  return true;
+}
+
+bool scalar_inplace(UnaryKind k, Tensor& self, double s) {
+  if (!self.defined() || !is_floating(self.dtype()) || !writable_in_place(self)) return false;
+  Tensor a = self;
+  OpScope scope(k == UnaryKind::AddScalar ? kAdd : kMul, a);
+  if (self.numel()) kernel::unary(k, self, self, s, 0);
+  self.bump_version();
+  scope.finish(self);
+  return true;
+}
+
 Tensor add(const Tensor& a, const Tensor& b, const Scalar& alpha) {
   if (alpha.to_double() != 1) return add(a, mul(b, alpha));
   return binary_with_grad(kAdd, BinaryKind::Add, a, b, kNeedsNothing,

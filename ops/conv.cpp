@@ -83,8 +83,8 @@ ConvGrads conv2d_cpu_backward(const Tensor& grad, const Tensor& x, const Tensor&
   return out;
 }
 
-// Output allocated in x's memory format, as cuDNN and PyTorch do.
-Tensor empty_conv_out(const Tensor& x, const Shape& shape) {
+// Output allocated in x's memory format, as cuDNN and PyTorch do (CUDA builds only).
+[[maybe_unused]] Tensor empty_conv_out(const Tensor& x, const Shape& shape) {
   if (is_channels_last(x) && !x.is_contiguous()) return empty_channels_last(shape, x.options());
   return empty(shape, x.options());
 }

@@ -106,24 +106,32 @@ Tensor& assign_result(Tensor& self, const char* op, const Tensor& result) {
 }
 }  // namespace
 
+// One kernel into this tensor where it can (Note [In-place arithmetic] in ops/binary.cpp).
 Tensor& Tensor::add_(const Tensor& o, const Scalar& alpha) {
   check_inplace("add_", *this);
+  if (alpha.to_double() == 1 && binary_inplace(BinaryKind::Add, *this, o)) return *this;
   return assign_result(*this, "add_", ampgrad::add(*this, o, alpha));
 }
 Tensor& Tensor::add_(const Scalar& o) {
   check_inplace("add_", *this);
+  if (scalar_inplace(UnaryKind::AddScalar, *this, o.to_double()))
+    return *this;
   return assign_result(*this, "add_", ampgrad::add(*this, o));
 }
 Tensor& Tensor::sub_(const Tensor& o) {
   check_inplace("sub_", *this);
+  if (binary_inplace(BinaryKind::Sub, *this, o)) return *this;
   return assign_result(*this, "sub_", ampgrad::sub(*this, o));
 }
 Tensor& Tensor::mul_(const Tensor& o) {
   check_inplace("mul_", *this);
+  if (binary_inplace(BinaryKind::Mul, *this, o)) return *this;
   return assign_result(*this, "mul_", ampgrad::mul(*this, o));
 }
 Tensor& Tensor::mul_(const Scalar& o) {
   check_inplace("mul_", *this);
+  if (scalar_inplace(UnaryKind::MulScalar, *this, o.to_double()))
+    return *this;
   return assign_result(*this, "mul_", ampgrad::mul(*this, o));
 }
 Tensor& Tensor::div_(const Scalar& o) {

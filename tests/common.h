@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,12 @@ template <class F> std::string error_message(F&& fn) {
 }
 
 inline bool cuda_available() { return ag::cuda::is_available(); }
+
+// A seed nobody chose: every run draws fresh inputs.
+inline uint64_t fresh_seed() {
+  static std::random_device rd;
+  return (static_cast<uint64_t>(rd()) << 32) | rd();
+}
 
 // `if (skip_without_cuda()) return;` at the top of a CUDA-only test case or section.
 // Prints the skip once per test case (Catch2 re-enters a test case once per section).

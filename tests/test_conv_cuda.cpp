@@ -17,10 +17,6 @@ const ag::Device kCpu(ag::kCPU);
 constexpr double kEps32 = 1.1920928955078125e-07;
 const ag::DType kFloatTypes[] = {ag::kFloat32, ag::kFloat16, ag::kBFloat16};
 
-uint64_t fresh_seed() {
-  static std::random_device rd;
-  return (static_cast<uint64_t>(rd()) << 32) | rd();
-}
 
 ag::Tensor sym(const ag::Shape& s) { return ag::rand(s) * 2.0 - 1.0; }
 

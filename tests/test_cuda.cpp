@@ -19,10 +19,6 @@ const ag::DType kFloatTypes[] = {ag::kFloat32, ag::kFloat16, ag::kBFloat16};
 const std::vector<int64_t> kSizes = {1, 7, 1023, 65537};
 constexpr double kEps32 = 1.1920928955078125e-07;
 
-uint64_t fresh_seed() {
-  static std::random_device rd;
-  return (static_cast<uint64_t>(rd()) << 32) | rd();
-}
 
 // Inputs are drawn on the CPU in float32; the harness casts and moves them.
 ag::Tensor uni(const Shape& s, double lo, double hi) { return ag::rand(s) * (hi - lo) + lo; }

@@ -90,3 +90,65 @@ TEST_CASE("ops: bool and int32 tensors in arithmetic and reductions", "[ops][int
   CHECK(same.dtype() == ag::kBool);
   check_close(same, {1, 0, 0}, 0, 0);
 }
+
+// Note [In-place arithmetic]: one kernel into self where it can, the out-of-place result
+// copied back where it cannot; both must give exactly what the out-of-place op gives.
+namespace {
+void check_inplace_forms(ag::Device dev) {
+  ag::manual_seed(fresh_seed());
+  const auto opt = ag::TensorOptions(ag::kFloat32).device(dev);
+  auto same = [](const ag::Tensor& got, const ag::Tensor& want) {
+    REQUIRE(got.shape() == want.shape());
+    CHECK(got.cpu().to_vector<double>() == want.cpu().to_vector<double>());
+  };
+  ag::Tensor a = ag::randn({5, 7}, opt), b = ag::randn({5, 7}, opt), row = ag::randn({7}, opt);
+  {
+    ag::Tensor x = a.clone();
+    const uint32_t v = x.version();
+    x.add_(b);
+    same(x, ag::add(a, b));
+    CHECK(x.version() > v);
+    x = a.clone();
+    x.mul_(row);  // other broadcast to self
+    same(x, ag::mul(a, row));
+    x = a.clone();
+    x.sub_(x);  // other is self: the same view
+    same(x, ag::zeros({5, 7}, opt));
+    x = a.clone();
+    x.add_(2.5);
+    same(x, ag::add(a, 2.5));
+    x = a.clone();
+    x.mul_(-3);
+    same(x, ag::mul(a, -3));
+  }
+  {
+    // Overlapping views of one storage: the two-kernel path, as if out of place.
+    ag::Tensor x = a.clone();
+    ag::Tensor want = ag::add(x.narrow(1, 1, 6), x.narrow(1, 0, 6));
+    ag::Tensor view = x.narrow(1, 1, 6);
+    view.add_(x.narrow(1, 0, 6));
+    same(x.narrow(1, 1, 6), want);
+  }
+  {
+    // Promotion (int self, float other) is refused as in PyTorch or goes through the fallback;
+    // a float16 self with a float32 other stays float16.
+    ag::Tensor h = a.to(ag::kFloat16);
+    ag::Tensor hx = h.clone();
+    hx.add_(b);
+    CHECK(hx.dtype() == ag::kFloat16);
+    same(hx, ag::add(h, b).to(ag::kFloat16));
+    ag::Tensor i = ag::full({4}, 3, ag::TensorOptions(ag::kInt64).device(dev));
+    i.add_(2);
+    same(i, ag::full({4}, 5, ag::TensorOptions(ag::kInt64).device(dev)));
+  }
+}
+}  // namespace
+
+TEST_CASE("ops: in-place add_, sub_, mul_ equal their out-of-place forms", "[ops][inplace]") {
+  check_inplace_forms(ag::Device(ag::kCPU));
+}
+
+TEST_CASE("ops: in-place arithmetic on cuda equals its out-of-place forms", "[cuda]") {
+  if (skip_without_cuda()) return;
+  check_inplace_forms(ag::Device(ag::kCUDA));
+}
