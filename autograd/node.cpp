@@ -75,7 +75,17 @@ Grads AccumulateGrad::apply(const Tensor& grad) {
   Tensor g = grad;
   if (leaf.grad == nullptr) {
     // Own the gradient: the incoming tensor may be shared with another branch of the graph.
-    leaf.grad = g.detach().clone().impl_ptr();
+    // It takes the leaf's layout when the leaf is dense (a channels-last input gets a
+    // channels-last gradient, as in PyTorch); parameters are contiguous, and so their grads.
+    Tensor leaf_view(leaf_);
+    if (!leaf_view.is_contiguous() && g.shape() == leaf_view.shape() && is_non_overlapping_and_dense(leaf_view)) {
+      Tensor owned = empty_preserving_layout(leaf_view);
+      NoGradGuard no_grad;
+      owned.copy_(g);
+      leaf.grad = owned.impl_ptr();
+    } else {
+      leaf.grad = g.detach().clone().impl_ptr();
+    }
   } else if (leaf.grad.use_count() == 1 && leaf.grad->dtype == g.dtype()) {
     // Nobody else holds the gradient: accumulate in place, so it keeps its memory (a
     // captured CUDA graph relies on that, Note [CUDA graphs]).

@@ -122,7 +122,9 @@ nlohmann::json bench_conv(const BenchOptions& o) {
         }
         const double err = rel_error(out, ref);
         const double fwd = median_ms(o.device, [&] { NoGradGuard ng; Tensor r = conv2d(x, w, Tensor(), {1, 1}, {1, 1}); }, 3, o.reps, kOpCalls);
-        Tensor g = ones_like(out);
+        // The incoming gradient in the output's layout, as a network's next layer (and the
+        // PyTorch side, benchmarks/compare_torch.py) would hand it over.
+        Tensor g = nhwc ? ones_like(out).to_channels_last() : ones_like(out);
         const double both = median_ms(o.device, [&] {
           Tensor r = conv2d(x, w, Tensor(), {1, 1}, {1, 1});
           r.backward(g);

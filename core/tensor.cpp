@@ -1,6 +1,9 @@
 // Tensor construction and metadata; computing methods are in ops/tensor_methods.cpp.
 #include "core/tensor.h"
 
+#include <algorithm>
+#include <vector>
+
 namespace ampgrad {
 
 int64_t Tensor::size(int64_t d) const { return shape()[wrap_dim("size", d, dim())]; }
@@ -49,6 +52,28 @@ Tensor empty(const Shape& shape, TensorOptions options) {
 }
 
 Tensor empty_like(const Tensor& t) { return empty(t.shape(), t.options()); }
+
+bool is_non_overlapping_and_dense(const Tensor& t) {
+  if (t.is_contiguous()) return true;
+  const Shape& sz = t.shape();
+  const Shape& st = t.strides();
+  std::vector<size_t> order(sz.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return st[a] < st[b]; });
+  int64_t expected = 1;
+  for (size_t d : order) {
+    if (sz[d] == 1) continue;
+    if (st[d] != expected) return false;
+    expected *= sz[d];
+  }
+  return true;
+}
+
+Tensor empty_preserving_layout(const Tensor& t) {
+  if (t.is_contiguous() || !is_non_overlapping_and_dense(t)) return empty(t.shape(), t.options());
+  Tensor block = empty({t.numel()}, t.options());
+  return alias_with(block, t.shape(), t.strides(), 0);
+}
 
 Tensor alias_with(const Tensor& t, Shape sizes, Shape strides, int64_t offset) {
   return make_tensor(t.storage(), std::move(sizes), std::move(strides), offset, t.dtype());

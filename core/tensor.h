@@ -166,6 +166,12 @@ Tensor make_tensor(std::shared_ptr<Storage> storage, Shape sizes, Shape strides,
 // Allocates an uninitialized contiguous tensor.
 Tensor empty(const Shape& shape, TensorOptions options = {});
 Tensor empty_like(const Tensor& t);
+// True when t's elements fill a block of memory exactly once in some order of its dims
+// (contiguous, channels-last, any transpose of those): PyTorch's non-overlapping-and-dense.
+bool is_non_overlapping_and_dense(const Tensor& t);
+// An uninitialized tensor laid out as t when t is non-overlapping and dense (PyTorch's
+// preserve_format), contiguous otherwise.
+Tensor empty_preserving_layout(const Tensor& t);
 // A view of `t` sharing its storage (no autograd history).
 Tensor alias_with(const Tensor& t, Shape sizes, Shape strides, int64_t offset);
 

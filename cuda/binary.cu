@@ -41,7 +41,8 @@ template <BinaryKind K, class T> __device__ __forceinline__ binary_out_t<K, T> a
   else return from_acc<T>(binary_op<K, A>(to_acc(x), to_acc(y)));
 }
 
-// x, y, out contiguous and aligned to their vector size: vectors, then a scalar tail.
+// x, y, out flat together (Note [Dense fast path]) and aligned to their vector size:
+// vectors, then a scalar tail.
 template <BinaryKind K, class T>
 __global__ void binary_kernel(const T* x, const T* y, binary_out_t<K, T>* out, int64_t n) {
   using O = binary_out_t<K, T>;
@@ -79,8 +80,7 @@ void launch_binary(const KernelContext& ctx, const Tensor& x, const Tensor& y, c
   const T* yp = ptr<const T>(y);
   O* op = ptr<O>(out);
   const int64_t n = out.numel();
-  if (x.is_contiguous() && y.is_contiguous() && out.is_contiguous() && is_aligned(xp, 16) && is_aligned(yp, 16) &&
-      is_aligned(op, sizeof(O) * V)) {
+  if (flat_together({&out, &x, &y}) && is_aligned(xp, 16) && is_aligned(yp, 16) && is_aligned(op, sizeof(O) * V)) {
     binary_kernel<K, T><<<ctx.grid_stride_blocks(n / V + 1), kBlockSize, 0, ctx.stream>>>(xp, yp, op, n);
     AG_CUDA_CHECK_LAUNCH();
     return;

@@ -150,6 +150,21 @@ class KernelContext {
 
 template <class T> T* ptr(const Tensor& t) { return static_cast<T*>(t.data_ptr()); }
 
+// Note [Dense fast path]
+// Tensors of one shape and identical strides that are non-overlapping and dense (contiguous,
+// channels-last, any transpose of those) keep corresponding elements at the same position of
+// one block of memory each, starting at data_ptr() (strides are never negative). An
+// elementwise kernel can then walk them as flat arrays of numel() elements with vector loads,
+// whatever the dims' order.
+inline bool flat_together(std::initializer_list<const Tensor*> ts) {
+  const Tensor& first = **ts.begin();
+  if (!is_non_overlapping_and_dense(first)) return false;
+  for (const Tensor* t : ts)
+    if (t->shape() != first.shape() || (t->strides() != first.strides() && !(t->is_contiguous() && first.is_contiguous())))
+      return false;
+  return true;
+}
+
 // ---- strided geometry ---------------------------------------------------------------------
 
 // Note [Strided geometry]

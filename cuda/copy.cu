@@ -27,6 +27,23 @@ template <class D, class S> __global__ void cast_kernel(const S* src, D* dst, Ge
   dst[off[0]] = cast_value<D>(src[off[1]]);
 }
 
+// Flat arrays (Note [Dense fast path]) of 4-element vectors: dst 4 * sizeof(D)-aligned, src
+// 4 * sizeof(S)-aligned; a scalar tail.
+template <class D, class S> __global__ void cast_flat_kernel(const S* src, D* dst, int64_t n) {
+  const int64_t nvec = n / 4;
+  const int64_t gid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t v = gid; v < nvec; v += step) {
+    const Vec<S, 4> in = reinterpret_cast<const Vec<S, 4>*>(src)[v];
+    Vec<D, 4> r;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) r.v[j] = cast_value<D>(in.v[j]);
+    reinterpret_cast<Vec<D, 4>*>(dst)[v] = r;
+  }
+  const int64_t t = nvec * 4 + gid;
+  if (t < n) dst[t] = cast_value<D>(src[t]);
+}
+
 template <class E> __global__ void fill_kernel(E* dst, E value, Geometry<1> g, uint32_t n) {
   const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
@@ -56,7 +73,8 @@ uint64_t fill_bits(DType t, double value) {
 void copy(const Tensor& dst, const Tensor& src) {
   if (dst.numel() == 0) return;
   KernelContext ctx(dst);
-  if (dst.dtype() == src.dtype() && dst.is_contiguous() && src.is_contiguous()) {
+  const bool flat = flat_together({&dst, &src});
+  if (dst.dtype() == src.dtype() && flat) {
     AG_CUDA_CHECK(cudaMemcpyAsync(dst.data_ptr(), src.data_ptr(), dst.nbytes(), cudaMemcpyDeviceToDevice, ctx.stream));
     return;
   }
@@ -80,6 +98,12 @@ void copy(const Tensor& dst, const Tensor& src) {
       if constexpr (!std::is_same_v<D, S>) {  // equal dtypes took the raw path above
         const S* sp = ptr<const S>(src);
         D* dp = ptr<D>(dst);
+        if (flat && is_aligned(sp, 4 * sizeof(S)) && is_aligned(dp, 4 * sizeof(D))) {
+          const int64_t n = dst.numel();
+          cast_flat_kernel<D, S><<<ctx.grid_stride_blocks(n / 4 + 1), kBlockSize, 0, ctx.stream>>>(sp, dp, n);
+          AG_CUDA_CHECK_LAUNCH();
+          return;
+        }
         for_each_chunk(g, [&](const Geometry<2>& geo, uint32_t count, const std::array<int64_t, 2>& off) {
           cast_kernel<D, S><<<blocks_for(count), kBlockSize, 0, ctx.stream>>>(sp + off[1], dp + off[0], geo, count);
           AG_CUDA_CHECK_LAUNCH();

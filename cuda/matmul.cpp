@@ -1,9 +1,11 @@
-// CUDA batched gemm through cuBLAS: the library's handle per device, operand layouts as
-// strides (no transposing copies), compute types for fp16/bf16/fp32(TF32)/fp64.
+// CUDA batched gemm: cuBLASLt for float16/bfloat16/float32 (Note [cuBLASLt GEMM]), cuBLAS
+// for float64 and anything cuBLASLt declines; operand layouts as strides (no transposing
+// copies), compute types for fp16/bf16/fp32(TF32)/fp64.
 #include <array>
 #include <mutex>
 
 #include "core/config.h"
+#include "cuda/blas_lt.h"
 #include "cuda/check.h"
 #include "cuda/kernels.h"
 #include "cuda/runtime.h"
@@ -19,13 +21,14 @@ constexpr size_t kWorkspaceBytes = size_t{32} << 20;
 struct BlasState {
   std::once_flag once;
   cublasHandle_t handle = nullptr;
+  void* workspace = nullptr;  // shared by cuBLAS and cuBLASLt: both run on the library stream
 };
 
 // One handle per device, created on first use and never destroyed (it must outlive tensors
 // freed at exit). It runs on the library stream (Note [CUDA stream]) with its own workspace,
 // set after the stream because cublasSetStream resets the workspace. Like the stream, it is
 // shared by all host threads: ampgrad does not issue device work from several threads at once.
-cublasHandle_t blas_handle(int device) {
+BlasState& blas_state(int device) {
   static auto* states = new std::array<BlasState, kMaxDevices>();
   AG_CHECK(device >= 0 && device < kMaxDevices, "cuda: device index {} out of range", device);
   BlasState& st = (*states)[static_cast<size_t>(device)];
@@ -37,13 +40,14 @@ cublasHandle_t blas_handle(int device) {
     AG_CUBLAS_CHECK(cublasSetStream(h, current_stream(device)));
     AG_CUDA_CHECK(cudaMalloc(&workspace, kWorkspaceBytes));
     AG_CUBLAS_CHECK(cublasSetWorkspace(h, workspace, kWorkspaceBytes));
+    st.workspace = workspace;
     // float16/bfloat16 products accumulate in float32 all the way (DESIGN.md): no split-K
     // partial sums rounded to the 16-bit output type, which cuBLAS allows by default.
     AG_CUBLAS_CHECK(cublasSetMathMode(h, static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH |
                                                                    CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
     st.handle = h;
   });
-  return st.handle;
+  return st;
 }
 
 // A row-major [rows, cols] matrix with strides (rs, cs) seen as cuBLAS's column-major
@@ -97,7 +101,7 @@ void gemm(const Tensor& a, const Tensor& bm, const Tensor& out, double alpha, do
   }
   const int device = out.device().index;
   DeviceGuard guard(device);
-  cublasHandle_t handle = blas_handle(device);
+  BlasState& blas = blas_state(device);
 
   Tensor ta = a, tb = bm;
   BlasOperand oa = as_blas_operand(m, k, a.stride(1), a.stride(2));
@@ -120,10 +124,34 @@ void gemm(const Tensor& a, const Tensor& bm, const Tensor& out, double alpha, do
   if (f64) compute = CUBLAS_COMPUTE_64F;
   else if (out.dtype() == DType::Float32 && allow_tf32()) compute = CUBLAS_COMPUTE_32F_FAST_TF32;
   const float alpha_f = static_cast<float>(alpha), beta_f = static_cast<float>(beta);
+  if (!f64) {
+    LtGemm g;
+    g.device = device;
+    g.dtype = out.dtype();
+    g.tf32 = compute == CUBLAS_COMPUTE_32F_FAST_TF32;
+    g.op_a = ob.op;
+    g.op_b = oa.op;
+    g.m = n;
+    g.n = m;
+    g.k = k;
+    g.a = tb.data_ptr();
+    g.lda = ob.ld;
+    g.stride_a = tb.stride(0);
+    g.b = ta.data_ptr();
+    g.ldb = oa.ld;
+    g.stride_b = ta.stride(0);
+    g.c = out.data_ptr();
+    g.ldc = n;
+    g.stride_c = m * n;
+    g.batch = batch;
+    g.alpha = alpha_f;
+    g.beta = beta_f;
+    if (lt_gemm(g, blas.workspace, kWorkspaceBytes)) return;
+  }
   const void* alpha_p = f64 ? static_cast<const void*>(&alpha) : static_cast<const void*>(&alpha_f);
   const void* beta_p = f64 ? static_cast<const void*>(&beta) : static_cast<const void*>(&beta_f);
 
-  AG_CUBLAS_CHECK(cublasGemmStridedBatchedEx_64(handle, ob.op, oa.op, n, m, k, alpha_p, tb.data_ptr(), type, ob.ld,
+  AG_CUBLAS_CHECK(cublasGemmStridedBatchedEx_64(blas.handle, ob.op, oa.op, n, m, k, alpha_p, tb.data_ptr(), type, ob.ld,
                                                 tb.stride(0), ta.data_ptr(), type, oa.ld, ta.stride(0), beta_p,
                                                 out.data_ptr(), type, n, m * n, batch, compute, CUBLAS_GEMM_DEFAULT));
 }

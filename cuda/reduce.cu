@@ -76,11 +76,21 @@ __global__ void reduce_cols_kernel(Op op, const std::conditional_t<kRaw, typenam
     State acc = op.identity();
     if (i < sh.inner) {
       const int64_t begin = part * sh.chunk, end = min(sh.r, begin + sh.chunk);
-      for (int64_t j = begin + ty; j < end; j += by) {
+      auto add = [&](State s, int64_t j) {
         const auto v = x[(o * sh.r + j) * sh.inner + i];
-        if constexpr (kRaw) acc = op.accumulate(acc, to_acc(v), j);
-        else acc = op.combine(acc, v);
+        if constexpr (kRaw) return op.accumulate(s, to_acc(v), j);
+        else return op.combine(s, v);
+      };
+      // Four independent states, so that four loads are in flight per thread (a column
+      // reduction reads one element per row); combined in a fixed order at the end.
+      State acc4[4] = {op.identity(), op.identity(), op.identity(), op.identity()};
+      int64_t j = begin + ty;
+      for (; j + 3 * by < end; j += 4 * by) {
+#pragma unroll
+        for (int u = 0; u < 4; ++u) acc4[u] = add(acc4[u], j + u * by);
       }
+      for (; j < end; j += by) acc4[0] = add(acc4[0], j);
+      acc = op.combine(op.combine(acc4[0], acc4[1]), op.combine(acc4[2], acc4[3]));
     }
     smem[ty * bx + tx] = acc;
     __syncthreads();

@@ -50,7 +50,7 @@ template <UnaryKind K, class T> __device__ __forceinline__ T apply_unary(T x, da
   return from_acc<T>(unary_op<K, dacc_t<T>>(to_acc(x), a, b));
 }
 
-// x and out contiguous, 16-byte aligned: one vector per thread per step, then a scalar tail.
+// x and out flat together (Note [Dense fast path]), 16-byte aligned: one vector per thread per step, then a scalar tail.
 template <UnaryKind K, class T>
 __global__ void unary_kernel(const T* x, T* out, int64_t n, dacc_t<T> a, dacc_t<T> b) {
   constexpr int V = kVecSize<T>;
@@ -86,7 +86,7 @@ void launch_unary(const KernelContext& ctx, const Tensor& x, const Tensor& out, 
   const T* xp = ptr<const T>(x);
   T* op = ptr<T>(out);
   const int64_t n = out.numel();
-  if (x.is_contiguous() && out.is_contiguous() && is_aligned(xp, 16) && is_aligned(op, 16)) {
+  if (flat_together({&out, &x}) && is_aligned(xp, 16) && is_aligned(op, 16)) {
     unary_kernel<K, T><<<ctx.grid_stride_blocks(n / kVecSize<T> + 1), kBlockSize, 0, ctx.stream>>>(xp, op, n, pa, pb);
     AG_CUDA_CHECK_LAUNCH();
     return;

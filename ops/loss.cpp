@@ -36,12 +36,13 @@ void check_classification(const OpInfo& op, const Tensor& input, const Tensor& t
 
 // sum over valid rows of -log_probs[i, target[i]], and the count of valid rows (float).
 std::pair<Tensor, Tensor> picked_nll(const Tensor& log_probs, const Tensor& target, int64_t ignore_index) {
-  const int64_t c = log_probs.size(1);
+  const int64_t n = log_probs.size(0), c = log_probs.size(1);
   Tensor valid = ne(target, ignore_index);
   Tensor safe = where(valid, target, zeros_like(target));
-  Tensor classes = arange(0, c, 1, TensorOptions(kInt64).device(target.device())).view({1, c});
-  Tensor onehot = eq(classes, safe.view({-1, 1}));
-  Tensor picked = sum(where(onehot, log_probs, zeros_like(log_probs)), {1});
+  // log_probs[i, safe[i]], gathered from the flattened rows: N elements read (and, backward,
+  // N scattered into zeros) instead of a one-hot [N, C] mask, a where and a row sum over C.
+  Tensor rows = arange(0, n * c, c, TensorOptions(kInt64).device(target.device()));
+  Tensor picked = log_probs.contiguous().reshape({n * c}).index_select(0, rows + safe);
   Tensor validf = valid.to(log_probs.dtype());
   return {-sum(picked * validf), sum(validf)};
 }

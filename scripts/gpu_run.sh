@@ -4,7 +4,8 @@
 # compute-sanitizer memcheck (memory errors only: the tests provoke API errors on purpose,
 # an out-of-memory and a synchronization inside a graph capture), then the benchmarks. Logs go to $OUT when it is set.
 # "profile" prints host time per step part and a per-kernel device-time table (ncu) of one
-# training step of the small and the wide MLP (benchmarks/profile_step.cpp).
+# training step of the small and the wide MLP (benchmarks/profile_step.cpp) and of conv2d
+# forward + backward (benchmarks/profile_conv.cpp).
 # Usage: bash dist/gpu/gpu_run.sh [tests|memcheck|bench|train|profile|all]  (default: all)
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -55,6 +56,13 @@ if [ "$what" = profile ]; then
       > "$out/ncu_$1_$2_$3.csv" 2> "$out/ncu_$1_$2_$3.err"
     grep -h "host us" "$out/ncu_$1_$2_$3.csv" || tail -n 5 "$out/ncu_$1_$2_$3.err"
     python3 "$repo/benchmarks/ncu_summary.py" "$out/ncu_$1_$2_$3.csv" | head -n 25
+  done
+  for c in "f16 nhwc 64 64 56 64" "tf32 nhwc 64 64 56 64" "f16 nchw 64 64 56 64"; do
+    set -- $c
+    echo "=== profile_conv $c"
+    ncu --profile-from-start off --metrics gpu__time_duration.sum --csv "$here/profile_conv" $c \
+      > "$out/ncu_conv_$1_$2.csv" 2> "$out/ncu_conv_$1_$2.err" || tail -n 5 "$out/ncu_conv_$1_$2.err"
+    python3 "$repo/benchmarks/ncu_summary.py" "$out/ncu_conv_$1_$2.csv" | head -n 15
   done
 fi
 if [ "$what" = all ] || [ "$what" = train ]; then

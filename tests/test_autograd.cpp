@@ -527,3 +527,22 @@ TEST_CASE("engine: non-differentiable ops give outputs that do not require grad"
   CHECK(values_.requires_grad());
   CHECK_FALSE(indices.requires_grad());
 }
+
+TEST_CASE("engine: a dense leaf's gradient takes the leaf's layout, as in PyTorch", "[autograd][engine]") {
+  ag::manual_seed(7);
+  ag::Tensor x = ag::randn({2, 3, 4, 5}).to_channels_last().requires_grad_();
+  REQUIRE_FALSE(x.is_contiguous());
+  (x * 3).sum().backward();
+  CHECK(x.grad().strides() == x.strides());
+  for (double v : x.grad().to_vector<double>()) CHECK(v == 3.0);
+  (x * 2).sum().backward();  // accumulates in place, in that layout
+  CHECK(x.grad().strides() == x.strides());
+  for (double v : x.grad().to_vector<double>()) CHECK(v == 5.0);
+  // A contiguous leaf (every parameter) keeps a contiguous gradient whatever layout the
+  // incoming gradient has.
+  ag::Tensor w = ag::randn({2, 3, 4, 5}).requires_grad_();
+  ag::Tensor g = ag::randn({2, 3, 4, 5}).to_channels_last();
+  w.backward(g);
+  CHECK(w.grad().is_contiguous());
+  CHECK(w.grad().to_vector<double>() == g.to_vector<double>());
+}

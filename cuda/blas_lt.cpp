@@ -1,0 +1,190 @@
+// cuBLASLt GEMMs: descriptors and the heuristic's algorithm cached per geometry, split-K
+// partial sums kept in float32.
+#include "cuda/blas_lt.h"
+
+#include <cublasLt.h>
+
+#include <array>
+#include <map>
+#include <memory>
+#include <mutex>
+
+#include "cuda/check.h"
+#include "cuda/runtime.h"
+
+namespace ampgrad::cuda {
+
+// Note [cuBLASLt GEMM]
+// cublasGemmEx with CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION keeps float16/bfloat16
+// sums in float32 (DESIGN.md) but also rules out every split-K kernel, and at 1024-2048
+// split-K is what fills 132 SMs: ag::mm ran at 0.71-0.76 of raw cuBLAS there. cuBLASLt
+// separates the two: its preference CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK admits split-K
+// whose partial sums live in a float32 workspace (REDUCTION_SCHEME_COMPUTE_TYPE) and refuses
+// the schemes that add them up in the 16-bit output (INPLACE, OUTPUT_TYPE). float32 outputs
+// admit every scheme (the output type is the compute type). The heuristic's first algorithm
+// is cached per geometry (dtype, TF32, transposes, sizes, leading dims, batch strides, beta,
+// pointer alignment) with its descriptors, so a call costs a map lookup and cublasLtMatmul.
+
+namespace {
+
+constexpr int kMaxDevices = 64;
+
+struct LtState {
+  std::once_flag once;
+  cublasLtHandle_t handle = nullptr;
+};
+
+cublasLtHandle_t lt_handle(int device) {
+  static auto* states = new std::array<LtState, kMaxDevices>();  // never destroyed, like the cuBLAS handles
+  AG_CHECK(device >= 0 && device < kMaxDevices, "cuda: device index {} out of range", device);
+  LtState& st = (*states)[static_cast<size_t>(device)];
+  std::call_once(st.once, [&] {
+    cublasLtHandle_t h = nullptr;
+    AG_CUBLAS_CHECK(cublasLtCreate(&h));
+    st.handle = h;
+  });
+  return st.handle;
+}
+
+int alignment(const void* p) {
+  const auto v = reinterpret_cast<uintptr_t>(p);
+  int a = 16;
+  while (a > 1 && v % static_cast<uintptr_t>(a) != 0) a /= 2;
+  return a;
+}
+
+struct Key {
+  int device;
+  DType dtype;
+  bool tf32;
+  int op_a, op_b;
+  int64_t m, n, k, lda, ldb, ldc, stride_a, stride_b, stride_c, batch;
+  bool beta_zero;
+  int align_a, align_b, align_c;
+  auto operator<=>(const Key&) const = default;
+};
+
+// Descriptors and the chosen algorithm of one geometry; ok false when cuBLASLt has none.
+struct Plan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  size_t workspace = 0;
+  bool ok = false;
+  Plan() = default;
+  Plan(const Plan&) = delete;
+  Plan& operator=(const Plan&) = delete;
+  ~Plan() {
+    if (a) (void)cublasLtMatrixLayoutDestroy(a);
+    if (b) (void)cublasLtMatrixLayoutDestroy(b);
+    if (c) (void)cublasLtMatrixLayoutDestroy(c);
+    if (desc) (void)cublasLtMatmulDescDestroy(desc);
+  }
+};
+
+cudaDataType_t lt_type(DType t) {
+  switch (t) {
+    case DType::Float32: return CUDA_R_32F;
+    case DType::Float16: return CUDA_R_16F;
+    case DType::BFloat16: return CUDA_R_16BF;
+    default: break;
+  }
+  AG_INTERNAL_ASSERT(false, "lt_gemm: dtype {} is not a cuBLASLt dtype here", dtype_name(t));
+  return CUDA_R_32F;
+}
+
+cublasLtMatrixLayout_t layout(cudaDataType_t t, int64_t rows, int64_t cols, int64_t ld, int64_t batch,
+                              int64_t stride) {
+  cublasLtMatrixLayout_t l = nullptr;
+  AG_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&l, t, static_cast<uint64_t>(rows), static_cast<uint64_t>(cols), ld));
+  if (batch > 1) {
+    const auto count = static_cast<int32_t>(batch);
+    AG_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)));
+    AG_CUBLAS_CHECK(
+        cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)));
+  }
+  return l;
+}
+
+std::unique_ptr<Plan> make_plan(const LtGemm& g, const Key& key, cublasLtHandle_t h, size_t workspace_bytes) {
+  auto p = std::make_unique<Plan>();
+  const cudaDataType_t type = lt_type(g.dtype);
+  const cublasComputeType_t compute = g.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  AG_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->desc, compute, CUDA_R_32F));
+  const int32_t op_a = g.op_a, op_b = g.op_b;
+  AG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
+  AG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
+  // Stored shapes, before the transposes.
+  const bool ta = g.op_a != CUBLAS_OP_N, tb = g.op_b != CUBLAS_OP_N;
+  p->a = layout(type, ta ? g.k : g.m, ta ? g.m : g.k, g.lda, g.batch, g.stride_a);
+  p->b = layout(type, tb ? g.n : g.k, tb ? g.k : g.n, g.ldb, g.batch, g.stride_b);
+  p->c = layout(type, g.m, g.n, g.ldc, g.batch, g.stride_c);
+
+  cublasLtMatmulPreference_t pref = nullptr;
+  AG_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  std::unique_ptr<std::remove_pointer_t<cublasLtMatmulPreference_t>, decltype(&cublasLtMatmulPreferenceDestroy)>
+      pref_owner(pref, cublasLtMatmulPreferenceDestroy);
+  const uint64_t ws = workspace_bytes;
+  AG_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+  const uint32_t schemes = g.dtype == DType::Float32 ? static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_MASK)
+                                                     : static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE);
+  AG_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes,
+                                                       sizeof(schemes)));
+  const uint32_t al_a = static_cast<uint32_t>(key.align_a), al_b = static_cast<uint32_t>(key.align_b),
+                 al_c = static_cast<uint32_t>(key.align_c);
+  AG_CUBLAS_CHECK(
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof(al_a)));
+  AG_CUBLAS_CHECK(
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof(al_b)));
+  AG_CUBLAS_CHECK(
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof(al_c)));
+  AG_CUBLAS_CHECK(
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof(al_c)));
+
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  const cublasStatus_t st =
+      cublasLtMatmulAlgoGetHeuristic(h, p->desc, p->a, p->b, p->c, p->c, pref, 1, &result, &found);
+  if (st == CUBLAS_STATUS_SUCCESS && found > 0 && result.state == CUBLAS_STATUS_SUCCESS) {
+    p->algo = result.algo;
+    p->workspace = result.workspaceSize;
+    p->ok = true;
+  } else if (st != CUBLAS_STATUS_SUCCESS && st != CUBLAS_STATUS_NOT_SUPPORTED) {
+    AG_CUBLAS_CHECK(st);
+  }
+  return p;
+}
+
+struct PlanCache {
+  std::mutex mu;
+  std::map<Key, std::unique_ptr<Plan>> plans;  // a plan never leaves once cached
+};
+PlanCache& plan_cache() {
+  static auto* cache = new PlanCache();  // leaked, like the handles
+  return *cache;
+}
+
+}  // namespace
+
+bool lt_gemm(const LtGemm& g, void* workspace, size_t workspace_bytes) {
+  if (g.batch > INT32_MAX) return false;
+  const Key key{g.device, g.dtype, g.tf32, static_cast<int>(g.op_a), static_cast<int>(g.op_b), g.m, g.n, g.k,
+                g.lda, g.ldb, g.ldc, g.batch > 1 ? g.stride_a : 0, g.batch > 1 ? g.stride_b : 0,
+                g.batch > 1 ? g.stride_c : 0, g.batch, g.beta == 0, alignment(g.a), alignment(g.b),
+                alignment(g.c)};
+  const cublasLtHandle_t h = lt_handle(g.device);
+  const Plan* plan = nullptr;
+  {
+    PlanCache& cache = plan_cache();
+    std::lock_guard<std::mutex> lock(cache.mu);
+    auto it = cache.plans.find(key);
+    if (it == cache.plans.end()) it = cache.plans.emplace(key, make_plan(g, key, h, workspace_bytes)).first;
+    plan = it->second.get();
+  }
+  if (!plan->ok) return false;
+  AG_CUBLAS_CHECK(cublasLtMatmul(h, plan->desc, &g.alpha, g.a, plan->a, g.b, plan->b, &g.beta, g.c, plan->c, g.c,
+                                 plan->c, &plan->algo, workspace, plan->workspace, current_stream(g.device)));
+  return true;
+}
+
+}  // namespace ampgrad::cuda

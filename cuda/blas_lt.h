@@ -1,0 +1,35 @@
+// cuBLASLt for 16-bit and float32 GEMMs: cached descriptors and algorithm per geometry
+// (Note [cuBLASLt GEMM] in cuda/blas_lt.cpp). Internal to cuda/matmul.cpp.
+#pragma once
+
+#include <cublas_v2.h>
+
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace ampgrad::cuda {
+
+// Column-major D = alpha * op(A) op(B) + beta * C with C == D, strided batches: cuBLAS's
+// cublasGemmStridedBatchedEx arguments. A is m x k after op, B k x n, C m x n.
+struct LtGemm {
+  int device = 0;
+  DType dtype = DType::Float32;
+  bool tf32 = false;
+  cublasOperation_t op_a = CUBLAS_OP_N, op_b = CUBLAS_OP_N;
+  int64_t m = 0, n = 0, k = 0;
+  const void* a = nullptr;
+  int64_t lda = 0, stride_a = 0;
+  const void* b = nullptr;
+  int64_t ldb = 0, stride_b = 0;
+  void* c = nullptr;
+  int64_t ldc = 0, stride_c = 0;
+  int64_t batch = 1;
+  float alpha = 1, beta = 0;
+};
+
+// Runs the GEMM on the device's library stream; false when cuBLASLt proposes no algorithm
+// (the caller then takes cublasGemmStridedBatchedEx).
+bool lt_gemm(const LtGemm& g, void* workspace, size_t workspace_bytes);
+
+}  // namespace ampgrad::cuda
