@@ -32,6 +32,15 @@ void gemm(const Tensor& a, const Tensor& bm, const Tensor& out, double alpha, do
 void index_select(const Tensor& x, const Tensor& index, const Tensor& out);
 // out contiguous [outer, d, inner] += src contiguous [outer, n, inner] scattered by index [n].
 void index_add(const Tensor& out, const Tensor& index, const Tensor& src);
+// Mean negative log-likelihood of lp contiguous floating [N, C] at target Int64 [N], rows
+// whose target is ignore_index skipped: loss (0-dim, lp's dtype) = -sum lp[i, t_i] / count,
+// count (0-dim Float32) the rows counted (a counted target outside [0, C) adds 0).
+void nll_loss_forward(const Tensor& lp, const Tensor& target, int64_t ignore_index, const Tensor& loss,
+                      const Tensor& count);
+// grad_lp contiguous [N, C] = -grad / count at (i, t_i) of counted rows, 0 elsewhere; grad
+// 0-dim of grad_lp's dtype, count as nll_loss_forward wrote it. Neither is read on the host.
+void nll_loss_backward(const Tensor& grad, const Tensor& target, const Tensor& count, int64_t ignore_index,
+                       const Tensor& grad_lp);
 
 }  // namespace ampgrad::cpu
 

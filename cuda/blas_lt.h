@@ -26,6 +26,9 @@ struct LtGemm {
   int64_t ldc = 0, stride_c = 0;
   int64_t batch = 1;
   float alpha = 1, beta = 0;
+  // When set: D = alpha * op(A) op(B) + bias[row], a vector of m elements of the GEMM's
+  // dtype (cuBLASLt's EPILOGUE_BIAS; batch 1, beta 0).
+  const void* bias = nullptr;
 };
 
 // Runs the GEMM on the device's library stream; false when cuBLASLt proposes no algorithm

@@ -15,8 +15,15 @@ void fill(const Tensor& dst, double value);
 void reduce(ReduceKind k, const Tensor& x, const Tensor& out, const Tensor& indices, double param);
 void softmax(const Tensor& x, const Tensor& out, bool log);
 void gemm(const Tensor& a, const Tensor& bm, const Tensor& out, double alpha, double beta);
+// out[0] = alpha * a[0] @ bm[0] + bias (bias [N] added to every row, in the GEMM's epilogue);
+// false when it cannot (float64, batch > 1, an unaligned bias): nothing ran, use gemm.
+bool gemm_bias(const Tensor& a, const Tensor& bm, const Tensor& bias, const Tensor& out, double alpha);
 void index_select(const Tensor& x, const Tensor& index, const Tensor& out);
 void index_add(const Tensor& out, const Tensor& index, const Tensor& src);
+void nll_loss_forward(const Tensor& lp, const Tensor& target, int64_t ignore_index, const Tensor& loss,
+                      const Tensor& count);
+void nll_loss_backward(const Tensor& grad, const Tensor& target, const Tensor& count, int64_t ignore_index,
+                       const Tensor& grad_lp);
 
 }  // namespace ampgrad::cuda
 

@@ -89,15 +89,20 @@ Tensor contiguous_copy(const Tensor& t) {
 
 }  // namespace
 
-void gemm(const Tensor& a, const Tensor& bm, const Tensor& out, double alpha, double beta) {
+namespace {
+
+// out = alpha * a @ bm + beta * out, or (bias defined, beta 0) alpha * a @ bm + bias[col];
+// false only for a bias call cuBLASLt declines (nothing ran).
+bool run_gemm(const Tensor& a, const Tensor& bm, const Tensor& out, double alpha, double beta, const Tensor& bias) {
   const int64_t batch = out.size(0), m = out.size(1), n = out.size(2), k = a.size(2);
-  if (out.numel() == 0) return;
+  if (out.numel() == 0) return true;
   AG_CHECK(a.dtype() == out.dtype() && bm.dtype() == out.dtype(), "matmul on cuda: dtypes {}, {} and {} differ",
            dtype_name(a.dtype()), dtype_name(bm.dtype()), dtype_name(out.dtype()));
   if (k == 0) {  // an empty sum: out = beta * out
+    if (bias.defined()) return false;
     if (beta == 0) fill(out, 0);
     else if (beta != 1) unary(UnaryKind::MulScalar, out, out, beta, 0);
-    return;
+    return true;
   }
   const int device = out.device().index;
   DeviceGuard guard(device);
@@ -146,14 +151,30 @@ void gemm(const Tensor& a, const Tensor& bm, const Tensor& out, double alpha, do
     g.batch = batch;
     g.alpha = alpha_f;
     g.beta = beta_f;
-    if (lt_gemm(g, blas.workspace, kWorkspaceBytes)) return;
+    if (bias.defined()) g.bias = bias.data_ptr();
+    if (lt_gemm(g, blas.workspace, kWorkspaceBytes)) return true;
   }
+  if (bias.defined()) return false;
   const void* alpha_p = f64 ? static_cast<const void*>(&alpha) : static_cast<const void*>(&alpha_f);
   const void* beta_p = f64 ? static_cast<const void*>(&beta) : static_cast<const void*>(&beta_f);
 
   AG_CUBLAS_CHECK(cublasGemmStridedBatchedEx_64(blas.handle, ob.op, oa.op, n, m, k, alpha_p, tb.data_ptr(), type, ob.ld,
                                                 tb.stride(0), ta.data_ptr(), type, oa.ld, ta.stride(0), beta_p,
                                                 out.data_ptr(), type, n, m * n, batch, compute, CUBLAS_GEMM_DEFAULT));
+  return true;
+}
+
+}  // namespace
+
+void gemm(const Tensor& a, const Tensor& bm, const Tensor& out, double alpha, double beta) {
+  run_gemm(a, bm, out, alpha, beta, Tensor());
+}
+
+bool gemm_bias(const Tensor& a, const Tensor& bm, const Tensor& bias, const Tensor& out, double alpha) {
+  if (out.size(0) != 1 || out.dtype() == DType::Float64 || bias.dtype() != out.dtype() || !bias.is_contiguous() ||
+      reinterpret_cast<uintptr_t>(bias.data_ptr()) % 16 != 0)
+    return false;
+  return run_gemm(a, bm, out, alpha, 0, bias);
 }
 
 }  // namespace ampgrad::cuda

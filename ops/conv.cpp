@@ -134,23 +134,29 @@ Tensor conv2d(const Tensor& x0, const Tensor& w0, const Tensor& b0, std::array<i
     }
   }
   if (autograd::any_requires_grad({&x, &w, &b})) {
-    const bool has_bias = b.defined();
-    autograd::record(kConv2d, out, {x, w, b}, {x, w}, [p, has_bias](const Tensor& g, const Saved& s) {
+    // Only the gradients an input asked for at record time (a first layer's image needs none).
+    const bool has_bias = b.defined() && b.requires_grad(), need_x = x.requires_grad(), need_w = w.requires_grad();
+    autograd::record(kConv2d, out, {x, w, b}, {x, w}, [p, has_bias, need_x, need_w](const Tensor& g, const Saved& s) {
       const Tensor& x = s[0];
       const Tensor& w = s[1];
       Tensor gb = has_bias ? sum(g, {0, 2, 3}) : Tensor();
       if (g.is_cuda()) {
 #if AMPGRAD_WITH_CUDA
         Tensor gc = is_channels_last(x) ? g.to_channels_last() : g.contiguous();
-        Tensor gx = empty_conv_out(x, x.shape());
-        Tensor gw = is_channels_last(w) && !w.is_contiguous() ? empty_channels_last(w.shape(), w.options())
-                                                             : empty(w.shape(), w.options());
-        cuda::conv2d_backward_data(gc, w, gx, p);
-        cuda::conv2d_backward_weight(x, gc, gw, p);
+        Tensor gx, gw;
+        if (need_x) {
+          gx = empty_conv_out(x, x.shape());
+          cuda::conv2d_backward_data(gc, w, gx, p);
+        }
+        if (need_w) {
+          gw = is_channels_last(w) && !w.is_contiguous() ? empty_channels_last(w.shape(), w.options())
+                                                          : empty(w.shape(), w.options());
+          cuda::conv2d_backward_weight(x, gc, gw, p);
+        }
         return Grads{gx, gw, gb};
 #endif
       }
-      ConvGrads cg = conv2d_cpu_backward(g, x, w, p, true, true);
+      ConvGrads cg = conv2d_cpu_backward(g, x, w, p, need_x, need_w);
       return Grads{cg.x, cg.w, gb};
     });
   }

@@ -41,6 +41,14 @@ inline void index_select(const Tensor& x, const Tensor& index, const Tensor& out
 inline void index_add(const Tensor& out, const Tensor& index, const Tensor& src) {
   AG_KERNEL_ON(out.device(), index_add, out, index, src);
 }
+inline void nll_loss_forward(const Tensor& lp, const Tensor& target, int64_t ignore_index, const Tensor& loss,
+                             const Tensor& count) {
+  AG_KERNEL_ON(loss.device(), nll_loss_forward, lp, target, ignore_index, loss, count);
+}
+inline void nll_loss_backward(const Tensor& grad, const Tensor& target, const Tensor& count, int64_t ignore_index,
+                              const Tensor& grad_lp) {
+  AG_KERNEL_ON(grad_lp.device(), nll_loss_backward, grad, target, count, ignore_index, grad_lp);
+}
 inline void im2col(const Tensor& x, const Tensor& cols, const Window2d& w, double pad_value) {
   AG_KERNEL_ON(cols.device(), im2col, x, cols, w, pad_value);
 }

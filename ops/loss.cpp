@@ -1,4 +1,5 @@
 // Losses: nll_loss, cross_entropy (label smoothing, ignore_index), mse, and binary cross-entropy.
+#include "autograd/node.h"
 #include "ops/dispatch.h"
 #include "ops/internal.h"
 #include "ops/nn_ops.h"
@@ -8,6 +9,8 @@
 namespace ampgrad {
 
 using amp::Category;
+using autograd::Grads;
+using Saved = std::vector<Tensor>;
 
 namespace {
 const OpInfo kNllLoss{"nll_loss", Category::fp32, true, "losses: range and accumulation, as PyTorch"};
@@ -34,17 +37,22 @@ void check_classification(const OpInfo& op, const Tensor& input, const Tensor& t
   }
 }
 
-// sum over valid rows of -log_probs[i, target[i]], and the count of valid rows (float).
-std::pair<Tensor, Tensor> picked_nll(const Tensor& log_probs, const Tensor& target, int64_t ignore_index) {
-  const int64_t n = log_probs.size(0), c = log_probs.size(1);
-  Tensor valid = ne(target, ignore_index);
-  Tensor safe = where(valid, target, zeros_like(target));
-  // log_probs[i, safe[i]], gathered from the flattened rows: N elements read (and, backward,
-  // N scattered into zeros) instead of a one-hot [N, C] mask, a where and a row sum over C.
-  Tensor rows = arange(0, n * c, c, TensorOptions(kInt64).device(target.device()));
-  Tensor picked = log_probs.contiguous().reshape({n * c}).index_select(0, rows + safe);
-  Tensor validf = valid.to(log_probs.dtype());
-  return {-sum(picked * validf), sum(validf)};
+// The mean negative log-likelihood by its own kernels (core/kernels.h): one reduction forward,
+// one pass writing the [N, C] gradient backward, the count of counted rows kept on the device.
+// Called with lp's OpScope already open (nll_loss, cross_entropy).
+Tensor nll_mean(const Tensor& lp0, const Tensor& target0, int64_t ignore_index) {
+  const Tensor lp = lp0.contiguous(), target = target0.contiguous();
+  Tensor loss = empty_as({}, lp.dtype(), lp), count = empty_as({}, kFloat32, lp);
+  kernel::nll_loss_forward(lp, target, ignore_index, loss, count);
+  if (autograd::any_requires_grad({&lp0})) {
+    autograd::record(kNllLoss, loss, {lp0, target0}, {target, count},
+                     [ignore_index, shape = lp.shape()](const Tensor& g, const Saved& s) {
+                       Tensor glp = empty_as(shape, g.dtype(), g);
+                       kernel::nll_loss_backward(g.contiguous(), s[0], s[1], ignore_index, glp);
+                       return Grads{glp, Tensor()};
+                     });
+  }
+  return loss;
 }
 }  // namespace
 
@@ -52,8 +60,7 @@ Tensor nll_loss(const Tensor& log_probs0, const Tensor& target0, int64_t ignore_
   Tensor lp = log_probs0, target = target0;
   OpScope scope(kNllLoss, lp, target);
   check_classification(kNllLoss, lp, target, ignore_index);
-  auto [total, count] = picked_nll(lp, target, ignore_index);
-  return scope.finish(total / count);
+  return scope.finish(nll_mean(lp, target, ignore_index));
 }
 
 Tensor cross_entropy(const Tensor& logits0, const Tensor& target0, double label_smoothing, int64_t ignore_index) {
@@ -63,12 +70,11 @@ Tensor cross_entropy(const Tensor& logits0, const Tensor& target0, double label_
   AG_CHECK(label_smoothing >= 0 && label_smoothing <= 1, "cross_entropy: label_smoothing must be in [0, 1], got {}",
            label_smoothing);
   Tensor lp = log_softmax(logits, 1);
-  auto [total, count] = picked_nll(lp, target, ignore_index);
-  Tensor loss = total / count;
+  Tensor loss = nll_mean(lp, target, ignore_index);
   if (label_smoothing > 0) {
     // (1 - e) * nll + e * mean over classes of -log p, over the valid rows.
     Tensor validf = ne(target, ignore_index).to(lp.dtype());
-    Tensor smooth = -sum(sum(lp, {1}) * validf) / (count * static_cast<double>(logits.size(1)));
+    Tensor smooth = -sum(sum(lp, {1}) * validf) / (sum(validf) * static_cast<double>(logits.size(1)));
     loss = loss * (1 - label_smoothing) + smooth * label_smoothing;
   }
   return scope.finish(loss);

@@ -31,6 +31,15 @@ Tensor batched_gemm(const Tensor& a3, const Tensor& b3, const Tensor& c3 = Tenso
   const int64_t batch = a3.size(0), m = a3.size(1), n = b3.size(2);
   Tensor out = empty({batch, m, n}, a3.options());
   if (out.numel() == 0) return out;
+#if AMPGRAD_WITH_CUDA
+  // c3 a bias row broadcast over the batch's rows (linear, addmm with a vector): cuBLASLt
+  // adds it in the GEMM's epilogue instead of a copy into out and a beta = 1 GEMM.
+  if (out.is_cuda() && c3.defined() && beta == 1 && batch == 1 && a3.size(2) > 0 && c3.size(1) == m &&
+      c3.size(2) == n && (m == 1 || c3.stride(1) == 0) && (n == 1 || c3.stride(2) == 1) && c3.dtype() == out.dtype()) {
+    const Tensor bias = alias_with(c3, {n}, {1}, c3.storage_offset());
+    if (cuda::gemm_bias(a3, b3, bias, out, alpha)) return out;
+  }
+#endif
   if (a3.size(2) == 0 || (c3.defined() && beta != 0)) {
     NoGradGuard no_grad;
     if (c3.defined() && beta != 0) {
@@ -53,8 +62,10 @@ Tensor mm_forward(const Tensor& a, const Tensor& b) {
   return batched_gemm(a.unsqueeze(0), b.unsqueeze(0)).view({a.size(0), b.size(1)});
 }
 
-Grads mm_backward(const Tensor& g, const Tensor& a, const Tensor& b) {
-  return {mm(g, b.t()), mm(a.t(), g)};
+// Only the gradients an input asked for at record time are computed (PyTorch's
+// needs_input_grad): a first layer's input seldom requires grad, and its GEMM is the largest.
+Grads mm_backward(const Tensor& g, const Tensor& a, const Tensor& b, bool need_a = true, bool need_b = true) {
+  return {need_a ? mm(g, b.t()) : Tensor(), need_b ? mm(a.t(), g) : Tensor()};
 }
 }  // namespace
 
@@ -69,7 +80,10 @@ Tensor mm(const Tensor& a0, const Tensor& b0) {
   check_matmul_dtypes(kMm, a, b);
   Tensor out = mm_forward(a, b);
   if (autograd::any_requires_grad({&a, &b}))
-    autograd::record(kMm, out, {a, b}, {a, b}, [](const Tensor& g, const Saved& s) { return mm_backward(g, s[0], s[1]); });
+    autograd::record(kMm, out, {a, b}, {a, b},
+                     [need_a = a.requires_grad(), need_b = b.requires_grad()](const Tensor& g, const Saved& s) {
+                       return mm_backward(g, s[0], s[1], need_a, need_b);
+                     });
   return scope.finish(out);
 }
 
@@ -173,9 +187,11 @@ Tensor addmm(const Tensor& c0, const Tensor& a0, const Tensor& b0, const Scalar&
     out = batched_gemm(a.unsqueeze(0), b.unsqueeze(0), broadcast_to(c, os).unsqueeze(0), al, be).view(os);
   }
   if (autograd::any_requires_grad({&c, &a, &b}))
-    autograd::record(kAddmm, out, {c, a, b}, {a, b}, [be, al](const Tensor& g, const Saved& s) {
-      Grads ab = mm_backward(g, s[0], s[1]);
-      return Grads{be == 1 ? g : g * be, al == 1 ? ab[0] : ab[0] * al, al == 1 ? ab[1] : ab[1] * al};
+    autograd::record(kAddmm, out, {c, a, b}, {a, b},
+                     [be, al, need_a = a.requires_grad(), need_b = b.requires_grad()](const Tensor& g, const Saved& s) {
+      Grads ab = mm_backward(g, s[0], s[1], need_a, need_b);
+      auto scaled = [al](const Tensor& t) { return al == 1 || !t.defined() ? t : t * al; };
+      return Grads{be == 1 ? g : g * be, scaled(ab[0]), scaled(ab[1])};
     });
   return scope.finish(out);
 }
@@ -206,11 +222,13 @@ Tensor linear(const Tensor& x0, const Tensor& w0, const Tensor& b0) {
     out = batched_gemm(x2.unsqueeze(0), wt.unsqueeze(0), bias, 1, b.defined() ? 1 : 0).view(os);
   }
   if (autograd::any_requires_grad({&x, &w, &b})) {
-    autograd::record(kLinear, out, {x, w, b}, {x, w}, [has_bias = b.defined()](const Tensor& g, const Saved& s) {
+    autograd::record(kLinear, out, {x, w, b}, {x, w},
+                     [has_bias = b.defined() && b.requires_grad(), need_x = x.requires_grad(),
+                      need_w = w.requires_grad()](const Tensor& g, const Saved& s) {
       Tensor g2 = g.reshape({-1, g.size(-1)});
       Tensor x2 = s[0].reshape({-1, s[0].size(-1)});
-      Tensor gx = mm(g2, s[1]).view(s[0].shape());
-      Tensor gw = mm(g2.t(), x2);
+      Tensor gx = need_x ? mm(g2, s[1]).view(s[0].shape()) : Tensor();
+      Tensor gw = need_w ? mm(g2.t(), x2) : Tensor();
       Tensor gb = has_bias ? sum(g2, {0}) : Tensor();
       return Grads{gx, gw, gb};
     });

@@ -546,3 +546,23 @@ TEST_CASE("engine: a dense leaf's gradient takes the leaf's layout, as in PyTorc
   CHECK(w.grad().is_contiguous());
   CHECK(w.grad().to_vector<double>() == g.to_vector<double>());
 }
+
+TEST_CASE("engine: matmul-family and conv backward skip the gradients no input asked for", "[autograd][engine]") {
+  ag::manual_seed(11);
+  ag::Tensor x = ag::randn({5, 4}), w = ag::randn({3, 4}).requires_grad_(), b = ag::randn({3});
+  ag::linear(x, w, b).sum().backward();  // x and b do not require grad
+  CHECK_FALSE(x.grad().defined());
+  CHECK_FALSE(b.grad().defined());
+  // d/dw sum(x w^T) = column sums of x, for every row of w.
+  const std::vector<double> xs = x.sum({0}).to_vector<double>(), gw = w.grad().to_vector<double>();
+  for (size_t r = 0; r < 3; ++r)
+    for (size_t c = 0; c < 4; ++c) CHECK(gw[r * 4 + c] == Approx(xs[c]).epsilon(1e-6));
+  ag::Tensor a = ag::randn({5, 4}).requires_grad_(), m = ag::randn({4, 2});
+  ag::mm(a, m).sum().backward();
+  CHECK_FALSE(m.grad().defined());
+  CHECK(a.grad().shape() == ag::Shape{5, 4});
+  ag::Tensor img = ag::randn({2, 1, 6, 6}), k = ag::randn({3, 1, 3, 3}).requires_grad_();
+  ag::conv2d(img, k, ag::Tensor(), {1, 1}, {1, 1}).sum().backward();
+  CHECK_FALSE(img.grad().defined());
+  CHECK(k.grad().shape() == ag::Shape{3, 1, 3, 3});
+}
