@@ -73,6 +73,13 @@ if [ "$what" = all ] || [ "$what" = train ]; then
       "$here/ampgrad" train --model cnn --amp "$amp" --epochs 5 --data "$data" --metrics "$out/metrics_$amp.csv" \
         2>&1 | grep -v " step " | tee -a "$out/train.log"
     done
+    repo="$(cd "$here/../.." && pwd)"
+    if python3 -c "import torch" 2>/dev/null; then
+      for amp in fp16 off; do
+        echo "=== PyTorch twin: benchmarks/train_torch.py --amp $amp"
+        python3 "$repo/benchmarks/train_torch.py" "$data" --amp "$amp" 2>&1 | tee -a "$out/train.log"
+      done
+    fi
   fi
 fi
 exit $status
