@@ -61,6 +61,15 @@ Tensor GradScaler::scale(const Tensor& loss) {
   return mul(loss, scale_);
 }
 
+namespace {
+std::function<void(const Tensor&)>& found_inf_reducer() {
+  static auto* r = new std::function<void(const Tensor&)>();
+  return *r;
+}
+}  // namespace
+
+void set_found_inf_reducer(std::function<void(const Tensor&)> reducer) { found_inf_reducer() = std::move(reducer); }
+
 GradScaler::PerOptimizer& GradScaler::state_of(optim::Optimizer& opt) {
   PerOptimizer& st = per_opt_[&opt];
   if (!st.found_inf.defined()) {
@@ -85,6 +94,7 @@ void GradScaler::check_and_unscale(optim::Optimizer& opt, PerOptimizer& st, cons
   }
   st.found_inf.zero_();
   if (!grads.empty()) check_and_unscale_kernel(grads, st.found_inf, inv_scale, write_back);
+  if (const auto& reduce = found_inf_reducer()) reduce(st.found_inf);
 }
 
 void GradScaler::unscale_(optim::Optimizer& opt) {

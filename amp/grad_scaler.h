@@ -1,6 +1,7 @@
 // GradScaler: dynamic loss scaling whose state lives on the device (Note [Loss scaling]).
 #pragma once
 
+#include <functional>
 #include <limits>
 #include <map>
 #include <optional>
@@ -46,6 +47,12 @@ struct ScalerDecision {
   bool found_inf = false;
   bool step_taken = false;
 };
+
+// Called by every GradScaler on its found-inf flag (a float32 0-dim device tensor) after the
+// inf check and before the optimizer is gated on it. distributed::init_process_group installs
+// an all-reduce with MAX, so that all ranks skip the same steps (Note [Process group]);
+// nullptr removes it.
+void set_found_inf_reducer(std::function<void(const Tensor&)> reducer);
 
 class GradScaler {
  public:

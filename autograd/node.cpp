@@ -95,6 +95,10 @@ Grads AccumulateGrad::apply(const Tensor& grad) {
     Tensor acc(leaf.grad);
     leaf.grad = add(acc, g).detach().impl_ptr();
   }
+  if (!leaf.post_accumulate_grad_hooks.empty()) {
+    const Tensor self(leaf_);
+    for (const auto& hook : leaf.post_accumulate_grad_hooks) hook(self);
+  }
   return {};
 }
 

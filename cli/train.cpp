@@ -1,15 +1,19 @@
 // `ampgrad train`: trains the MLP or the CNN on Fashion-MNIST, with or without AMP.
 #include <chrono>
+#include <cstdlib>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <optional>
 
 #include "ampgrad/ampgrad.h"
 #include "cli/commands.h"
 #include "cli/models.h"
 #include "cli/plot.h"
 #include "cli/progress.h"
+#include "distributed/launch.h"
 
 namespace ampgrad::cli {
 
@@ -28,6 +32,7 @@ struct TrainArgs {
   uint64_t seed = 0;
   std::string data = data::kFashionMnistDebianDir;
   int64_t limit = -1;  // -1: all on CUDA, a subset on the CPU
+  int gpus = 0;        // 0: one process, no process group
   std::string save, resume, metrics, plot;
 };
 
@@ -77,8 +82,44 @@ std::vector<double> read_all(const std::vector<Tensor>& ts) {
   return stack(ts, 0).to(kFloat64).cpu().to_vector<double>();
 }
 
+// This process's command line, to start it again on every GPU (`--gpus N` outside a launcher).
+std::vector<std::string> own_argv() {
+  std::ifstream f("/proc/self/cmdline", std::ios::binary);
+  const std::string all((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  std::vector<std::string> args;
+  for (size_t i = 0; i < all.size();) {
+    const size_t end = all.find('\0', i);
+    args.push_back(all.substr(i, end - i));
+    i = end == std::string::npos ? all.size() : end + 1;
+  }
+  if (!args.empty()) args[0] = "/proc/self/exe";
+  return args;
+}
+
+// --gpus N: the process group of this rank (one process per GPU; `ampgrad-run -n N` or this
+// command itself start them), or null without --gpus.
+distributed::ProcessGroup* join_process_group(const TrainArgs& a) {
+  if (a.gpus == 0) return nullptr;
+  distributed::ProcessGroup* pg = nullptr;
+  if (std::getenv("RANK") == nullptr) {
+    if (a.gpus > 1) std::exit(distributed::launch_local(a.gpus, own_argv()));  // the ranks do the work
+    distributed::Options o;
+    o.master_port = distributed::free_port();
+    pg = &distributed::init_process_group(o);
+  } else {
+    pg = &distributed::init_process_group();
+  }
+  AG_CHECK(pg->world_size() == a.gpus, "--gpus {}: this process group has WORLD_SIZE {}", a.gpus, pg->world_size());
+  AG_CHECK(a.batch_size % a.gpus == 0, "--gpus {}: --batch-size {} (the global batch) must divide evenly", a.gpus,
+           a.batch_size);
+  if (pg->rank() != 0) AG_CHECK(std::freopen("/dev/null", "w", stdout) != nullptr, "cannot silence rank {}", pg->rank());
+  return pg;
+}
+
 void run_train(const TrainArgs& a) {
-  const Device dev = resolve_device(a.device);
+  distributed::ProcessGroup* pg = join_process_group(a);
+  const bool rank0 = pg == nullptr || pg->rank() == 0;
+  const Device dev = pg ? pg->device() : resolve_device(a.device);
   TrainArgs args = a;
   if (args.amp == "auto") args.amp = dev.is_cuda() ? "fp16" : "bf16";  // as torch.autocast's defaults
   const bool use_amp = args.amp != "off";
@@ -101,7 +142,12 @@ void run_train(const TrainArgs& a) {
   if (a.master_weights) opt->use_master_weights();
   // bf16 has float32's range: no loss scaling needed, as in PyTorch.
   amp::GradScaler scaler(amp::GradScalerOptions().enabled(use_amp && amp_dtype == kFloat16));
-  data::DataLoader loader(train, data::DataLoaderOptions(a.batch_size).shuffle(true).seed(a.seed).device(dev));
+  // With --gpus, each rank takes its share of the same global order (DistributedSampler) in
+  // batches of batch-size / N: together one global batch per step.
+  const int64_t rank_batch = pg ? a.batch_size / pg->world_size() : a.batch_size;
+  data::DataLoader loader(train, data::DataLoaderOptions(rank_batch).shuffle(true).seed(a.seed).device(dev));
+  std::optional<distributed::DistributedSampler> sampler;
+  if (pg) sampler.emplace(pg->world_size(), pg->rank());
 
   int start_epoch = 0;
   int64_t global_step = 0, skipped_total = 0;
@@ -121,12 +167,15 @@ void run_train(const TrainArgs& a) {
                 static_cast<long long>(global_step));
   }
 
+  // After a resume, so that rank 0's restored weights are what every rank starts from.
+  std::unique_ptr<distributed::DistributedDataParallel> ddp;
+  if (pg) ddp = std::make_unique<distributed::DistributedDataParallel>(net, *pg);
   std::printf("training %s on %s: %lld images, batch %lld, %s lr %g, amp %s%s, %d epochs\n", a.model.c_str(),
-              dev.str().c_str(), static_cast<long long>(train.size()), static_cast<long long>(a.batch_size),
+              pg ? fmt::format("{} GPUs (DistributedDataParallel, NCCL)", pg->world_size()).c_str() : dev.str().c_str(), static_cast<long long>(train.size()), static_cast<long long>(a.batch_size),
               a.optimizer.c_str(), a.lr, args.amp.c_str(), a.master_weights ? " (master weights)" : "", a.epochs);
   std::ofstream metrics;
   const bool csv = a.metrics.size() > 4 && a.metrics.substr(a.metrics.size() - 4) == ".csv";
-  if (!a.metrics.empty()) {
+  if (!a.metrics.empty() && rank0) {
     metrics.open(a.metrics, start_epoch > 0 ? std::ios::app : std::ios::trunc);
     AG_CHECK(metrics.good(), "--metrics: cannot write {}", a.metrics);
     if (csv && start_epoch == 0) metrics << "epoch,step,loss,scale,skipped,lr,images_per_s\n";
@@ -141,7 +190,7 @@ void run_train(const TrainArgs& a) {
     // Dropout draws from the default generator: seeding it per epoch makes a resumed run
     // draw the same masks as an uninterrupted one.
     manual_seed(a.seed * 1000003ull + static_cast<uint64_t>(epoch) + 1);
-    data::Epoch batches = loader.epoch(epoch);
+    data::Epoch batches = sampler ? data::Epoch(loader, sampler->shard(loader.permutation(epoch))) : loader.epoch(epoch);
     Progress progress(epoch + 1, a.epochs, terminal);
     StepLog log;
     StepStats st;
@@ -157,11 +206,15 @@ void run_train(const TrainArgs& a) {
       Tensor loss;
       {
         amp::AutocastGuard autocast(dev.type, amp_dtype, use_amp);
-        loss = cross_entropy((*net)(b.images), b.labels);
+        loss = cross_entropy(ddp ? (*ddp)(b.images) : (*net)(b.images), b.labels);
       }
       scaler.scale(loss).backward();
       scaler.step(*opt);
       scaler.update();
+      if (pg && pg->world_size() > 1) {  // log the global batch's loss: the mean over ranks
+        loss = loss.detach().clone();
+        pg->all_reduce(loss, distributed::ReduceOp::Avg);
+      }
       log.loss.push_back(loss.detach());
       if (scaler.is_enabled()) {
         log.scale.push_back(scaler.scale_tensor().clone());
@@ -197,7 +250,7 @@ void run_train(const TrainArgs& a) {
     last_acc = evaluate(*net, test, dev, use_amp, amp_dtype);
     std::printf("epoch %d/%d: test accuracy %.2f%%, %.1f s, %.0f images/s, %lld skipped steps\n", epoch + 1, a.epochs,
                 100 * last_acc, secs, ips, static_cast<long long>(skipped));
-    if (!a.save.empty()) {
+    if (!a.save.empty() && rank0) {
       optim::StateDict progress_sd{{"epoch", tensor(std::vector<double>{double(epoch + 1)}, {})},
                                    {"step", tensor(std::vector<double>{double(global_step)}, {})},
                                    {"skipped", tensor(std::vector<double>{double(skipped_total)}, {})}};
@@ -218,7 +271,7 @@ void run_train(const TrainArgs& a) {
               static_cast<long long>(skipped_total));
   if (!a.save.empty()) std::printf("checkpoint: %s\n", a.save.c_str());
   if (!a.metrics.empty()) std::printf("metrics: %s\n", a.metrics.c_str());
-  if (!a.plot.empty()) {
+  if (!a.plot.empty() && rank0) {
     plot_training(a.plot, all_loss, all_scale,
                   fmt::format("ampgrad train --model {} --amp {} ({})", a.model, args.amp, dev.str()));
     std::printf("plot: %s\n", a.plot.c_str());
@@ -254,6 +307,10 @@ void add_train(CLI::App& app) {
   cmd->add_option("--resume", a->resume, "continue from a checkpoint written by --save");
   cmd->add_option("--metrics", a->metrics, "per-step metrics: CSV if the name ends in .csv, else JSON lines");
   cmd->add_option("--plot", a->plot, "PNG of training loss and loss scale over steps (needs gnuplot)");
+  cmd->add_option("--gpus", a->gpus,
+                  "data-parallel over N GPUs (NCCL, one process each; --batch-size is the global batch). Started "
+                  "by itself or by ampgrad-run -n N")
+      ->check(CLI::Range(1, 1024));
   cmd->callback([a] { run_train(*a); });
 }
 

@@ -53,6 +53,12 @@ Tensor empty(const Shape& shape, TensorOptions options) {
 
 Tensor empty_like(const Tensor& t) { return empty(t.shape(), t.options()); }
 
+void Tensor::register_post_accumulate_grad_hook(std::function<void(const Tensor&)> hook) const {
+  AG_CHECK(defined() && requires_grad() && is_leaf(),
+           "register_post_accumulate_grad_hook: expected a leaf that requires grad, got {}", desc());
+  impl_->post_accumulate_grad_hooks.push_back(std::move(hook));
+}
+
 bool is_non_overlapping_and_dense(const Tensor& t) {
   if (t.is_contiguous()) return true;
   const Shape& sz = t.shape();

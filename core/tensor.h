@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -35,6 +36,8 @@ struct TensorImpl {
   std::shared_ptr<autograd::Node> grad_fn;       // null for leaves
   std::shared_ptr<TensorImpl> grad;              // accumulated gradient of a leaf
   std::weak_ptr<autograd::Node> grad_accumulator;
+  // Run after each accumulation into `grad` (leaves only; DistributedDataParallel's buckets).
+  std::vector<std::function<void(const Tensor&)>> post_accumulate_grad_hooks;
 };
 
 class Tensor {
@@ -95,6 +98,8 @@ class Tensor {
   bool is_leaf() const { return impl().grad_fn == nullptr; }
   Tensor grad() const;
   void set_grad(const Tensor& g) const;
+  // hook(this leaf) runs each time backward has accumulated into this leaf's grad.
+  void register_post_accumulate_grad_hook(std::function<void(const Tensor&)> hook) const;
   const std::shared_ptr<autograd::Node>& grad_fn() const { return impl().grad_fn; }
   void backward(const Tensor& gradient = Tensor(), bool retain_graph = false) const;
   Tensor detach() const;

@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 bash scripts/build.sh -DAMPGRAD_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90
 rm -rf dist/gpu && mkdir -p dist/gpu
 cp build/bin/libampgrad.so* dist/gpu/
-for f in build/bin/test_* build/bin/bench_* build/bin/profile_* build/bin/ampgrad; do
+for f in build/bin/test_* build/bin/bench_* build/bin/profile_* build/bin/ampgrad build/bin/ampgrad-run; do
   [ -f "$f" ] && cp "$f" dist/gpu/
 done
 strip --strip-unneeded dist/gpu/* 2>/dev/null || true

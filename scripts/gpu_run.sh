@@ -13,6 +13,13 @@ out="${OUT:-/tmp}"
 what="${1:-all}"
 export LD_LIBRARY_PATH="$here:${LD_LIBRARY_PATH:-}"
 export AMPGRAD_CLI="$here/ampgrad"  # test_cli runs the carried binary
+[ -d "$here/../data" ] && export AMPGRAD_TEST_DATA="$here/../data"  # test_cli's --gpus run
+# NCCL (Note [Process group]): libnccl.so.2 on the loader's path, else the one PyTorch ships.
+if [ -z "${AMPGRAD_NCCL_LIBRARY:-}" ] && ! ldconfig -p 2>/dev/null | grep -q libnccl.so.2; then
+  nccl=$(python3 -c "import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], 'lib', 'libnccl.so.2'))" 2>/dev/null)
+  [ -f "$nccl" ] || nccl=$(find / -name libnccl.so.2 -not -path '*/proc/*' 2>/dev/null | head -n 1)
+  [ -n "$nccl" ] && export AMPGRAD_NCCL_LIBRARY="$nccl" && echo "NCCL: $nccl"
+fi
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
 status=0
 if [ "$what" = all ] || [ "$what" = tests ]; then

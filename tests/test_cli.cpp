@@ -200,3 +200,34 @@ TEST_CASE("ampgrad train: bad arguments give clear messages and exit codes", "[c
   Run none = run("");
   CHECK(none.status != 0);
 }
+
+TEST_CASE("ampgrad train --gpus: data-parallel training matches one process with the same global batch", "[cuda]") {
+  if (skip_without_cuda()) return;
+  const char* env = std::getenv("AMPGRAD_TEST_DATA");
+  const std::string data = env && *env ? env : kData;
+  if (!fs::exists(data)) {
+    WARN("no Fashion-MNIST at " << data << " (set AMPGRAD_TEST_DATA): skipped");
+    return;
+  }
+  const std::string common =
+      " --model mlp --epochs 1 --limit 4096 --batch-size 256 --amp off --optimizer sgd --data " + data;
+  const fs::path one_csv = scratch("gpus1.csv"), two_csv = scratch("gpus2.csv");
+  // One rank: a process group of one over NCCL, DistributedDataParallel, end to end.
+  const Run one = run("train --gpus 1" + common + " --metrics " + one_csv.string());
+  INFO(one.out);
+  REQUIRE(one.status == 0);
+  CHECK_THAT(one.out, Catch::Contains("1 GPUs (DistributedDataParallel, NCCL)"));
+  const auto l1 = losses_by_epoch(one_csv);
+  REQUIRE(l1.at(1).size() == 16);
+  if (ag::cuda::device_count() < 2) {
+    WARN("one GPU: --gpus 2 against --gpus 1 needs a second GPU; skipped");
+    return;
+  }
+  // Two ranks with 128 images each per step: the same global batches, the same losses.
+  const Run two = run("train --gpus 2" + common + " --metrics " + two_csv.string());
+  INFO(two.out);
+  REQUIRE(two.status == 0);
+  const auto l2 = losses_by_epoch(two_csv);
+  REQUIRE(l2.at(1).size() == l1.at(1).size());
+  for (size_t i = 0; i < l1.at(1).size(); ++i) CHECK(l2.at(1)[i] == Approx(l1.at(1)[i]).epsilon(1e-3));
+}

@@ -29,3 +29,6 @@
 #if AMPGRAD_WITH_CUDA
 #include "cuda/graph.h"
 #endif
+#include "distributed/ddp.h"
+#include "distributed/process_group.h"
+#include "distributed/sampler.h"
