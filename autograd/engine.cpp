@@ -8,6 +8,16 @@
 
 namespace ampgrad::autograd {
 
+namespace {
+// The callbacks of the backward running on this thread; null outside one.
+thread_local std::vector<std::function<void()>>* t_callbacks = nullptr;
+}  // namespace
+
+void queue_callback(std::function<void()> fn) {
+  AG_CHECK(t_callbacks != nullptr, "autograd.queue_callback: no backward is running on this thread");
+  t_callbacks->push_back(std::move(fn));
+}
+
 void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph) {
   AG_CHECK(root.requires_grad(),
            "backward: the tensor ({}) does not require grad and has no grad_fn; did you forget requires_grad_() on "
@@ -45,6 +55,14 @@ void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph) {
     }
   }
 
+  std::vector<std::function<void()>> callbacks;
+  auto* outer = t_callbacks;
+  t_callbacks = &callbacks;
+  struct Restore {
+    std::vector<std::function<void()>>* outer;
+    ~Restore() { t_callbacks = outer; }
+  } restore{outer};
+
   std::unordered_map<Node*, Tensor> pending;  // summed incoming gradient per node
   pending[start.node.get()] = g;
   auto later_first = [](Node* a, Node* b) { return a->sequence < b->sequence; };
@@ -73,6 +91,8 @@ void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph) {
     }
     if (!retain_graph) n->release();
   }
+  t_callbacks = outer;
+  for (auto& fn : callbacks) fn();
 }
 
 }  // namespace ampgrad::autograd

@@ -109,6 +109,10 @@ Edge gradient_edge(const Tensor& t) {
   std::shared_ptr<Node> acc = impl->grad_accumulator.lock();
   if (!acc) {
     acc = std::make_shared<AccumulateGrad>(t.impl_ptr());
+    // Accumulated as soon as its gradient is complete, before any function node waiting in
+    // the ready queue: the gradient's post-accumulate hooks (DistributedDataParallel's bucket
+    // all-reduce) then overlap with the rest of backward, as in PyTorch.
+    acc->sequence = UINT64_MAX;
     impl->grad_accumulator = acc;
   }
   return {acc};

@@ -105,6 +105,11 @@ Edge gradient_edge(const Tensor& t);
 // Runs backward from `root` with gradient `grad`.
 void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph);
 
+// Only while a backward runs (from a node or a hook): `fn` runs once after its last node,
+// before run_backward returns (PyTorch's queue_callback). DistributedDataParallel checks
+// there that every bucket was reduced.
+void queue_callback(std::function<void()> fn);
+
 }  // namespace ampgrad::autograd
 
 namespace ampgrad {

@@ -100,6 +100,11 @@ std::vector<std::string> own_argv() {
 // command itself start them), or null without --gpus.
 distributed::ProcessGroup* join_process_group(const TrainArgs& a) {
   if (a.gpus == 0) return nullptr;
+  // Checked before any rank starts, so that a mistake is reported once.
+  AG_CHECK(a.device == "auto" || a.device == "cuda", "--gpus {} trains on CUDA devices; --device {} conflicts",
+           a.gpus, a.device);
+  AG_CHECK(a.batch_size % a.gpus == 0, "--gpus {}: --batch-size {} (the global batch) must divide evenly", a.gpus,
+           a.batch_size);
   distributed::ProcessGroup* pg = nullptr;
   if (std::getenv("RANK") == nullptr) {
     if (a.gpus > 1) std::exit(distributed::launch_local(a.gpus, own_argv()));  // the ranks do the work
@@ -110,8 +115,6 @@ distributed::ProcessGroup* join_process_group(const TrainArgs& a) {
     pg = &distributed::init_process_group();
   }
   AG_CHECK(pg->world_size() == a.gpus, "--gpus {}: this process group has WORLD_SIZE {}", a.gpus, pg->world_size());
-  AG_CHECK(a.batch_size % a.gpus == 0, "--gpus {}: --batch-size {} (the global batch) must divide evenly", a.gpus,
-           a.batch_size);
   if (pg->rank() != 0) AG_CHECK(std::freopen("/dev/null", "w", stdout) != nullptr, "cannot silence rank {}", pg->rank());
   return pg;
 }
@@ -138,6 +141,9 @@ void run_train(const TrainArgs& a) {
   auto net = make_model(a.model, dev);
   // Master weights: the model is stored in 16 bits; the optimizer keeps float32 masters.
   if (a.master_weights) net->to(amp_dtype);
+  // Before the optimizer: its master weights must copy rank 0's broadcast weights.
+  std::unique_ptr<distributed::DistributedDataParallel> ddp;
+  if (pg) ddp = std::make_unique<distributed::DistributedDataParallel>(net, *pg);
   auto opt = make_optimizer(a, net->parameters());
   if (a.master_weights) opt->use_master_weights();
   // bf16 has float32's range: no loss scaling needed, as in PyTorch.
@@ -167,9 +173,6 @@ void run_train(const TrainArgs& a) {
                 static_cast<long long>(global_step));
   }
 
-  // After a resume, so that rank 0's restored weights are what every rank starts from.
-  std::unique_ptr<distributed::DistributedDataParallel> ddp;
-  if (pg) ddp = std::make_unique<distributed::DistributedDataParallel>(net, *pg);
   std::printf("training %s on %s: %lld images, batch %lld, %s lr %g, amp %s%s, %d epochs\n", a.model.c_str(),
               pg ? fmt::format("{} GPUs (DistributedDataParallel, NCCL)", pg->world_size()).c_str() : dev.str().c_str(), static_cast<long long>(train.size()), static_cast<long long>(a.batch_size),
               a.optimizer.c_str(), a.lr, args.amp.c_str(), a.master_weights ? " (master weights)" : "", a.epochs);
@@ -189,7 +192,9 @@ void run_train(const TrainArgs& a) {
     auto t0 = std::chrono::steady_clock::now();
     // Dropout draws from the default generator: seeding it per epoch makes a resumed run
     // draw the same masks as an uninterrupted one.
-    manual_seed(a.seed * 1000003ull + static_cast<uint64_t>(epoch) + 1);
+    // With --gpus, each rank its own dropout masks (rank 0 draws what one process would).
+    manual_seed(a.seed * 1000003ull + static_cast<uint64_t>(epoch) + 1 +
+                (pg ? 7919ull * static_cast<uint64_t>(pg->rank()) : 0));
     data::Epoch batches = sampler ? data::Epoch(loader, sampler->shard(loader.permutation(epoch))) : loader.epoch(epoch);
     Progress progress(epoch + 1, a.epochs, terminal);
     StepLog log;
@@ -247,7 +252,8 @@ void run_train(const TrainArgs& a) {
     global_step += static_cast<int64_t>(losses.size());
     all_loss.insert(all_loss.end(), losses.begin(), losses.end());
     all_scale.insert(all_scale.end(), scales.begin(), scales.end());
-    last_acc = evaluate(*net, test, dev, use_amp, amp_dtype);
+    if (ddp) ddp->sync_buffers();  // rank 0's BatchNorm statistics for evaluation and saving
+    if (rank0) last_acc = evaluate(*net, test, dev, use_amp, amp_dtype);
     std::printf("epoch %d/%d: test accuracy %.2f%%, %.1f s, %.0f images/s, %lld skipped steps\n", epoch + 1, a.epochs,
                 100 * last_acc, secs, ips, static_cast<long long>(skipped));
     if (!a.save.empty() && rank0) {

@@ -1,6 +1,7 @@
 // DistributedDataParallel (distributed/ddp.h).
 #include "distributed/ddp.h"
 
+#include <exception>
 #include <string>
 #include <vector>
 
@@ -20,13 +21,15 @@ namespace ampgrad::distributed {
 // registration order, roughly the order backward produces their gradients. After backward
 // accumulates a parameter's gradient (a post-accumulate hook), the gradient is copied into
 // its bucket slot once and the parameter's grad becomes a view of that slot, so later steps
-// accumulate straight into the bucket. When a bucket's last gradient is in, an event on the
-// library stream releases a communication stream that all-reduces the bucket with ncclAvg,
-// while backward goes on computing earlier layers' gradients. After the last bucket the
-// library stream waits for the communication stream, so the optimizer sees averaged
-// gradients, and the host never waits. Every parameter must receive a gradient in every
-// backward (PyTorch's find_unused_parameters=False); a bucket left incomplete is reported at
-// the next forward, naming the parameters that got none.
+// accumulate straight into the bucket. Buckets start in index order (the same on every rank):
+// when the next bucket's last gradient is in, an event on the library stream releases a
+// communication stream that all-reduces it with ncclAvg while backward goes on computing
+// earlier layers' gradients (the engine accumulates a leaf's gradient as soon as it is
+// complete, so the hooks fire during backward, not after it). A callback at the end of
+// backward (autograd::queue_callback) makes the library stream wait for the communication
+// stream, so the scaler and the optimizer see averaged gradients and the host never waits,
+// and reports a bucket left incomplete (a parameter that got no gradient: every parameter
+// must be used in every step, PyTorch's find_unused_parameters=False) before any rank steps.
 
 #if AMPGRAD_WITH_CUDA
 
@@ -36,18 +39,27 @@ struct DistributedDataParallel::State {
     std::vector<size_t> params;
     int pending = 0;
   };
+  std::weak_ptr<State> self;
   ProcessGroup* pg = nullptr;
   std::vector<std::string> names;
   std::vector<Tensor> params;
+  std::vector<Tensor> buffers;
   std::vector<size_t> bucket_of;
   std::vector<int64_t> offset_of;
   std::vector<bool> seen;
   std::vector<Bucket> buckets;
-  int buckets_left = 0;
+  size_t next_launch = 0;  // buckets start in index order, the same on every rank
+  bool callback_queued = false;
   cudaStream_t comm = nullptr;
   cudaEvent_t ready = nullptr, done = nullptr;
 
   ~State() {
+    if (std::uncaught_exceptions() > 0) {
+      // Unwinding from an error: a peer may never issue the all-reduce the communication
+      // stream waits for, so do not wait; leak the buckets NCCL may still touch.
+      for (Bucket& b : buckets) new Tensor(std::move(b.flat));
+      return;
+    }
     if (comm) (void)cudaStreamSynchronize(comm);
     if (ready) (void)cudaEventDestroy(ready);
     if (done) (void)cudaEventDestroy(done);
@@ -57,10 +69,24 @@ struct DistributedDataParallel::State {
   void reset() {
     for (Bucket& b : buckets) b.pending = static_cast<int>(b.params.size());
     std::fill(seen.begin(), seen.end(), false);
-    buckets_left = static_cast<int>(buckets.size());
+    next_launch = 0;
+  }
+
+  std::string unseen() const {
+    std::string missing;
+    for (size_t i = 0; i < params.size(); ++i)
+      if (!seen[i]) missing += (missing.empty() ? "'" : ", '") + names[i] + "'";
+    return missing;
   }
 
   void on_gradient(size_t i) {
+    if (!callback_queued) {
+      std::weak_ptr<State> weak = self;
+      autograd::queue_callback([weak] {
+        if (auto s = weak.lock()) s->finish_backward();
+      });
+      callback_queued = true;
+    }
     AG_CHECK(!seen[i], "DistributedDataParallel: parameter '{}' received a second gradient in one backward",
              names[i]);
     seen[i] = true;
@@ -73,15 +99,34 @@ struct DistributedDataParallel::State {
       slot.copy_(g);
       p.set_grad(slot);
     }
-    if (--b.pending > 0) return;
+    --b.pending;
+    while (next_launch < buckets.size() && buckets[next_launch].pending == 0) launch(buckets[next_launch++]);
+  }
+
+  // The library stream has written the bucket's gradients; the communication stream averages
+  // it while backward goes on.
+  void launch(Bucket& b) {
     const cudaStream_t compute = cuda::current_stream(pg->local_rank());
     AG_CUDA_CHECK(cudaEventRecord(ready, compute));
     AG_CUDA_CHECK(cudaStreamWaitEvent(comm, ready, 0));
     pg->all_reduce_on(b.flat, ReduceOp::Avg, comm);
-    if (--buckets_left > 0) return;
+  }
+
+  // After backward's last node: what follows on the library stream (the scaler's check, the
+  // optimizer) waits for the reductions; a bucket left incomplete is an error now, not a
+  // silent divergence of the replicas.
+  void finish_backward() {
+    callback_queued = false;
+    const cudaStream_t compute = cuda::current_stream(pg->local_rank());
     AG_CUDA_CHECK(cudaEventRecord(done, comm));
     AG_CUDA_CHECK(cudaStreamWaitEvent(compute, done, 0));
+    const bool complete = next_launch == buckets.size();
+    const std::string missing = complete ? std::string() : unseen();
     reset();
+    AG_CHECK(complete,
+             "DistributedDataParallel: this backward gave no gradient to {}; every parameter must be used in every "
+             "step (their buckets were not averaged)",
+             missing);
   }
 };
 
@@ -92,6 +137,7 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
   AG_CHECK(options.bucket_cap_mb > 0, "DistributedDataParallel: bucket_cap_mb must be positive, got {}",
            options.bucket_cap_mb);
   State& st = *state_;
+  st.self = state_;
   st.pg = &pg;
   const Device dev = pg.device();
   cuda::DeviceGuard guard(dev.index);
@@ -109,6 +155,7 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
     AG_CHECK(b.device() == dev && b.is_contiguous(), "DistributedDataParallel: buffer '{}' ({}) must be on {}", name,
              b.desc(), dev.str());
     pg.broadcast(b, 0);
+    st.buffers.push_back(b);
   }
   AG_CHECK(!st.params.empty(), "DistributedDataParallel: the module has no parameters that require grad");
   // Buckets in reverse registration order, one dtype each, up to the cap.
@@ -137,7 +184,7 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
   AG_CUDA_CHECK(cudaStreamCreateWithFlags(&st.comm, cudaStreamNonBlocking));
   AG_CUDA_CHECK(cudaEventCreateWithFlags(&st.ready, cudaEventDisableTiming));
   AG_CUDA_CHECK(cudaEventCreateWithFlags(&st.done, cudaEventDisableTiming));
-  std::weak_ptr<State> weak = state_;
+  const std::weak_ptr<State> weak = state_;
   for (size_t i = 0; i < st.params.size(); ++i)
     st.params[i].register_post_accumulate_grad_hook([weak, i](const Tensor&) {
       if (auto s = weak.lock()) s->on_gradient(i);
@@ -146,19 +193,11 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
 
 DistributedDataParallel::~DistributedDataParallel() = default;
 
-Tensor DistributedDataParallel::operator()(const Tensor& x) {
-  State& st = *state_;
-  if (st.buckets_left != static_cast<int>(st.buckets.size())) {
-    std::string missing;
-    for (size_t i = 0; i < st.params.size(); ++i)
-      if (!st.seen[i]) missing += (missing.empty() ? "'" : ", '") + st.names[i] + "'";
-    st.reset();
-    AG_CHECK(false,
-             "DistributedDataParallel: the last backward gave no gradient to {}; every parameter must be used in "
-             "every step",
-             missing);
-  }
-  return (*module_)(x);
+Tensor DistributedDataParallel::operator()(const Tensor& x) { return (*module_)(x); }
+
+void DistributedDataParallel::sync_buffers() {
+  NoGradGuard no_grad;
+  for (const Tensor& b : state_->buffers) state_->pg->broadcast(b, 0);
 }
 
 size_t DistributedDataParallel::num_buckets() const { return state_->buckets.size(); }
@@ -173,6 +212,7 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
 }
 DistributedDataParallel::~DistributedDataParallel() = default;
 Tensor DistributedDataParallel::operator()(const Tensor& x) { return (*module_)(x); }
+void DistributedDataParallel::sync_buffers() {}
 size_t DistributedDataParallel::num_buckets() const { return 0; }
 
 #endif

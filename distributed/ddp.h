@@ -22,9 +22,12 @@ class DistributedDataParallel {
   DistributedDataParallel(const DistributedDataParallel&) = delete;
   DistributedDataParallel& operator=(const DistributedDataParallel&) = delete;
 
-  // The module's forward. Throws if the previous backward left a bucket unreduced (a
-  // parameter that received no gradient: every parameter must be used in every step).
+  // The module's forward. The backward that follows averages the gradients; it throws if a
+  // parameter received no gradient (every parameter must be used in every step).
   Tensor operator()(const Tensor& x);
+  // Broadcasts rank 0's buffers (BatchNorm's running statistics, which each rank updates from
+  // its own batches) to every rank: before evaluating or saving.
+  void sync_buffers();
   nn::Module& module() { return *module_; }
   size_t num_buckets() const;
 

@@ -75,6 +75,19 @@ const Nccl& nccl() {
   return lib;
 }
 
+}  // namespace
+
+bool nccl_available() {
+  try {
+    (void)nccl();
+    return true;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
+namespace {
+
 void check(ncclResult_t r, const char* call) {
   AG_CHECK(r == ncclSuccess, "NCCL error: {} failed: {}", call, nccl().error_string(r));
 }
@@ -158,6 +171,8 @@ void ProcessGroup::broadcast(const Tensor& t, int root) {
 }
 
 #else  // a CPU-only build
+
+bool nccl_available() { return false; }
 
 ProcessGroup::ProcessGroup(const Options& o) : o_(o) {
   AG_CHECK(false, "distributed: this ampgrad was built without CUDA; NCCL process groups need a CUDA build");

@@ -38,6 +38,9 @@ class ProcessGroup {
   void* comm_ = nullptr;  // ncclComm_t
 };
 
+// Whether libnccl can be opened here (Note [Process group]); never throws.
+bool nccl_available();
+
 // The process group of this process, from the environment (RANK, WORLD_SIZE, LOCAL_RANK,
 // MASTER_ADDR, MASTER_PORT) unless options are given. It also makes every GradScaler
 // all-reduce its found-inf flag with MAX (Note [Process group]).

@@ -32,6 +32,13 @@ class EnvVar {
   bool had_ = false;
 };
 
+// Two layers, of which forward uses only the first: DDP must name the unused one.
+struct HalfUsed : ag::nn::Module {
+  std::shared_ptr<ag::nn::Linear> used = register_module("used", std::make_shared<ag::nn::Linear>(12, 5));
+  std::shared_ptr<ag::nn::Linear> idle = register_module("idle", std::make_shared<ag::nn::Linear>(12, 5));
+  ag::Tensor forward(const ag::Tensor& x) override { return (*used)(x); }
+};
+
 std::shared_ptr<ag::nn::Sequential> small_mlp(ag::Device dev) {
   auto net = std::make_shared<ag::nn::Sequential>();
   net->push_back(std::make_shared<ag::nn::Linear>(12, 16));
@@ -151,6 +158,20 @@ TEST_CASE("distributed: post-accumulate hooks see the accumulated gradient", "[d
                            "expected a leaf that requires grad");
 }
 
+TEST_CASE("distributed: callbacks queued during backward run once, after its last node", "[distributed][autograd]") {
+  ag::Tensor a = ag::full({2}, 1.0).requires_grad_(), b = ag::full({2}, 2.0).requires_grad_();
+  std::vector<std::string> events;
+  for (auto* t : {&a, &b})
+    t->register_post_accumulate_grad_hook([&, t](const ag::Tensor&) {
+      events.push_back(t == &a ? "a" : "b");
+      if (events.size() == 1) ag::autograd::queue_callback([&] { events.push_back("end"); });
+    });
+  (a * b).sum().backward();
+  REQUIRE(events.size() == 3);
+  CHECK(events.back() == "end");
+  CHECK_THROWS_WITH_SUBSTR(ag::autograd::queue_callback([] {}), "no backward is running");
+}
+
 TEST_CASE("distributed: the found-inf reducer makes a scaler skip a step another rank saw overflow",
           "[distributed][amp]") {
   // What init_process_group installs is an all-reduce with MAX; here the "other rank" says inf.
@@ -158,6 +179,9 @@ TEST_CASE("distributed: the found-inf reducer makes a scaler skip a step another
     ag::Tensor flag = found_inf;
     flag.fill_(1.0);
   });
+  struct Uninstall {
+    ~Uninstall() { ag::amp::set_found_inf_reducer(nullptr); }
+  } uninstall;
   ag::manual_seed(3);
   ag::Tensor p = ag::randn({4}).requires_grad_();
   const std::vector<double> before = p.to_vector<double>();
@@ -166,7 +190,6 @@ TEST_CASE("distributed: the found-inf reducer makes a scaler skip a step another
   scaler.scale((p * p).sum()).backward();  // finite gradients here
   scaler.step(opt);
   scaler.update();
-  ag::amp::set_found_inf_reducer(nullptr);
   CHECK(p.to_vector<double>() == before);  // skipped, as every rank does
   CHECK(scaler.get_scale() == 512.0);
   CHECK(scaler.last_decision().found_inf);
@@ -233,11 +256,22 @@ TEST_CASE("distributed worker: DDP averages gradients, replicas agree, an inf on
     ref->load_state_dict(net->state_dict());
     for (const ag::Tensor& p : net->parameters()) CHECK(agree(p));
   }
+  {
+    auto half = std::make_shared<HalfUsed>();
+    half->to(dev);
+    dist::DistributedDataParallel unused(half, pg);
+    ag::Tensor x = ag::randn({4, 12}, ag::TensorOptions().device(dev));
+    CHECK_THROWS_WITH_SUBSTR(unused(x).sum().backward(), "gave no gradient to 'idle.weight', 'idle.bias'");
+  }
   dist::destroy_process_group();
 }
 
 TEST_CASE("distributed: the DDP worker under ampgrad-run on every GPU of this machine", "[cuda]") {
   if (skip_without_cuda()) return;
+  if (!dist::nccl_available()) {
+    WARN("libnccl.so.2 cannot be opened (set AMPGRAD_NCCL_LIBRARY): skipped");
+    return;
+  }
   const int n = ag::cuda::device_count();
   const std::string self = "/proc/self/exe";
   INFO("ranks: " << n << " (one per visible GPU)");
