@@ -6,9 +6,11 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/time.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -129,10 +131,15 @@ std::vector<uint8_t> serve(const Options& o, const std::vector<uint8_t>& payload
     }
     Socket peer(::accept(listener.fd(), nullptr, nullptr));
     if (peer.fd() < 0) continue;
+    // A connection that is not a waiting rank (a port scan, a stray client) is dropped.
     int32_t rank = -1;
-    recv_all(peer.fd(), &rank, sizeof(rank), deadline, "a peer's rank");
-    AG_CHECK(missing.erase(rank) == 1, "distributed: rank 0 got an unexpected or repeated rank {} (world size {})",
-             rank, o.world_size);
+    try {
+      recv_all(peer.fd(), &rank, sizeof(rank), std::min(deadline, Clock::now() + std::chrono::seconds(5)),
+               "a peer's rank");
+    } catch (const Error&) {
+      continue;
+    }
+    if (missing.erase(rank) != 1) continue;
     peers.push_back(std::move(peer));
   }
   const uint64_t n = payload.size();
@@ -159,6 +166,10 @@ std::vector<uint8_t> join(const Options& o, Clock::time_point deadline) {
       for (addrinfo* a = res; a && s.fd() < 0; a = a->ai_next) {
         Socket c(::socket(a->ai_family, a->ai_socktype, a->ai_protocol));
         if (c.fd() < 0) continue;
+        // connect() honours the send timeout: an unreachable address fails within the deadline.
+        const int ms = std::max(1, std::min(ms_left(deadline), 5000));
+        timeval tv{ms / 1000, (ms % 1000) * 1000};
+        ::setsockopt(c.fd(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
         if (::connect(c.fd(), a->ai_addr, a->ai_addrlen) == 0) {
           s = std::move(c);
         } else {
