@@ -124,8 +124,9 @@ bool binary_inplace(BinaryKind k, Tensor& self, const Tensor& other) {
   if (!self.defined() || !other.defined() || self.device() != other.device()) return false;
   if (result_type(self, other) != self.dtype() || self.dtype() == kBool || !writable_in_place(self)) return false;
   if (other.storage() == self.storage() && !same_view(self, other)) return false;
-  if (broadcast_shapes("in-place", self.shape(), other.shape()) != self.shape()) return false;
   const OpInfo& op = k == BinaryKind::Add ? kAdd : (k == BinaryKind::Sub ? kSub : (k == BinaryKind::Mul ? kMul : kDiv));
+  // Shapes that do not broadcast throw here, with the op's name, as the out-of-place op would.
+  if (broadcast_shapes(op.name, self.shape(), other.shape()) != self.shape()) return false;
   Tensor a = self, b = other;
   OpScope scope(op, a, b);  // passthrough: traced, never cast
   NoGradGuard no_grad;

@@ -794,17 +794,3 @@ TEST_CASE("printing follows PyTorch", "[core][print]") {
           "        2.0000e+03])");
   }
 }
-
-TEST_CASE("non-overlapping-and-dense layouts and empty_preserving_layout", "[core]") {
-  ag::Tensor c = ag::zeros({2, 3, 4, 5});
-  CHECK(ag::is_non_overlapping_and_dense(c));
-  CHECK(ag::is_non_overlapping_and_dense(c.to_channels_last()));
-  CHECK(ag::is_non_overlapping_and_dense(c.transpose(0, 3)));
-  CHECK_FALSE(ag::is_non_overlapping_and_dense(c.narrow(3, 0, 4)));          // gaps
-  CHECK_FALSE(ag::is_non_overlapping_and_dense(ag::zeros({3, 1}).expand({3, 4})));  // overlap
-  const ag::Tensor cl = c.to_channels_last();
-  const ag::Tensor e = ag::empty_preserving_layout(cl);
-  CHECK(e.strides() == cl.strides());
-  CHECK(e.shape() == cl.shape());
-  CHECK(ag::empty_preserving_layout(c.narrow(3, 0, 4)).is_contiguous());
-}

@@ -152,3 +152,17 @@ TEST_CASE("ops: in-place arithmetic on cuda equals its out-of-place forms", "[cu
   if (skip_without_cuda()) return;
   check_inplace_forms(ag::Device(ag::kCUDA));
 }
+
+TEST_CASE("non-overlapping-and-dense layouts and empty_preserving_layout", "[ops][layout]") {
+  ag::Tensor c = ag::zeros({2, 3, 4, 5});
+  CHECK(ag::is_non_overlapping_and_dense(c));
+  CHECK(ag::is_non_overlapping_and_dense(c.to_channels_last()));
+  CHECK(ag::is_non_overlapping_and_dense(c.transpose(0, 3)));
+  CHECK_FALSE(ag::is_non_overlapping_and_dense(c.narrow(3, 0, 4)));          // gaps
+  CHECK_FALSE(ag::is_non_overlapping_and_dense(ag::zeros({3, 1}).expand({3, 4})));  // overlap
+  const ag::Tensor cl = c.to_channels_last();
+  const ag::Tensor e = ag::empty_preserving_layout(cl);
+  CHECK(e.strides() == cl.strides());
+  CHECK(e.shape() == cl.shape());
+  CHECK(ag::empty_preserving_layout(c.narrow(3, 0, 4)).is_contiguous());
+}
