@@ -32,10 +32,20 @@ GradScaler::GradScaler(GradScalerOptions options) : opt_(options) {
            opt_.max_scale_);
 }
 
+// Note [Scaler launches]
+// A scaled step adds launches to every training step, and a small network's step is bound
+// by the host's launch time, so the scaler keeps them to three: the inf check (one launch
+// for all gradients), the gated optimizer step, and the update. Everything else rides in
+// those kernels: the update kernel also writes 1 / scale (the next step's unscale factor,
+// instead of a reciprocal launch per step), copies the scale and the flag it decided on
+// into last_scale_ and last_found_inf_ (instead of two clones), and clears the found-inf
+// flag for the next check (instead of a memset per step). The flag is therefore zero
+// whenever a step begins: created zero, and cleared by every update().
 void GradScaler::lazy_init(Device device) {
   if (scale_.defined()) return;
   TensorOptions f32 = TensorOptions(kFloat32).device(device);
   scale_ = full({}, opt_.init_scale_, f32);
+  inv_scale_ = full({}, 1.0f / static_cast<float>(opt_.init_scale_), f32);
   growth_tracker_ = zeros({}, TensorOptions(kInt32).device(device));
   hysteresis_left_ = full({}, opt_.hysteresis_, TensorOptions(kInt32).device(device));
 }
@@ -54,6 +64,7 @@ Tensor GradScaler::scale(const Tensor& loss) {
                loss.desc(), loss.device().str(), scale_.device().str());
     NoGradGuard no_grad;
     scale_ = scale_.to(loss.device());
+    inv_scale_ = inv_scale_.to(loss.device());
     growth_tracker_ = growth_tracker_.to(loss.device());
     hysteresis_left_ = hysteresis_left_.to(loss.device());
     for (auto& [o, st] : per_opt_) st.found_inf = st.found_inf.to(loss.device());
@@ -92,7 +103,7 @@ void GradScaler::check_and_unscale(optim::Optimizer& opt, PerOptimizer& st, cons
       }
     if (p.grad().defined()) grads.push_back(p.grad());
   }
-  st.found_inf.zero_();
+  // found_inf is zero here (Note [Scaler launches]).
   if (!grads.empty()) check_and_unscale_kernel(grads, st.found_inf, inv_scale, write_back);
   if (const auto& reduce = found_inf_reducer()) reduce(st.found_inf);
 }
@@ -103,7 +114,7 @@ void GradScaler::unscale_(optim::Optimizer& opt) {
   AG_CHECK(st.stage == Stage::ready,
            "GradScaler.unscale_: unscale_() has already been called on this optimizer since the last update()");
   NoGradGuard no_grad;
-  check_and_unscale(opt, st, reciprocal(scale_), /*write_back=*/true);
+  check_and_unscale(opt, st, inv_scale_, /*write_back=*/true);
   st.stage = Stage::unscaled;
 }
 
@@ -117,9 +128,8 @@ void GradScaler::step(optim::Optimizer& opt) {
   if (st.stage == Stage::ready) {
     // Check only; the optimizer unscales on the fly (Note [Fused steps]).
     NoGradGuard no_grad;
-    const Tensor inv_scale = reciprocal(scale_);
-    check_and_unscale(opt, st, inv_scale, /*write_back=*/false);
-    opt.step_gated(st.found_inf, inv_scale);
+    check_and_unscale(opt, st, inv_scale_, /*write_back=*/false);
+    opt.step_gated(st.found_inf, inv_scale_);
   } else {
     opt.step_gated(st.found_inf, Tensor());
   }
@@ -129,30 +139,47 @@ void GradScaler::step(optim::Optimizer& opt) {
 void GradScaler::update(std::optional<double> new_scale) {
   if (!opt_.enabled_) return;
   NoGradGuard no_grad;
-  Tensor found;
+  std::vector<Tensor*> flags;
   for (auto& [o, st] : per_opt_)
-    if (st.stage != Stage::ready) found = found.defined() ? add(found, st.found_inf) : st.found_inf.clone();
-  AG_CHECK(found.defined(), "GradScaler.update: no inf checks were recorded since the last update(); call "
-                            "scaler.step(optimizer) (or unscale_) first");
-  last_found_inf_ = found;
-  last_scale_ = scale_.clone();
+    if (st.stage != Stage::ready) flags.push_back(&st.found_inf);
+  AG_CHECK(!flags.empty(), "GradScaler.update: no inf checks were recorded since the last update(); call "
+                           "scaler.step(optimizer) (or unscale_) first");
+  // One optimizer (the usual case): its flag is read, recorded and cleared by the update
+  // kernel. Several: their sum is, and each flag is cleared here.
+  const bool one = flags.size() == 1;
+  Tensor found = *flags[0];
+  for (size_t i = 1; i < flags.size(); ++i) found = add(found, *flags[i]);
+  const TensorOptions f32 = scale_.options();
+  ScaleRecord rec;
+  rec.inv_scale = inv_scale_;
+  rec.last_scale = empty({}, f32);  // fresh each update: a handle kept by a caller stays as it was
+  rec.last_found = empty({}, f32);
+  rec.clear_found = one;
   if (new_scale) {
     AG_CHECK(*new_scale > 0, "GradScaler.update: new_scale must be positive, got {}", *new_scale);
+    rec.last_scale.copy_(scale_);
+    rec.last_found.copy_(found);
     scale_.fill_(*new_scale);
+    inv_scale_.fill_(1.0f / static_cast<float>(*new_scale));
+    rec.clear_found = false;
   } else {
 #if AMPGRAD_WITH_CUDA
     if (scale_.is_cuda()) {
-      cuda::amp_update_scale(scale_, growth_tracker_, hysteresis_left_, found, opt_.growth_factor_,
+      cuda::amp_update_scale(scale_, growth_tracker_, hysteresis_left_, found, rec, opt_.growth_factor_,
                              opt_.backoff_factor_, opt_.growth_interval_, opt_.hysteresis_, opt_.min_scale_,
                              opt_.max_scale_);
     } else
 #endif
     {
-      cpu::amp_update_scale(scale_, growth_tracker_, hysteresis_left_, found, opt_.growth_factor_,
+      cpu::amp_update_scale(scale_, growth_tracker_, hysteresis_left_, found, rec, opt_.growth_factor_,
                             opt_.backoff_factor_, opt_.growth_interval_, opt_.hysteresis_, opt_.min_scale_,
                             opt_.max_scale_);
     }
   }
+  if (!rec.clear_found)
+    for (Tensor* f : flags) f->zero_();
+  last_found_inf_ = rec.last_found;
+  last_scale_ = rec.last_scale;
   for (auto& [o, st] : per_opt_) st.stage = Stage::ready;
   ++updates_;
 }
@@ -201,6 +228,7 @@ void GradScaler::load_state_dict(const optim::StateDict& sd) {
   updates_ = static_cast<int64_t>(get("updates"));
   Device dev = scale_.defined() ? scale_.device() : Device(kCPU);
   scale_ = full({}, get("scale"), TensorOptions(kFloat32).device(dev));
+  inv_scale_ = full({}, 1.0f / static_cast<float>(get("scale")), TensorOptions(kFloat32).device(dev));
   growth_tracker_ = full({}, get("growth_tracker"), TensorOptions(kInt32).device(dev));
   hysteresis_left_ = full({}, get("hysteresis_left"), TensorOptions(kInt32).device(dev));
 }

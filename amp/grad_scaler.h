@@ -109,6 +109,7 @@ class GradScaler {
   Tensor scale_;            // float32 []
   Tensor growth_tracker_;   // int32 []
   Tensor hysteresis_left_;  // int32 []
+  Tensor inv_scale_;        // float32 []: 1 / scale_, kept by update() (Note [Scaler launches])
   Tensor last_found_inf_;   // float32 []: the flags of the last update, combined
   Tensor last_scale_;       // the scale that update used
   std::map<optim::Optimizer*, PerOptimizer> per_opt_;

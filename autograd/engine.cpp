@@ -82,8 +82,11 @@ void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph) {
       if (!e.valid()) continue;
       Node* child = e.node.get();
       if (outs[i].defined()) {
-        auto [slot, inserted] = pending.try_emplace(child, outs[i]);
-        if (!inserted) slot->second = slot->second.defined() ? add(slot->second, outs[i]) : outs[i];
+        // Moved, not copied: a gradient nobody else holds can become a leaf's .grad as is
+        // (Note [Gradient accumulation]).
+        auto [slot, inserted] = pending.try_emplace(child, std::move(outs[i]));
+        if (!inserted)
+          slot->second = slot->second.defined() ? child->sum_incoming(slot->second, outs[i]) : std::move(outs[i]);
       } else {
         pending.try_emplace(child, Tensor());
       }

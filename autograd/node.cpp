@@ -59,7 +59,11 @@ Grads FunctionNode::apply(const Tensor& grad) {
       continue;
     }
     if (g.shape() != inputs[i].shape) g = sum_to(g, inputs[i].shape);
-    if (g.dtype() != inputs[i].dtype) g = g.to(inputs[i].dtype);
+    // A narrower gradient for a leaf's accumulator is widened there, exactly, in the kernel
+    // that adds it (Note [Gradient accumulation]); anything else is cast here.
+    const DType want = inputs[i].dtype;
+    if (g.dtype() != want && !(next[i].node->converts_grad_dtype() && promote_types(want, g.dtype()) == want))
+      g = g.to(want);
   }
   return grads;
 }
@@ -70,34 +74,62 @@ void FunctionNode::release() {
   released_ = true;
 }
 
+Tensor Node::sum_incoming(const Tensor& a, const Tensor& b) const { return add(a, b); }
+
+// Note [Gradient accumulation]
+// The gradient reaching a leaf may still be in a narrower dtype than the leaf's (float16 for
+// an autocast weight of float32); it is widened here, where the leaf's dtype is known, and
+// widening is exact, so the results are PyTorch's (whose engine casts first) to the bit:
+// - no .grad yet: the incoming tensor becomes .grad when nothing else holds it or its memory
+//   and it has the leaf's dtype and layout (PyTorch steals it too); otherwise a copy in the
+//   leaf's dtype and layout is made (one cast or copy kernel).
+// - a .grad nobody else holds: added in place, a narrower dtype read as is (Note
+//   [Mixed-dtype accumulation]), one kernel; the .grad keeps its memory, which a captured
+//   CUDA graph relies on (Note [CUDA graphs]).
+// - otherwise (a user holds .grad) a new .grad = old + incoming, in the leaf's dtype.
+// Two gradients arriving along different edges are each converted to the leaf's dtype before
+// they are summed (sum_incoming), as they were when every node cast its own outputs.
+namespace {
+bool can_steal(const Tensor& g, const Tensor& leaf) {
+  return g.impl_ptr().use_count() == 1 && g.storage().use_count() == 1 && g.dtype() == leaf.dtype() &&
+         g.shape() == leaf.shape() && g.strides() == leaf.strides() && g.storage_offset() == 0 &&
+         g.storage()->nbytes() == static_cast<size_t>(g.numel()) * g.element_size() &&
+         is_non_overlapping_and_dense(g) && !g.requires_grad();
+}
+}  // namespace
+
+Tensor AccumulateGrad::sum_incoming(const Tensor& a, const Tensor& b) const {
+  const DType dt = leaf_->dtype;
+  return add(a.dtype() == dt ? a : a.to(dt), b.dtype() == dt ? b : b.to(dt));
+}
+
 Grads AccumulateGrad::apply(const Tensor& grad) {
   TensorImpl& leaf = *leaf_;
-  Tensor g = grad;
+  const Tensor leaf_view(leaf_);
+  NoGradGuard no_grad;
   if (leaf.grad == nullptr) {
-    // Own the gradient: the incoming tensor may be shared with another branch of the graph.
-    // It takes the leaf's layout when the leaf is dense (a channels-last input gets a
-    // channels-last gradient, as in PyTorch); parameters are contiguous, and so their grads.
-    Tensor leaf_view(leaf_);
-    if (!leaf_view.is_contiguous() && g.shape() == leaf_view.shape() && is_non_overlapping_and_dense(leaf_view)) {
+    if (can_steal(grad, leaf_view)) {
+      leaf.grad = grad.impl_ptr();
+    } else if (!leaf_view.is_contiguous() && grad.shape() == leaf_view.shape() &&
+               is_non_overlapping_and_dense(leaf_view)) {
+      // A dense leaf's gradient takes the leaf's layout (a channels-last input gets a
+      // channels-last gradient, as in PyTorch).
       Tensor owned = empty_preserving_layout(leaf_view);
-      NoGradGuard no_grad;
-      owned.copy_(g);
+      owned.copy_(grad);
       leaf.grad = owned.impl_ptr();
     } else {
-      leaf.grad = g.detach().clone().impl_ptr();
+      leaf.grad = (grad.dtype() == leaf.dtype ? grad.detach().clone() : grad.to(leaf.dtype)).impl_ptr();
     }
-  } else if (leaf.grad.use_count() == 1 && leaf.grad->dtype == g.dtype()) {
-    // Nobody else holds the gradient: accumulate in place, so it keeps its memory (a
-    // captured CUDA graph relies on that, Note [CUDA graphs]).
+  } else if (leaf.grad.use_count() == 1 && leaf.grad->dtype == leaf.dtype) {
     Tensor acc(leaf.grad);
-    acc.add_(g);
+    acc.add_(grad);
   } else {
     Tensor acc(leaf.grad);
-    leaf.grad = add(acc, g).detach().impl_ptr();
+    Tensor sum = add(acc, grad);
+    leaf.grad = (sum.dtype() == leaf.dtype ? sum : sum.to(leaf.dtype)).impl_ptr();
   }
   if (!leaf.post_accumulate_grad_hooks.empty()) {
-    const Tensor self(leaf_);
-    for (const auto& hook : leaf.post_accumulate_grad_hooks) hook(self);
+    for (const auto& hook : leaf.post_accumulate_grad_hooks) hook(leaf_view);
   }
   return {};
 }

@@ -25,6 +25,9 @@ namespace ampgrad::autograd {
 // A node remembers each input's shape and dtype. After a formula runs, the engine sums a
 // gradient down to its input's shape (undoing broadcasting) and casts it to its input's
 // dtype (undoing type promotion and autocast). Formulas therefore never deal with either.
+// A leaf's accumulator widens a narrower gradient itself (converts_grad_dtype): a float16
+// gradient of a float32 parameter adds into its .grad in one kernel (Note [Gradient
+// accumulation]).
 
 class Node;
 
@@ -51,6 +54,11 @@ class Node {
   // Runs the formula; returns one gradient per next edge, already reduced and cast.
   virtual Grads apply(const Tensor& grad) = 0;
   virtual void release() {}  // drop saved state after a backward without retain_graph
+  // True when the node takes a gradient of a narrower floating dtype than its input's and
+  // widens it itself, so the node before it skips the cast (Note [Grad shape and dtype]).
+  virtual bool converts_grad_dtype() const { return false; }
+  // Sums two gradients arriving for this node along different edges.
+  virtual Tensor sum_incoming(const Tensor& a, const Tensor& b) const;
 
   std::vector<Edge> next;
   uint64_t sequence = 0;  // creation order; later nodes run first among ready ones
@@ -76,12 +84,14 @@ class FunctionNode final : public Node {
   bool released_ = false;
 };
 
-// Adds the incoming gradient into a leaf's .grad.
+// Adds the incoming gradient into a leaf's .grad (Note [Gradient accumulation]).
 class AccumulateGrad final : public Node {
  public:
   explicit AccumulateGrad(std::shared_ptr<TensorImpl> leaf) : leaf_(std::move(leaf)) {}
   std::string_view name() const override { return "AccumulateGrad"; }
   Grads apply(const Tensor& grad) override;
+  bool converts_grad_dtype() const override { return true; }
+  Tensor sum_incoming(const Tensor& a, const Tensor& b) const override;
 
  private:
   std::shared_ptr<TensorImpl> leaf_;

@@ -9,6 +9,8 @@
 #include "cli/bench_timer.h"
 
 namespace ag = ampgrad;
+
+cudaError_t launch_empty_kernel(cudaStream_t stream);  // empty_kernel.cu
 // Device time of one call of fn on CUDA: median of 30 samples of 10 back-to-back calls after
 // 5 warm-ups (cli/bench_timer.h).
 double median_ms(const std::function<void()>& fn) {
@@ -122,6 +124,28 @@ void bench_host_overhead() {
   std::printf("| cudaMemsetAsync (driver floor) | %.2f |\n", host_us([&] {
                 AG_CUDA_CHECK(cudaMemsetAsync(a.data_ptr(), 0, 4000, ag::cuda::current_stream()));
               }));
+  std::printf("| empty kernel <<<1, 32>>> + cudaGetLastError (launch floor) | %.2f |\n",
+              host_us([&] { AG_CUDA_CHECK(launch_empty_kernel(ag::cuda::current_stream())); }));
+  int dev = 0;
+  std::printf("| cudaGetDevice | %.3f |\n", host_us([&] { AG_CUDA_CHECK(cudaGetDevice(&dev)); }));
+  // The matmul path at a size whose device time (~2 us) is below its host time, and a block
+  // above 1 MiB (a 1024 x 1024 float16 GEMM's output).
+  auto h16 = ag::TensorOptions(ag::kFloat16).device(ag::kCUDA);
+  ag::Tensor m = ag::randn({256, 256}, h16), n = ag::randn({256, 256}, h16), o = ag::empty({256, 256}, h16);
+  std::printf("| ag::empty({1024, 1024}, float16) (allocate + free, 2 MiB) | %.2f |\n",
+              host_us([&] { ag::Tensor r = ag::empty({1024, 1024}, h16); }));
+  std::printf("| ag::mm 256 x 256 float16 (op + output + cuBLASLt) | %.2f |\n",
+              host_us([&] { ag::Tensor r = ag::mm(m, n); }));
+  cublasHandle_t h;
+  AG_CUBLAS_CHECK(cublasCreate(&h));
+  AG_CUBLAS_CHECK(cublasSetStream(h, ag::cuda::current_stream()));
+  const float alpha = 1, beta = 0;
+  std::printf("| raw cublasGemmEx 256 x 256 float16 (output preallocated) | %.2f |\n", host_us([&] {
+                AG_CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 256, 256, 256, &alpha, n.data_ptr(),
+                                             CUDA_R_16F, 256, m.data_ptr(), CUDA_R_16F, 256, &beta, o.data_ptr(),
+                                             CUDA_R_16F, 256, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+              }));
+  AG_CUBLAS_CHECK(cublasDestroy(h));
 }
 
 }  // namespace

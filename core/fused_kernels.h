@@ -46,6 +46,16 @@ struct AdamHyper {
 // masters when `working` is given, else the parameters themselves, any floating dtype);
 // `grads` are aligned with them (16-bit grads of the working copies under master weights).
 // `found_inf` and `inv_scale` are float32 [1] device tensors, or undefined (no scaler).
+// What GradScaler.update() records besides the rule's own state, written by the update
+// kernel itself so that a step costs no extra launches (Note [Scaler launches] in
+// amp/grad_scaler.cpp): all float32 [] tensors of the scale's device.
+struct ScaleRecord {
+  Tensor inv_scale;   // 1 / the new scale: the next step's unscale factor
+  Tensor last_scale;  // the scale the step used
+  Tensor last_found;  // found_inf of the step
+  bool clear_found = false;  // then found_inf = 0, ready for the next step's check
+};
+
 struct FusedStep {
   std::vector<Tensor> params;
   std::vector<Tensor> grads;
@@ -59,7 +69,7 @@ struct FusedStep {
 namespace ampgrad::cpu {
 
 // found_inf = 1 if any element of `grads` is inf or NaN (found_inf is never cleared here).
-// When `write_back`, also grads *= inv_scale in place.
+// When `write_back`, also grads *= inv_scale in place (inv_scale is not read otherwise).
 void amp_check_and_unscale(const std::vector<Tensor>& grads, const Tensor& found_inf, const Tensor& inv_scale,
                            bool write_back);
 // The update rule of GradScaler (PyTorch's _amp_update_scale_, with hysteresis and bounds):
@@ -67,9 +77,10 @@ void amp_check_and_unscale(const std::vector<Tensor>& grads, const Tensor& found
 // and hysteresis_left resets; growth_tracker = 0. Else growth_tracker += 1 and at
 // growth_interval scale = min(scale * growth, max_scale), growth_tracker = 0, and the
 // hysteresis resets. scale, found_inf: float32 [1]; growth_tracker, hysteresis_left: int32 [1].
+// `rec` is written as ScaleRecord describes.
 void amp_update_scale(const Tensor& scale, const Tensor& growth_tracker, const Tensor& hysteresis_left,
-                      const Tensor& found_inf, double growth_factor, double backoff_factor, int64_t growth_interval,
-                      int64_t hysteresis, double min_scale, double max_scale);
+                      const Tensor& found_inf, const ScaleRecord& rec, double growth_factor, double backoff_factor,
+                      int64_t growth_interval, int64_t hysteresis, double min_scale, double max_scale);
 // `steps` holds one float32 [1] tensor per param (PyTorch's state['step']): read before the
 // update, advanced by one after it when the step is taken (not when found_inf is set).
 // SGD: momentum buffers of the params' (master) dtype, one per param when momentum != 0

@@ -19,6 +19,11 @@ void where(const Tensor& cond, const Tensor& x, const Tensor& y, const Tensor& o
 // dst = src converted to dst's dtype; same shape, any strides on both, same device.
 void copy(const Tensor& dst, const Tensor& src);
 void fill(const Tensor& dst, double value);
+// dst += src: floating dtypes that may differ, src of dst's shape (any strides, broadcast dims
+// stride 0). Each sum is formed in float (double when either is Float64) and rounded to dst's
+// dtype once, so a float16 gradient adds into a float32 one without a cast kernel or a
+// temporary (Note [Mixed-dtype accumulation] in ops/binary.cpp).
+void accumulate(const Tensor& dst, const Tensor& src);
 // x contiguous [outer, r, inner] -> out contiguous [outer, inner] (x's dtype; Int64 for
 // Argmax/Argmin). `indices` (Int64 [outer, inner]) is filled for Max/Min when defined.
 // `param` is the correction of Var.

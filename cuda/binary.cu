@@ -103,7 +103,67 @@ __global__ void where_kernel(const bool* cond, const E* x, const E* y, E* out, G
   out[off[0]] = cond[off[1]] ? x[off[2]] : y[off[3]];
 }
 
+// dst += src in the wider of their accumulation types (Note [Mixed-dtype accumulation]).
+template <class D, class S>
+using mixed_acc_t = std::conditional_t<std::is_same_v<D, double> || std::is_same_v<S, double>, double, float>;
+
+template <class D, class S> __device__ __forceinline__ D add_mixed(D d, S s) {
+  using A = mixed_acc_t<D, S>;
+  return from_acc<D>(static_cast<A>(to_acc(d)) + static_cast<A>(to_acc(s)));
+}
+
+// Flat together (Note [Dense fast path]), 4-element vectors, then a scalar tail.
+template <class D, class S> __global__ void accumulate_flat_kernel(D* dst, const S* src, int64_t n) {
+  const int64_t nvec = n / 4;
+  const int64_t gid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t v = gid; v < nvec; v += step) {
+    Vec<D, 4> d = reinterpret_cast<const Vec<D, 4>*>(dst)[v];
+    const Vec<S, 4> s = reinterpret_cast<const Vec<S, 4>*>(src)[v];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) d.v[j] = add_mixed(d.v[j], s.v[j]);
+    reinterpret_cast<Vec<D, 4>*>(dst)[v] = d;
+  }
+  const int64_t t = nvec * 4 + gid;
+  if (t < n) dst[t] = add_mixed(dst[t], src[t]);
+}
+
+// Operand 0 is dst, 1 src (Note [Strided geometry]).
+template <class D, class S>
+__global__ void accumulate_strided_kernel(D* dst, const S* src, Geometry<2> g, uint32_t n) {
+  const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  int64_t off[2];
+  geometry_offsets(g, i, off);
+  dst[off[0]] = add_mixed(dst[off[0]], src[off[1]]);
+}
+
 }  // namespace
+
+void accumulate(const Tensor& dst, const Tensor& src) {
+  if (dst.numel() == 0) return;
+  KernelContext ctx(dst);
+  dispatch_floating(dst.dtype(), "accumulate", [&](auto dtag) {
+    using D = typename decltype(dtag)::type;
+    dispatch_floating(src.dtype(), "accumulate", [&](auto stag) {
+      using S = typename decltype(stag)::type;
+      D* dp = ptr<D>(dst);
+      const S* sp = ptr<const S>(src);
+      const int64_t n = dst.numel();
+      if (flat_together({&dst, &src}) && is_aligned(dp, 4 * sizeof(D)) && is_aligned(sp, 4 * sizeof(S))) {
+        accumulate_flat_kernel<D, S><<<ctx.grid_stride_blocks(n / 4 + 1), kBlockSize, 0, ctx.stream>>>(dp, sp, n);
+        AG_CUDA_CHECK_LAUNCH();
+        return;
+      }
+      auto g = make_geometry<2>(dst.shape(), {&dst.strides(), &src.strides()});
+      for_each_chunk(g, [&](const Geometry<2>& geo, uint32_t count, const std::array<int64_t, 2>& off) {
+        accumulate_strided_kernel<D, S>
+            <<<blocks_for(count), kBlockSize, 0, ctx.stream>>>(dp + off[0], sp + off[1], geo, count);
+        AG_CUDA_CHECK_LAUNCH();
+      });
+    });
+  });
+}
 
 void binary(BinaryKind k, const Tensor& x, const Tensor& y, const Tensor& out) {
   if (out.numel() == 0) return;

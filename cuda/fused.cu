@@ -38,7 +38,7 @@ template <class G>
 __global__ void amp_check_unscale_kernel(TensorLists<1> lists, float* found_inf, const float* inv_scale, bool write) {
   const int t = blockIdx.y;
   G* g = static_cast<G*>(lists.ptr[0][t]);
-  const float inv = *inv_scale;
+  const float inv = write ? *inv_scale : 1.0f;
   bool bad = false;
   for_each_element(lists.numel[t], [&](int64_t i) {
     float v = static_cast<float>(to_acc(g[i]));
@@ -49,10 +49,15 @@ __global__ void amp_check_unscale_kernel(TensorLists<1> lists, float* found_inf,
   if (bad) *found_inf = 1.0f;
 }
 
-__global__ void amp_update_scale_kernel(float* scale, int32_t* growth, int32_t* hyst, const float* found_inf,
+__global__ void amp_update_scale_kernel(float* scale, int32_t* growth, int32_t* hyst, float* found_inf,
+                                        float* inv_scale, float* last_scale, float* last_found, bool clear_found,
                                         double growth_factor, double backoff_factor, int64_t growth_interval,
                                         int64_t hysteresis, double min_scale, double max_scale) {
-  if (*found_inf != 0.0f) {
+  const float found = *found_inf;
+  *last_scale = *scale;
+  *last_found = found;
+  if (clear_found) *found_inf = 0.0f;
+  if (found != 0.0f) {
     *growth = 0;
     if (--*hyst <= 0) {
       *scale = static_cast<float>(fmax(static_cast<double>(*scale) * backoff_factor, min_scale));
@@ -64,6 +69,7 @@ __global__ void amp_update_scale_kernel(float* scale, int32_t* growth, int32_t* 
     *growth = 0;
     *hyst = static_cast<int32_t>(hysteresis);
   }
+  *inv_scale = 1.0f / *scale;
 }
 
 // Lists: 0 param (P), 1 grad (G), 2 momentum buffer (P, unused without momentum), 3 working copy (G).
@@ -296,7 +302,7 @@ void amp_check_and_unscale(const std::vector<Tensor>& grads, const Tensor& found
           },
           [&](TensorLists<1>& l, int count, int64_t max_numel) {
             amp_check_unscale_kernel<G><<<fused_grid(ctx, count, max_numel), kFusedBlock, 0, ctx.stream>>>(
-                l, ptr<float>(found_inf), ptr<float>(inv_scale), write_back);
+                l, ptr<float>(found_inf), write_back ? ptr<float>(inv_scale) : nullptr, write_back);
             AG_CUDA_CHECK_LAUNCH();
           });
     });
@@ -306,12 +312,13 @@ void amp_check_and_unscale(const std::vector<Tensor>& grads, const Tensor& found
 }
 
 void amp_update_scale(const Tensor& scale, const Tensor& growth_tracker, const Tensor& hysteresis_left,
-                      const Tensor& found_inf, double growth_factor, double backoff_factor, int64_t growth_interval,
-                      int64_t hysteresis, double min_scale, double max_scale) {
+                      const Tensor& found_inf, const ScaleRecord& rec, double growth_factor, double backoff_factor,
+                      int64_t growth_interval, int64_t hysteresis, double min_scale, double max_scale) {
   KernelContext ctx(scale);
   amp_update_scale_kernel<<<1, 1, 0, ctx.stream>>>(ptr<float>(scale), ptr<int32_t>(growth_tracker),
                                                    ptr<int32_t>(hysteresis_left), ptr<float>(found_inf),
-                                                   growth_factor, backoff_factor, growth_interval, hysteresis,
+                                                   ptr<float>(rec.inv_scale), ptr<float>(rec.last_scale),
+                                                   ptr<float>(rec.last_found), rec.clear_found, growth_factor, backoff_factor, growth_interval, hysteresis,
                                                    min_scale, max_scale);
   AG_CUDA_CHECK_LAUNCH();
 }

@@ -12,6 +12,7 @@ void binary(BinaryKind k, const Tensor& x, const Tensor& y, const Tensor& out);
 void where(const Tensor& cond, const Tensor& x, const Tensor& y, const Tensor& out);
 void copy(const Tensor& dst, const Tensor& src);
 void fill(const Tensor& dst, double value);
+void accumulate(const Tensor& dst, const Tensor& src);
 void reduce(ReduceKind k, const Tensor& x, const Tensor& out, const Tensor& indices, double param);
 void softmax(const Tensor& x, const Tensor& out, bool log);
 void gemm(const Tensor& a, const Tensor& bm, const Tensor& out, double alpha, double beta);

@@ -66,7 +66,7 @@ void memcpy_d2d(void* dst, const void* src, size_t n);
 // Statistics of the caching allocator (cuda/allocator.cpp).
 MemoryStats memory_stats(int device = 0);
 void reset_peak_memory_stats(int device = 0);
-// Returns the small-block cache (Note [Small-block cache]) and the unused memory of the
+// Returns the host block cache (Note [Host block cache]) and the unused memory of the
 // device's pool to the driver.
 void empty_cache(int device = 0);
 

@@ -108,6 +108,13 @@ Tensor scalar_like(const Tensor& a, const Scalar& s) {
 // elements (no zero stride) and other is not a different view of self's storage, the kernel
 // writes into self directly: each element is read and written by the same thread, so
 // out == x is safe. Otherwise the two-kernel path runs. Both bump self's version.
+//
+// Note [Mixed-dtype accumulation]
+// Under autocast a float32 parameter's gradient arrives in float16 (the backward of the
+// weight's cast) and is added into its float32 .grad every step. a.add_(b) with b of a
+// narrower floating dtype (float16 or bfloat16 into float32, anything into float64) runs
+// kernel::accumulate, which reads b in its own dtype: one kernel, no float32 temporary.
+// Widening is exact, so the sums are bit-identical to casting b first.
 namespace {
 bool writable_in_place(const Tensor& self) {
   for (int64_t d = 0; d < self.dim(); ++d)
@@ -130,8 +137,13 @@ bool binary_inplace(BinaryKind k, Tensor& self, const Tensor& other) {
   Tensor a = self, b = other;
   OpScope scope(op, a, b);  // passthrough: traced, never cast
   NoGradGuard no_grad;
-  const Tensor y = broadcast_to(cast_quietly(other, self.dtype()), self.shape());
-  if (self.numel()) kernel::binary(k, self, y, self);
+  if (self.numel() == 0) {
+  } else if (k == BinaryKind::Add && other.dtype() != self.dtype() &&
+             promote_types(self.dtype(), other.dtype()) == self.dtype() && is_floating(other.dtype())) {
+    kernel::accumulate(self, broadcast_to(other, self.shape()));  // Note [Mixed-dtype accumulation]
+  } else {
+    kernel::binary(k, self, broadcast_to(cast_quietly(other, self.dtype()), self.shape()), self);
+  }
   self.bump_version();
   scope.finish(self);
   return true;

@@ -126,6 +126,26 @@ void copy(const Tensor& dst, const Tensor& src) {
   });
 }
 
+void accumulate(const Tensor& dst, const Tensor& src) {
+  visit_dtype(dst.dtype(), [&](auto dtag) {
+    using D = decltype(dtag);
+    visit_dtype(src.dtype(), [&](auto stag) {
+      using S = decltype(stag);
+      if constexpr (std::is_integral_v<D> || std::is_integral_v<S>) {
+        AG_INTERNAL_ASSERT(false, "accumulate: {} into {} is not a floating pair", dtype_name(src.dtype()),
+                           dtype_name(dst.dtype()));
+      } else {
+        using A = std::conditional_t<std::is_same_v<D, double> || std::is_same_v<S, double>, double, float>;
+        D* pd = base<D>(dst);
+        const S* ps = base<const S>(src);
+        for_each_offset<2>(dst.shape(), {&src.strides(), &dst.strides()}, [&](const std::array<int64_t, 2>& o) {
+          pd[o[1]] = static_cast<D>(static_cast<A>(pd[o[1]]) + static_cast<A>(ps[o[0]]));
+        });
+      }
+    });
+  });
+}
+
 void fill(const Tensor& dst, double value) {
   visit_dtype(dst.dtype(), [&](auto tag) {
     using T = decltype(tag);

@@ -28,6 +28,7 @@ inline void where(const Tensor& c, const Tensor& x, const Tensor& y, const Tenso
 }
 inline void copy(const Tensor& dst, const Tensor& src) { AG_KERNEL_ON(dst.device(), copy, dst, src); }
 inline void fill(const Tensor& dst, double v) { AG_KERNEL_ON(dst.device(), fill, dst, v); }
+inline void accumulate(const Tensor& dst, const Tensor& src) { AG_KERNEL_ON(dst.device(), accumulate, dst, src); }
 inline void reduce(ReduceKind k, const Tensor& x, const Tensor& out, const Tensor& idx, double param) {
   AG_KERNEL_ON(out.device(), reduce, k, x, out, idx, param);
 }

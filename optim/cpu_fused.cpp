@@ -53,7 +53,7 @@ void write_working(const FusedStep& s, size_t k) {
 
 void amp_check_and_unscale(const std::vector<Tensor>& grads, const Tensor& found_inf, const Tensor& inv_scale,
                            bool write_back) {
-  const double inv = read1(inv_scale);
+  const double inv = write_back ? read1(inv_scale) : 1.0;
   bool bad = false;
   for (const Tensor& g : grads) {
     for (int64_t i = 0; i < g.numel(); ++i) {
@@ -66,12 +66,16 @@ void amp_check_and_unscale(const std::vector<Tensor>& grads, const Tensor& found
 }
 
 void amp_update_scale(const Tensor& scale, const Tensor& growth_tracker, const Tensor& hysteresis_left,
-                      const Tensor& found_inf, double growth_factor, double backoff_factor, int64_t growth_interval,
-                      int64_t hysteresis, double min_scale, double max_scale) {
+                      const Tensor& found_inf, const ScaleRecord& rec, double growth_factor, double backoff_factor,
+                      int64_t growth_interval, int64_t hysteresis, double min_scale, double max_scale) {
   float& sc = *static_cast<float*>(scale.data_ptr());
   int32_t& growth = *static_cast<int32_t*>(growth_tracker.data_ptr());
   int32_t& hyst = *static_cast<int32_t*>(hysteresis_left.data_ptr());
-  if (read1(found_inf) != 0.0f) {
+  const float found = read1(found_inf);
+  *static_cast<float*>(rec.last_scale.data_ptr()) = sc;
+  *static_cast<float*>(rec.last_found.data_ptr()) = found;
+  if (rec.clear_found) *static_cast<float*>(found_inf.data_ptr()) = 0.0f;
+  if (found != 0.0f) {
     growth = 0;
     if (--hyst <= 0) {
       sc = static_cast<float>(std::max(static_cast<double>(sc) * backoff_factor, min_scale));
@@ -84,6 +88,7 @@ void amp_update_scale(const Tensor& scale, const Tensor& growth_tracker, const T
     growth = 0;
     hyst = static_cast<int32_t>(hysteresis);
   }
+  *static_cast<float*>(rec.inv_scale.data_ptr()) = 1.0f / sc;
 }
 
 void sgd_step(const FusedStep& s, const std::vector<Tensor>& momentum_bufs, const std::vector<Tensor>& steps,

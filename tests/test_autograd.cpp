@@ -566,3 +566,35 @@ TEST_CASE("engine: matmul-family and conv backward skip the gradients no input a
   CHECK_FALSE(img.grad().defined());
   CHECK(k.grad().shape() == ag::Shape{3, 1, 3, 3});
 }
+
+TEST_CASE("engine: narrower gradients widen into a leaf's dtype exactly, as a cast would", "[autograd][engine]") {
+  // Two float16 paths into one float32 leaf. 1024 + 0.25 is 1024.25 in float32 and 1024 in
+  // float16: the two are summed in the leaf's dtype (Note [Gradient accumulation]).
+  ag::Tensor x = ag::full({3}, 1.5).requires_grad_();
+  const ag::Tensor c1 = ag::full({3}, 1024.0, ag::kFloat16), c2 = ag::full({3}, 0.25, ag::kFloat16);
+  ((x.to(ag::kFloat16) * c1).sum() + (x.to(ag::kFloat16) * c2).sum()).backward();
+  REQUIRE(x.grad().dtype() == ag::kFloat32);
+  check_close(x.grad(), {1024.25, 1024.25, 1024.25}, 0, 0);
+  // The next float16 gradient adds into the same float32 memory.
+  const void* memory = x.grad().data_ptr();
+  (x.to(ag::kFloat16) * c2).sum().backward();
+  CHECK(x.grad().data_ptr() == memory);
+  check_close(x.grad(), {1024.5, 1024.5, 1024.5}, 0, 0);
+  // A float16 leaf given a float32 gradient still rounds it once, before accumulating.
+  ag::Tensor h = ag::full({2}, 1.0, ag::kFloat16).requires_grad_();
+  (h.to(ag::kFloat32) * ag::full({2}, 1.0 + 1.0 / 4096)).sum().backward();  // 1 + 2^-12 rounds to 1
+  REQUIRE(h.grad().dtype() == ag::kFloat16);
+  check_close(h.grad(), {1, 1}, 0, 0);
+}
+
+TEST_CASE("engine: a leaf's first gradient is taken over only when nothing else holds it", "[autograd][engine]") {
+  ag::Tensor x = ag::randn({4}).requires_grad_();
+  ag::Tensor g = ag::full({4}, 2.0);
+  (x + 0.0).backward(g);  // the backward of x + 0 passes g itself on; g stays the caller's
+  g.fill_(7.0);
+  check_close(x.grad(), {2, 2, 2, 2}, 0, 0);
+  ag::Tensor y = ag::randn({4}).requires_grad_();
+  y.backward(g);  // a leaf as the root: its gradient is a copy, not the caller's tensor
+  g.fill_(9.0);
+  check_close(y.grad(), {7, 7, 7, 7}, 0, 0);
+}

@@ -141,6 +141,36 @@ void check_inplace_forms(ag::Device dev) {
     i.add_(2);
     same(i, ag::full({4}, 5, ag::TensorOptions(ag::kInt64).device(dev)));
   }
+  // A narrower floating other (Note [Mixed-dtype accumulation]): one kernel reads it in its
+  // own dtype; the sums equal casting it first, bit for bit, on dense, transposed, broadcast
+  // and strided operands and on sizes with a vector tail.
+  const std::pair<ag::DType, ag::DType> pairs[] = {{ag::kFloat32, ag::kFloat16},
+                                                   {ag::kFloat32, ag::kBFloat16},
+                                                   {ag::kFloat64, ag::kFloat32},
+                                                   {ag::kFloat64, ag::kFloat16}};
+  for (const auto& [wide, narrow] : pairs) {
+    INFO(ag::dtype_name(wide) << " += " << ag::dtype_name(narrow));
+    for (int64_t n : {1, 7, 1023}) {
+      ag::Tensor x0 = ag::randn({3, n}, ag::TensorOptions(wide).device(dev)) * 100.0;
+      ag::Tensor d = ag::randn({3, n}, ag::TensorOptions(narrow).device(dev));
+      ag::Tensor x = x0.clone();
+      x.add_(d);
+      same(x, ag::add(x0, d.to(wide)));
+      ag::Tensor dt = ag::randn({n, 3}, ag::TensorOptions(narrow).device(dev)).t();  // transposed
+      x = x0.clone();
+      x.add_(dt);
+      same(x, ag::add(x0, dt.to(wide)));
+      ag::Tensor r = ag::randn({n}, ag::TensorOptions(narrow).device(dev));  // broadcast row
+      x = x0.clone();
+      x.add_(r);
+      same(x, ag::add(x0, r.to(wide)));
+      ag::Tensor xs = ag::randn({3, 2 * n}, ag::TensorOptions(wide).device(dev));  // strided self
+      ag::Tensor want = ag::add(xs.slice(1, 0, 2 * n, 2), d.to(wide));
+      ag::Tensor view = xs.slice(1, 0, 2 * n, 2);
+      view.add_(d);
+      same(view, want);
+    }
+  }
 }
 }  // namespace
 

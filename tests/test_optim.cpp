@@ -254,6 +254,55 @@ TEST_CASE("several optimizers and losses share one scaler", "[optim]") {
   CHECK(values(a.params) != before_a);  // a's grads were finite: its step ran
   CHECK(values(b.params) == before_b);  // b's had a NaN: skipped
   CHECK(scaler.get_scale() == 4);       // any inf backs off the shared scale
+  // update() cleared both flags: a clean step runs both optimizers and grows the scale.
+  oa.zero_grad();
+  ob.zero_grad();
+  scaler.scale(a.loss() + b.loss()).backward();
+  scaler.step(oa);
+  scaler.step(ob);
+  scaler.update();
+  CHECK(values(b.params) != before_b);
+  CHECK(scaler.get_scale() == 8);
+}
+
+TEST_CASE("the scaler's device state: flags cleared by update, 1/scale kept, decisions are snapshots",
+          "[optim][cuda]") {
+  for (ag::Device dev : devices()) {
+    INFO(dev.str());
+    ag::Tensor p = ag::tensor({1.f, 2.f, 3.f}, ag::TensorOptions().device(dev)).requires_grad_();
+    ag::optim::SGD opt({p}, ag::optim::SGDOptions(0.25));
+    ag::amp::GradScaler scaler(ag::amp::GradScalerOptions().init_scale(16).growth_interval(1000));
+    scaler.inject_fault(p, 0, INFINITY, 2);
+    auto step = [&] {
+      opt.zero_grad();
+      scaler.scale((p * p).sum()).backward();
+      scaler.step(opt);
+      scaler.update();
+    };
+    step();  // inf: skipped, scale 16 -> 8
+    const ag::Tensor found0 = scaler.last_found_inf();
+    CHECK(scaler.last_decision().scale == 16);
+    CHECK(found0.item<double>() == 1);
+    CHECK(p.to_vector<double>() == std::vector<double>{1, 2, 3});
+    step();  // clean: the flag was cleared, so this step runs with the new scale's inverse
+    CHECK(found0.item<double>() == 1);  // the first decision's handle is unchanged
+    CHECK(scaler.last_found_inf().item<double>() == 0);
+    CHECK(scaler.last_decision().scale == 8);
+    check_close(p, {0.5, 1, 1.5}, 0, 0);  // p - 0.25 * 2p
+    // unscale_ divides by the scale update() left, here and after update(new_scale).
+    for (double next : {0.0, 1024.0}) {
+      opt.zero_grad();
+      scaler.scale((p * p).sum()).backward();
+      scaler.unscale_(opt);
+      const std::vector<double> pv = p.to_vector<double>();
+      check_close(p.grad(), {2 * pv[0], 2 * pv[1], 2 * pv[2]}, 0, 0);
+      scaler.step(opt);
+      if (next > 0) scaler.update(next);
+      else scaler.update();
+    }
+    CHECK(scaler.get_scale() == 1024);
+    CHECK(scaler.last_found_inf().item<double>() == 0);
+  }
 }
 
 TEST_CASE("state_dict round trips mid-run continue identically", "[optim][cuda]") {
