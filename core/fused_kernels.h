@@ -68,6 +68,9 @@ struct FusedStep {
 
 namespace ampgrad::cpu {
 
+// Zeroes every tensor of `ts` (one device; contiguous; on CUDA 16-byte aligned) in one launch
+// (Optimizer::zero_grad(set_to_none=false)).
+void zero_tensors(const std::vector<Tensor>& ts);
 // found_inf = 1 if any element of `grads` is inf or NaN (found_inf is never cleared here).
 // When `write_back`, also grads *= inv_scale in place (inv_scale is not read otherwise).
 void amp_check_and_unscale(const std::vector<Tensor>& grads, const Tensor& found_inf, const Tensor& inv_scale,

@@ -240,6 +240,18 @@ dim3 fused_grid(const KernelContext& ctx, int count, int64_t max_numel) {
   return dim3(static_cast<unsigned>(std::clamp<int64_t>(x, 1, cap)), static_cast<unsigned>(count));
 }
 
+// Zeroes whole blocks of bytes (contiguous tensors of any dtype: zero is all-zero bits in
+// each): 16-byte words, then the byte tail. numel[] holds byte counts here.
+__global__ void zero_kernel(TensorLists<1> lists) {
+  const int t = blockIdx.y;
+  char* p = static_cast<char*>(lists.ptr[0][t]);
+  const int64_t nbytes = lists.numel[t], words = nbytes / 16;
+  const int64_t gid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = gid; i < words; i += step) reinterpret_cast<uint4*>(p)[i] = make_uint4(0, 0, 0, 0);
+  for (int64_t i = words * 16 + gid; i < nbytes; i += step) p[i] = 0;
+}
+
 void advance_steps(const KernelContext& ctx, const std::vector<Tensor>& steps, const float* found_inf) {
   in_batches<1>(
       steps.size(),
@@ -309,6 +321,25 @@ void amp_check_and_unscale(const std::vector<Tensor>& grads, const Tensor& found
   }
   for (const Tensor& g : grads)
     AG_CHECK(is_floating(g.dtype()), "amp_check_and_unscale on cuda: gradient {} is not floating", g.desc());
+}
+
+void zero_tensors(const std::vector<Tensor>& ts) {
+  if (ts.empty()) return;
+  KernelContext ctx(ts[0]);
+  for (const Tensor& t : ts)
+    AG_INTERNAL_ASSERT(t.is_contiguous() && t.device() == ts[0].device() && is_aligned(t.data_ptr(), 16),
+                       "zero_tensors: {} is not a contiguous, 16-byte aligned tensor of {}", t.desc(),
+                       ts[0].device().str());
+  in_batches<1>(
+      ts.size(),
+      [&](TensorLists<1>& l, int j, size_t k) {
+        l.ptr[0][j] = ts[k].data_ptr();
+        l.numel[j] = static_cast<int64_t>(ts[k].nbytes());
+      },
+      [&](TensorLists<1>& l, int count, int64_t max_bytes) {
+        zero_kernel<<<fused_grid(ctx, count, max_bytes / 16 + 1), kFusedBlock, 0, ctx.stream>>>(l);
+        AG_CUDA_CHECK_LAUNCH();
+      });
 }
 
 void amp_update_scale(const Tensor& scale, const Tensor& growth_tracker, const Tensor& hysteresis_left,

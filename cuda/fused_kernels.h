@@ -6,6 +6,7 @@
 
 namespace ampgrad::cuda {
 
+void zero_tensors(const std::vector<Tensor>& ts);
 void amp_check_and_unscale(const std::vector<Tensor>& grads, const Tensor& found_inf, const Tensor& inv_scale,
                            bool write_back);
 void amp_update_scale(const Tensor& scale, const Tensor& growth_tracker, const Tensor& hysteresis_left,

@@ -1,4 +1,5 @@
 // CPU reference versions of the loss-scaler and optimizer kernels (Note [Fused steps]).
+#include <cstring>
 #include <cmath>
 #include <type_traits>
 
@@ -50,6 +51,10 @@ void write_working(const FusedStep& s, size_t k) {
 }
 
 }  // namespace
+
+void zero_tensors(const std::vector<Tensor>& ts) {
+  for (const Tensor& t : ts) std::memset(t.data_ptr(), 0, t.nbytes());
+}
 
 void amp_check_and_unscale(const std::vector<Tensor>& grads, const Tensor& found_inf, const Tensor& inv_scale,
                            bool write_back) {

@@ -1,8 +1,14 @@
 // Optimizer base: groups, state, zero_grad, master weights and state_dict.
 #include "optim/optimizer.h"
 
+#include <algorithm>
+
 #include "autograd/node.h"
+#include "core/fused_kernels.h"
 #include "ops/ops.h"
+#if AMPGRAD_WITH_CUDA
+#include "cuda/fused_kernels.h"
+#endif
 
 namespace ampgrad::optim {
 
@@ -25,15 +31,36 @@ Optimizer::Optimizer(std::vector<std::vector<Tensor>> groups, std::map<std::stri
 }
 
 void Optimizer::zero_grad(bool set_to_none) {
+  // Kept gradients are zeroed in one launch per device, not one memset each: a small
+  // network's step is bound by the host's launch time.
+  std::vector<std::pair<Device, std::vector<Tensor>>> batches;
+  NoGradGuard no_grad;
   for (Group& g : groups_)
     for (Tensor& p : g.params) {
       if (set_to_none) {
         p.set_grad(Tensor());
-      } else if (p.grad().defined()) {
-        NoGradGuard no_grad;
-        p.grad().zero_();
+        continue;
       }
+      Tensor grad = p.grad();
+      if (!grad.defined()) continue;
+      if (!grad.is_contiguous() || grad.numel() == 0 || reinterpret_cast<uintptr_t>(grad.data_ptr()) % 16 != 0) {
+        grad.zero_();
+        continue;
+      }
+      grad.bump_version();  // as zero_() would
+      auto it = std::find_if(batches.begin(), batches.end(), [&](const auto& b) { return b.first == grad.device(); });
+      if (it == batches.end()) it = batches.insert(batches.end(), {grad.device(), {}});
+      it->second.push_back(grad);
     }
+  for (const auto& [dev, grads] : batches) {
+#if AMPGRAD_WITH_CUDA
+    if (dev.is_cuda()) {
+      cuda::zero_tensors(grads);
+      continue;
+    }
+#endif
+    cpu::zero_tensors(grads);
+  }
 }
 
 std::vector<Tensor> Optimizer::params() const {

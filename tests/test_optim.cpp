@@ -447,3 +447,34 @@ TEST_CASE("a whole AMP training step captures into a CUDA graph: no host synchro
   CHECK(ag::add(graphed.params[0], 1).sum().item<double>() != 0);
 }
 #endif
+
+TEST_CASE("zero_grad(set_to_none=false) zeroes every kept gradient in place", "[optim][cuda]") {
+  for (ag::Device dev : devices()) {
+    INFO(dev.str());
+    std::vector<ag::Tensor> params;
+    for (auto [n, dt] : std::vector<std::pair<int64_t, ag::DType>>{
+             {7, ag::kFloat16}, {1023, ag::kFloat32}, {5, ag::kBFloat16}, {4096, ag::kFloat64}}) {
+      ag::Tensor p = ag::randn({n}, ag::TensorOptions(dt).device(dev)).requires_grad_();
+      p.set_grad(ag::randn({n}, ag::TensorOptions(dt).device(dev)) + 3.0);
+      params.push_back(p);
+    }
+    ag::Tensor strided = ag::randn({4, 3}, ag::TensorOptions().device(dev)).requires_grad_();
+    strided.set_grad(ag::randn({3, 4}, ag::TensorOptions().device(dev)).t() + 3.0);  // not contiguous
+    params.push_back(strided);
+    ag::optim::SGD opt(params, ag::optim::SGDOptions(0.1));
+    std::vector<const void*> memory;
+    std::vector<uint32_t> versions;
+    for (const ag::Tensor& p : params) {
+      memory.push_back(p.grad().data_ptr());
+      versions.push_back(p.grad().version());
+    }
+    opt.zero_grad(/*set_to_none=*/false);
+    for (size_t i = 0; i < params.size(); ++i) {
+      const ag::Tensor g = params[i].grad();
+      CHECK(g.data_ptr() == memory[i]);
+      CHECK(g.version() > versions[i]);
+      const std::vector<double> v = g.to_vector<double>();
+      CHECK(std::all_of(v.begin(), v.end(), [](double x) { return x == 0; }));
+    }
+  }
+}
