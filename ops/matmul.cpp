@@ -25,11 +25,12 @@ void check_matmul_dtypes(const OpInfo& op, const Tensor& a, const Tensor& b) {
   AG_CHECK(is_floating(a.dtype()), "{}: expected floating inputs, got {} and {}", op.name, a.desc(), b.desc());
 }
 
-// out[B, M, N] = a[B, M, K] @ b[B, K, N] (batch strides may be 0).
+// out[B, M, N] = a[B, M, K] @ b[B, K, N] (batch strides may be 0), into `out` (contiguous
+// [B, M, N]) when given, else a new tensor.
 Tensor batched_gemm(const Tensor& a3, const Tensor& b3, const Tensor& c3 = Tensor(), double alpha = 1,
-                    double beta = 0) {
+                    double beta = 0, Tensor out = Tensor()) {
   const int64_t batch = a3.size(0), m = a3.size(1), n = b3.size(2);
-  Tensor out = empty({batch, m, n}, a3.options());
+  if (!out.defined()) out = empty({batch, m, n}, a3.options());
   if (out.numel() == 0) return out;
 #if AMPGRAD_WITH_CUDA
   // c3 a bias row broadcast over the batch's rows (linear, addmm with a vector): cuBLASLt
@@ -57,9 +58,29 @@ Tensor batched_gemm(const Tensor& a3, const Tensor& b3, const Tensor& c3 = Tenso
   return out;
 }
 
+// A [1, rows, cols] alias of a 2-D tensor, without the op machinery of unsqueeze (no
+// dispatch, no autograd): the matrix products call this on every operand (Note [GEMM views]).
+Tensor batch1(const Tensor& t) {
+  return alias_with(t, {1, t.size(0), t.size(1)}, {t.size(0) * t.size(1), t.stride(0), t.stride(1)},
+                    t.storage_offset());
+}
+
+// Note [GEMM views]
+// A small network's matrix products are bound by host time: cuBLASLt's call alone costs
+// several microseconds, and each view made with the public ops (unsqueeze, t, reshape, view)
+// adds its own dispatch and, when an input requires grad, an autograd node that is thrown
+// away. mm and linear therefore build the [1, M, K] operands the GEMM kernel takes as plain
+// aliases, and allocate their output in its final shape with a [1, M, N] alias for the
+// kernel.
+Tensor gemm2d(const Tensor& a, const Tensor& b, const Tensor& bias_row = Tensor()) {
+  const int64_t m = a.size(0), n = b.size(1);
+  Tensor out = empty({m, n}, a.options());
+  batched_gemm(batch1(a), batch1(b), bias_row, 1, bias_row.defined() ? 1 : 0, batch1(out));
+  return out;
+}
+
 Tensor mm_forward(const Tensor& a, const Tensor& b) {
-  NoGradGuard no_grad;  // the graph records the op, not its internal views
-  return batched_gemm(a.unsqueeze(0), b.unsqueeze(0)).view({a.size(0), b.size(1)});
+  return gemm2d(a, b);
 }
 
 // Only the gradients an input asked for at record time are computed (PyTorch's
@@ -211,15 +232,20 @@ Tensor linear(const Tensor& x0, const Tensor& w0, const Tensor& b0) {
     AG_CHECK(b.dim() == 1 && b.size(0) == w.size(0), "linear: bias {} must be [{}] (out_features)", b.desc(),
              w.size(0));
   }
-  Shape os = x.shape();
-  os.back() = w.size(0);
   Tensor out;
   {
     NoGradGuard no_grad;
-    Tensor x2 = x.reshape({-1, x.size(-1)});
-    Tensor wt = w.t();
-    Tensor bias = b.defined() ? broadcast_to(b, {x2.size(0), w.size(0)}).unsqueeze(0) : Tensor();
-    out = batched_gemm(x2.unsqueeze(0), wt.unsqueeze(0), bias, 1, b.defined() ? 1 : 0).view(os);
+    const Tensor x2 = x.dim() == 2 ? x : x.reshape({-1, x.size(-1)});
+    const int64_t rows = x2.size(0), n = w.size(0);
+    const Tensor wt = alias_with(w, {w.size(1), n}, {w.stride(1), w.stride(0)}, w.storage_offset());
+    // The bias as a [1, rows, n] broadcast row (Note [GEMM views]).
+    const Tensor bias = b.defined() ? alias_with(b, {1, rows, n}, {0, 0, b.stride(0)}, b.storage_offset()) : Tensor();
+    out = gemm2d(x2, wt, bias);
+    if (x.dim() != 2) {
+      Shape os = x.shape();
+      os.back() = n;
+      out = out.view(os);
+    }
   }
   if (autograd::any_requires_grad({&x, &w, &b})) {
     autograd::record(kLinear, out, {x, w, b}, {x, w},
