@@ -61,9 +61,10 @@ Tensor to(const Tensor& a0, Device device, DType dtype) {
   copy_impl(out, a);
   if (is_floating(dtype) && is_floating(a.dtype()) && autograd::any_requires_grad({&a})) {
     const Device src_device = a.device();
-    const DType src_dtype = a.dtype();
-    autograd::record(kTo, out, {a}, {}, [src_device, src_dtype](const Tensor& g, const std::vector<Tensor>&) {
-      return autograd::Grads{to(g, src_device, src_dtype)};
+    // Moves the gradient back to the source device only: the engine restores the dtype, or
+    // the source's accumulator widens it while adding (Note [Gradient accumulation]).
+    autograd::record(kTo, out, {a}, {}, [src_device](const Tensor& g, const std::vector<Tensor>&) {
+      return autograd::Grads{g.device() == src_device ? g : to(g, src_device, g.dtype())};
     });
   }
   return scope.finish(out);
