@@ -4,6 +4,7 @@
 #include <unordered_map>
 
 #include "amp/trace.h"
+#include "amp/working_copy.h"
 #include "ops/op.h"
 #include "ops/ops.h"
 
@@ -43,8 +44,19 @@ Tensor cast(Tensor& t, DType dtype, OpRecord* rec) {
       if (rec) ++rec->cache_hits;
       return it->second.second;
     }
+    // A copy kept from an earlier region and refreshed by the optimizer (Note [Working copies]).
+    if (Tensor kept = detail::current_working_copy(t, dtype); kept.defined()) {
+      Tensor c = to_reusing(t, kept);
+      ++s.stats.hits;
+      ++s.stats.working_copy_hits;
+      if (rec) ++rec->cache_hits;
+      s.cache.emplace(State::Key{t.unsafe_impl(), dtype}, std::make_pair(t, c));
+      s.stats.entries = static_cast<int64_t>(s.cache.size());
+      return c;
+    }
   }
   Tensor c = to(t, t.device(), dtype);
+  if (cacheable) detail::keep_working_copy(t, c.detach());
   int64_t bytes = static_cast<int64_t>(c.nbytes());
   s.stats.bytes_converted += bytes;
   if (rec) {

@@ -29,7 +29,9 @@ namespace ampgrad::amp {
 // Casts are the differentiable `to` op, so gradients reach fp32 leaves in fp32. A float32
 // leaf that requires grad (a parameter) is cast once per outermost autocast region and the
 // copy is reused (the cast cache): that copy is the step's 16-bit working copy of the
-// fp32 master weight. The cache empties when the outermost enabled region exits.
+// fp32 master weight. The cache empties when the outermost enabled region exits; the copy
+// itself is kept, and reused by later regions while the parameter is unchanged or changed
+// only by a fused optimizer step, which refreshes it (Note [Working copies]).
 
 bool is_autocast_enabled(DeviceType type);
 DType get_autocast_dtype(DeviceType type);
@@ -71,6 +73,7 @@ struct CastCacheStats {
   int64_t hits = 0;
   int64_t misses = 0;
   int64_t bytes_converted = 0;  // bytes written by casts made under autocast
+  int64_t working_copy_hits = 0;  // of the hits, served by a kept copy (Note [Working copies])
 };
 CastCacheStats cast_cache_stats();  // this thread's, since the outermost region began
 void clear_cast_cache();

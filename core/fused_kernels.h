@@ -59,7 +59,10 @@ struct ScaleRecord {
 struct FusedStep {
   std::vector<Tensor> params;
   std::vector<Tensor> grads;
-  std::vector<Tensor> working;  // empty, or the 16-bit copies to write after the update
+  // Empty, or aligned with params: the 16-bit copies to write after the update (the
+  // parameters of master weights, or autocast's kept copies, Note [Working copies]); an
+  // undefined entry has none.
+  std::vector<Tensor> working;
   Tensor found_inf;
   Tensor inv_scale;
 };

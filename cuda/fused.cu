@@ -1,6 +1,7 @@
 // Multi-tensor kernels for the loss scaler and the fused optimizers (Note [Fused steps]):
 // one launch covers up to kMaxTensors tensors, blockIdx.y picking the tensor.
 #include <algorithm>
+#include <array>
 #include <cmath>
 
 #include "cuda/common.cuh"
@@ -72,18 +73,19 @@ __global__ void amp_update_scale_kernel(float* scale, int32_t* growth, int32_t* 
   *inv_scale = 1.0f / *scale;
 }
 
-// Lists: 0 param (P), 1 grad (G), 2 momentum buffer (P, unused without momentum), 3 working copy (G).
-// `vec4` as in adam_kernel.
-template <class P, class G>
+// Lists: 0 param (P), 1 grad (G), 2 momentum buffer (P, unused without momentum), 3 working copy
+// (W, null where a tensor has none). `vec4` as in adam_kernel.
+template <class P, class G, class W>
 __global__ void sgd_kernel(TensorLists<4> lists, const float* found_inf, const float* inv_scale, SgdHyper h,
-                           bool has_working, bool vec4) {
+                           bool vec4) {
   if (found_inf && *found_inf != 0.0f) return;
   const int t = blockIdx.y;
   using A = std::conditional_t<std::is_same_v<P, double>, double, float>;
   P* p = static_cast<P*>(lists.ptr[0][t]);
   const G* g = static_cast<const G*>(lists.ptr[1][t]);
   P* buf = static_cast<P*>(lists.ptr[2][t]);
-  G* w = static_cast<G*>(lists.ptr[3][t]);
+  W* w = static_cast<W*>(lists.ptr[3][t]);
+  const bool has_working = w != nullptr;
   const A inv = inv_scale ? static_cast<A>(*inv_scale) : A(1);
   const bool first = *lists.step[t] == 0.0f;
   const A lr = static_cast<A>(h.lr), mom = static_cast<A>(h.momentum), damp = static_cast<A>(h.dampening),
@@ -106,15 +108,15 @@ __global__ void sgd_kernel(TensorLists<4> lists, const float* found_inf, const f
       const Vec<G, 4> gv = reinterpret_cast<const Vec<G, 4>*>(g)[q];
       Vec<P, 4> bv{};
       if (mom != A(0)) bv = reinterpret_cast<const Vec<P, 4>*>(buf)[q];
-      Vec<G, 4> wv{};
+      Vec<W, 4> wv{};
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         pv.v[e] = update(static_cast<A>(to_acc(gv.v[e])), static_cast<A>(to_acc(pv.v[e])), bv.v[e]);
-        if (has_working) wv.v[e] = from_acc<G>(to_acc(pv.v[e]));
+        if (has_working) wv.v[e] = from_acc<W>(to_acc(pv.v[e]));
       }
       reinterpret_cast<Vec<P, 4>*>(p)[q] = pv;
       if (mom != A(0)) reinterpret_cast<Vec<P, 4>*>(buf)[q] = bv;
-      if (has_working) reinterpret_cast<Vec<G, 4>*>(w)[q] = wv;
+      if (has_working) reinterpret_cast<Vec<W, 4>*>(w)[q] = wv;
     });
     return;
   }
@@ -122,16 +124,17 @@ __global__ void sgd_kernel(TensorLists<4> lists, const float* found_inf, const f
     P unused{};
     const P nx = update(static_cast<A>(to_acc(g[i])), static_cast<A>(to_acc(p[i])), mom != A(0) ? buf[i] : unused);
     p[i] = nx;
-    if (has_working) w[i] = from_acc<G>(to_acc(nx));
+    if (has_working) w[i] = from_acc<W>(to_acc(nx));
   });
 }
 
-// Lists: 0 param, 1 grad, 2 exp_avg, 3 exp_avg_sq, 4 max_exp_avg_sq (amsgrad), 5 working copy.
+// Lists: 0 param, 1 grad, 2 exp_avg, 3 exp_avg_sq, 4 max_exp_avg_sq (amsgrad), 5 working copy
+// (W, null where a tensor has none).
 // With `vec4`, every tensor of the launch is aligned for 4-element loads, with a multiple of 4 elements,
 // and each thread moves 4 elements per array per load.
-template <class P, class G>
+template <class P, class G, class W>
 __global__ void adam_kernel(TensorLists<6> lists, const float* found_inf, const float* inv_scale, AdamHyper h,
-                            bool has_working, bool vec4) {
+                            bool vec4) {
   if (found_inf && *found_inf != 0.0f) return;
   const int t = blockIdx.y;
   using A = std::conditional_t<std::is_same_v<P, double>, double, float>;
@@ -140,7 +143,8 @@ __global__ void adam_kernel(TensorLists<6> lists, const float* found_inf, const 
   P* m = static_cast<P*>(lists.ptr[2][t]);
   P* v = static_cast<P*>(lists.ptr[3][t]);
   P* vmax = static_cast<P*>(lists.ptr[4][t]);
-  G* w = static_cast<G*>(lists.ptr[5][t]);
+  W* w = static_cast<W*>(lists.ptr[5][t]);
+  const bool has_working = w != nullptr;
   const A inv = inv_scale ? static_cast<A>(*inv_scale) : A(1);
   const double step = static_cast<double>(*lists.step[t]) + 1;
   const A bc1 = static_cast<A>(1 - pow(h.beta1, step));
@@ -175,17 +179,17 @@ __global__ void adam_kernel(TensorLists<6> lists, const float* found_inf, const 
       Vec<P, 4> vv = reinterpret_cast<const Vec<P, 4>*>(v)[q];
       Vec<P, 4> xv{};
       if (h.amsgrad) xv = reinterpret_cast<const Vec<P, 4>*>(vmax)[q];
-      Vec<G, 4> wv{};
+      Vec<W, 4> wv{};
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         pv.v[e] = update(static_cast<A>(to_acc(gv.v[e])), static_cast<A>(to_acc(pv.v[e])), mv.v[e], vv.v[e], xv.v[e]);
-        if (has_working) wv.v[e] = from_acc<G>(to_acc(pv.v[e]));
+        if (has_working) wv.v[e] = from_acc<W>(to_acc(pv.v[e]));
       }
       reinterpret_cast<Vec<P, 4>*>(p)[q] = pv;
       reinterpret_cast<Vec<P, 4>*>(m)[q] = mv;
       reinterpret_cast<Vec<P, 4>*>(v)[q] = vv;
       if (h.amsgrad) reinterpret_cast<Vec<P, 4>*>(vmax)[q] = xv;
-      if (has_working) reinterpret_cast<Vec<G, 4>*>(w)[q] = wv;
+      if (has_working) reinterpret_cast<Vec<W, 4>*>(w)[q] = wv;
     });
     return;
   }
@@ -194,7 +198,7 @@ __global__ void adam_kernel(TensorLists<6> lists, const float* found_inf, const 
     const P nx = update(static_cast<A>(to_acc(g[i])), static_cast<A>(to_acc(p[i])), m[i], v[i],
                         h.amsgrad ? vmax[i] : unused);
     p[i] = nx;
-    if (has_working) w[i] = from_acc<G>(to_acc(nx));
+    if (has_working) w[i] = from_acc<W>(to_acc(nx));
   });
 }
 
@@ -277,12 +281,35 @@ template <class F> void dispatch_pair(DType p, DType g, const char* op, F&& f) {
   else f(TypeTag<float>{}, TypeTag<__nv_bfloat16>{});
 }
 
-// Splits a step's tensors into runs of one (param, grad) dtype pair, preserving order.
+// Calls f(TypeTag<P>, TypeTag<G>, TypeTag<W>) with W the working copies' type: G for master
+// weights (and when there are none), float16 or bfloat16 for autocast's kept copies of
+// float32 parameters (Note [Working copies] in amp/working_copy.h).
+template <class F> void dispatch_step(DType p, DType g, DType w, const char* op, F&& f) {
+  dispatch_pair(p, g, op, [&](auto pt, auto gt) {
+    using P = typename decltype(pt)::type;
+    using G = typename decltype(gt)::type;
+    if (w == g) return f(pt, gt, gt);
+    if constexpr (std::is_same_v<P, float> && std::is_same_v<G, float>) {
+      if (w == DType::Float16) return f(pt, gt, TypeTag<__half>{});
+      if (w == DType::BFloat16) return f(pt, gt, TypeTag<__nv_bfloat16>{});
+    }
+    AG_CHECK(false, "{} on cuda: working copies of {} for parameters of {} are not supported", op, dtype_name(w),
+             dtype_name(p));
+  });
+}
+
+// The dtype of param k's working copy (its grad's when it has none).
+DType working_dtype(const FusedStep& s, size_t k) {
+  return !s.working.empty() && s.working[k].defined() ? s.working[k].dtype() : s.grads[k].dtype();
+}
+
+// Splits a step's tensors into runs of one (param, grad, working copy) dtype triple,
+// preserving order.
 std::vector<std::vector<size_t>> by_dtype(const FusedStep& s) {
   std::vector<std::vector<size_t>> runs;
-  std::vector<std::pair<DType, DType>> keys;
+  std::vector<std::array<DType, 3>> keys;
   for (size_t k = 0; k < s.params.size(); ++k) {
-    std::pair<DType, DType> key{s.params[k].dtype(), s.grads[k].dtype()};
+    std::array<DType, 3> key{s.params[k].dtype(), s.grads[k].dtype(), working_dtype(s, k)};
     size_t r = std::find(keys.begin(), keys.end(), key) - keys.begin();
     if (r == keys.size()) {
       keys.push_back(key);
@@ -291,6 +318,10 @@ std::vector<std::vector<size_t>> by_dtype(const FusedStep& s) {
     runs[r].push_back(k);
   }
   return runs;
+}
+
+void* working_ptr(const FusedStep& s, size_t k) {
+  return !s.working.empty() && s.working[k].defined() ? s.working[k].data_ptr() : nullptr;
 }
 
 }  // namespace
@@ -358,11 +389,12 @@ void sgd_step(const FusedStep& s, const std::vector<Tensor>& momentum_bufs, cons
               const SgdHyper& h) {
   if (s.params.empty()) return;
   KernelContext ctx(s.params[0]);
-  const bool has_working = !s.working.empty();
   for (const std::vector<size_t>& run : by_dtype(s)) {
-    dispatch_pair(s.params[run[0]].dtype(), s.grads[run[0]].dtype(), "sgd_step", [&](auto pt, auto gt) {
+    dispatch_step(s.params[run[0]].dtype(), s.grads[run[0]].dtype(), working_dtype(s, run[0]), "sgd_step",
+                  [&](auto pt, auto gt, auto wt) {
       using P = typename decltype(pt)::type;
       using G = typename decltype(gt)::type;
+      using W = typename decltype(wt)::type;
       in_batches<4>(
           run.size(),
           [&](TensorLists<4>& l, int j, size_t r) {
@@ -370,14 +402,14 @@ void sgd_step(const FusedStep& s, const std::vector<Tensor>& momentum_bufs, cons
             l.ptr[0][j] = s.params[k].data_ptr();
             l.ptr[1][j] = s.grads[k].data_ptr();
             l.ptr[2][j] = momentum_bufs.empty() ? nullptr : momentum_bufs[k].data_ptr();
-            l.ptr[3][j] = has_working ? s.working[k].data_ptr() : nullptr;
+            l.ptr[3][j] = working_ptr(s, k);
             l.step[j] = static_cast<float*>(steps[k].data_ptr());
             l.numel[j] = s.params[k].numel();
           },
           [&](TensorLists<4>& l, int count, int64_t max_numel) {
             const bool vec4 = lists_vec4(l, count);
-            sgd_kernel<P, G><<<fused_grid(ctx, count, vec4 ? max_numel / 4 : max_numel), kFusedBlock, 0, ctx.stream>>>(
-                l, f32_or_null(s.found_inf), f32_or_null(s.inv_scale), h, has_working, vec4);
+            sgd_kernel<P, G, W><<<fused_grid(ctx, count, vec4 ? max_numel / 4 : max_numel), kFusedBlock, 0,
+                                     ctx.stream>>>(l, f32_or_null(s.found_inf), f32_or_null(s.inv_scale), h, vec4);
             AG_CUDA_CHECK_LAUNCH();
           });
     });
@@ -389,11 +421,12 @@ void adam_step(const FusedStep& s, const std::vector<Tensor>& exp_avgs, const st
                const std::vector<Tensor>& max_exp_avg_sqs, const std::vector<Tensor>& steps, const AdamHyper& h) {
   if (s.params.empty()) return;
   KernelContext ctx(s.params[0]);
-  const bool has_working = !s.working.empty();
   for (const std::vector<size_t>& run : by_dtype(s)) {
-    dispatch_pair(s.params[run[0]].dtype(), s.grads[run[0]].dtype(), "adam_step", [&](auto pt, auto gt) {
+    dispatch_step(s.params[run[0]].dtype(), s.grads[run[0]].dtype(), working_dtype(s, run[0]), "adam_step",
+                  [&](auto pt, auto gt, auto wt) {
       using P = typename decltype(pt)::type;
       using G = typename decltype(gt)::type;
+      using W = typename decltype(wt)::type;
       in_batches<6>(
           run.size(),
           [&](TensorLists<6>& l, int j, size_t r) {
@@ -403,14 +436,14 @@ void adam_step(const FusedStep& s, const std::vector<Tensor>& exp_avgs, const st
             l.ptr[2][j] = exp_avgs[k].data_ptr();
             l.ptr[3][j] = exp_avg_sqs[k].data_ptr();
             l.ptr[4][j] = max_exp_avg_sqs.empty() ? nullptr : max_exp_avg_sqs[k].data_ptr();
-            l.ptr[5][j] = has_working ? s.working[k].data_ptr() : nullptr;
+            l.ptr[5][j] = working_ptr(s, k);
             l.step[j] = static_cast<float*>(steps[k].data_ptr());
             l.numel[j] = s.params[k].numel();
           },
           [&](TensorLists<6>& l, int count, int64_t max_numel) {
             const bool vec4 = lists_vec4(l, count);
-            adam_kernel<P, G><<<fused_grid(ctx, count, vec4 ? max_numel / 4 : max_numel), kFusedBlock, 0, ctx.stream>>>(
-                l, f32_or_null(s.found_inf), f32_or_null(s.inv_scale), h, has_working, vec4);
+            adam_kernel<P, G, W><<<fused_grid(ctx, count, vec4 ? max_numel / 4 : max_numel), kFusedBlock, 0,
+                                     ctx.stream>>>(l, f32_or_null(s.found_inf), f32_or_null(s.inv_scale), h, vec4);
             AG_CUDA_CHECK_LAUNCH();
           });
     });

@@ -155,6 +155,7 @@ void ProcessGroup::all_reduce_on(const Tensor& t, ReduceOp op, void* stream) {
   check(nccl().all_reduce(t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()), nccl_type(t.dtype()),
                           nccl_op(op), static_cast<ncclComm_t>(comm_), static_cast<cudaStream_t>(stream)),
         "ncclAllReduce");
+  t.bump_version();  // written in place, like any in-place op (Note [Version counter])
 }
 
 void ProcessGroup::all_reduce(const Tensor& t, ReduceOp op) {
@@ -168,6 +169,7 @@ void ProcessGroup::broadcast(const Tensor& t, int root) {
   check(nccl().broadcast(t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()), nccl_type(t.dtype()), root,
                          static_cast<ncclComm_t>(comm_), cuda::current_stream(o_.local_rank)),
         "ncclBroadcast");
+  t.bump_version();
 }
 
 #else  // a CPU-only build

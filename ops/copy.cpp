@@ -52,6 +52,19 @@ void check_inplace(std::string_view op, const Tensor& t) {
            op, t.desc());
 }
 
+namespace {
+// Gives the cast `out` of `a` its autograd edge (when `a` requires grad).
+void record_cast(const Tensor& a, const Tensor& out) {
+  if (!autograd::any_requires_grad({&a})) return;
+  const Device src_device = a.device();
+  // Moves the gradient back to the source device only: the engine restores the dtype, or
+  // the source's accumulator widens it while adding (Note [Gradient accumulation]).
+  autograd::record(kTo, out, {a}, {}, [src_device](const Tensor& g, const std::vector<Tensor>&) {
+    return autograd::Grads{g.device() == src_device ? g : to(g, src_device, g.dtype())};
+  });
+}
+}  // namespace
+
 Tensor to(const Tensor& a0, Device device, DType dtype) {
   Tensor a = a0;
   OpScope scope(kTo, a);
@@ -59,14 +72,18 @@ Tensor to(const Tensor& a0, Device device, DType dtype) {
   if (a.device() == device && a.dtype() == dtype) return scope.finish(a);
   Tensor out = empty(a.shape(), TensorOptions(dtype).device(device));
   copy_impl(out, a);
-  if (is_floating(dtype) && is_floating(a.dtype()) && autograd::any_requires_grad({&a})) {
-    const Device src_device = a.device();
-    // Moves the gradient back to the source device only: the engine restores the dtype, or
-    // the source's accumulator widens it while adding (Note [Gradient accumulation]).
-    autograd::record(kTo, out, {a}, {}, [src_device](const Tensor& g, const std::vector<Tensor>&) {
-      return autograd::Grads{g.device() == src_device ? g : to(g, src_device, g.dtype())};
-    });
-  }
+  if (is_floating(dtype) && is_floating(a.dtype())) record_cast(a, out);
+  return scope.finish(out);
+}
+
+Tensor to_reusing(const Tensor& a0, const Tensor& copy) {
+  Tensor a = a0;
+  OpScope scope(kTo, a);
+  AG_INTERNAL_ASSERT(a.shape() == copy.shape() && a.device() == copy.device() && is_floating(a.dtype()) &&
+                         is_floating(copy.dtype()),
+                     "to_reusing: {} is not a cast of {}", copy.desc(), a.desc());
+  Tensor out = alias_with(copy, copy.shape(), copy.strides(), copy.storage_offset());
+  record_cast(a, out);
   return scope.finish(out);
 }
 

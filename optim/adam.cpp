@@ -64,12 +64,11 @@ void Adam::step_gated(const Tensor& found_inf, const Tensor& inv_scale) {
     std::vector<Tensor> vmax = h.amsgrad ? state_at(g, "max_exp_avg_sq", idx) : std::vector<Tensor>{};
     std::vector<Tensor> steps = steps_at(g, idx);
 #if AMPGRAD_WITH_CUDA
-    if (on_cuda(s)) {
-      cuda::adam_step(s, m, v, vmax, steps, h);
-      continue;
-    }
+    if (on_cuda(s)) cuda::adam_step(s, m, v, vmax, steps, h);
+    else
 #endif
-    cpu::adam_step(s, m, v, vmax, steps, h);
+      cpu::adam_step(s, m, v, vmax, steps, h);
+    step_written(s, !g.masters.empty());
   }
 }
 

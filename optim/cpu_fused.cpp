@@ -45,7 +45,7 @@ void advance_steps(const std::vector<Tensor>& steps) {
 }
 
 void write_working(const FusedStep& s, size_t k) {
-  if (s.working.empty()) return;
+  if (s.working.empty() || !s.working[k].defined()) return;
   const Tensor& w = s.working[k];
   for (int64_t i = 0; i < w.numel(); ++i) set(w, i, get(s.params[k], i));
 }

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "amp/working_copy.h"
 #include "autograd/node.h"
 #include "core/fused_kernels.h"
 #include "ops/ops.h"
@@ -113,6 +114,13 @@ FusedStep Optimizer::gather(Group& g, const Tensor& found_inf, const Tensor& inv
   }
   AG_CHECK(s.working.empty() || s.working.size() == s.params.size(),
            "optimizer: with master weights, a group must hold only 16-bit or only 32-bit parameters");
+  if (!masters) {
+    // Autocast's kept 16-bit copies of these parameters, written by the same pass
+    // (Note [Working copies]).
+    std::vector<Tensor> copies = amp::detail::current_working_copies(s.params);
+    if (std::any_of(copies.begin(), copies.end(), [](const Tensor& c) { return c.defined(); }))
+      s.working = std::move(copies);
+  }
   // State is created lazily, like PyTorch's, in the dtype of what is updated.
   for (const std::string& name : state_names_) {
     auto& st = g.state[name];
@@ -124,6 +132,14 @@ FusedStep Optimizer::gather(Group& g, const Tensor& found_inf, const Tensor& inv
   for (size_t i : idx)
     if (!g.steps[i].defined()) g.steps[i] = zeros({1}, TensorOptions(kFloat32).device(g.params[i].device()));
   return s;
+}
+
+void Optimizer::step_written(const FusedStep& s, bool masters) {
+  // The step wrote them in place: later reads of saved copies must see new versions.
+  for (const Tensor& p : s.params) p.bump_version();
+  for (const Tensor& w : s.working)
+    if (w.defined()) w.bump_version();
+  if (!masters && !s.working.empty()) amp::detail::working_copies_written(s.params, s.working);
 }
 
 std::vector<Tensor> Optimizer::state_at(Group& g, const std::string& name, const std::vector<size_t>& idx) {

@@ -48,12 +48,11 @@ void SGD::step_gated(const Tensor& found_inf, const Tensor& inv_scale) {
     std::vector<Tensor> bufs = h.momentum != 0 ? state_at(g, "momentum_buffer", idx) : std::vector<Tensor>{};
     std::vector<Tensor> steps = steps_at(g, idx);
 #if AMPGRAD_WITH_CUDA
-    if (on_cuda(s)) {
-      cuda::sgd_step(s, bufs, steps, h);
-      continue;
-    }
+    if (on_cuda(s)) cuda::sgd_step(s, bufs, steps, h);
+    else
 #endif
-    cpu::sgd_step(s, bufs, steps, h);
+      cpu::sgd_step(s, bufs, steps, h);
+    step_written(s, !g.masters.empty());
   }
 }
 

@@ -259,3 +259,99 @@ TEST_CASE("the trace records ops, casts, cache hits and dtypes", "[amp]") {
   CHECK_FALSE(r[4].chosen_dtype.has_value());
   CHECK(r[4].output_dtype == ag::kFloat32);
 }
+
+TEST_CASE("working copies: kept across regions, refreshed by the fused step, dropped when stale", "[amp][cuda]") {
+  for (ag::Device dev : devices()) {
+    INFO(dev.str());
+    const ag::DType ac = dev.is_cuda() ? ag::kFloat16 : ag::kBFloat16;
+    ag::manual_seed(5);
+    auto opt = ag::TensorOptions().device(dev);
+    ag::Tensor w = (ag::rand({6, 5}, opt) - 0.5).detach().requires_grad_();
+    ag::Tensor b = (ag::rand({6}, opt) - 0.5).detach().requires_grad_();
+    ag::Tensor x = ag::randn({4, 5}, opt);
+    ag::optim::SGD sgd({w, b}, ag::optim::SGDOptions(0.1).momentum(0.9));
+    ag::amp::GradScaler scaler(ag::amp::GradScalerOptions().init_scale(256));
+    auto step = [&] {
+      sgd.zero_grad();
+      ag::amp::CastCacheStats stats;
+      {
+        ag::amp::AutocastGuard autocast(dev.type, ac);
+        ag::Tensor loss = ag::mean(ag::pow(ag::linear(x, w, b).to(ag::kFloat32), 2));
+        stats = ag::amp::cast_cache_stats();
+        scaler.scale(loss).backward();
+      }
+      scaler.step(sgd);
+      scaler.update();
+      return stats;
+    };
+    // The kept copy equals a fresh cast of the parameter's current values, bit for bit.
+    auto kept_is_current = [&](const ag::Tensor& p) {
+      const ag::Tensor kept = ag::amp::detail::current_working_copy(p, ac);
+      REQUIRE(kept.defined());
+      CHECK(bitwise_equal(kept, p.detach().to(ac)));
+    };
+    CHECK(step().working_copy_hits == 0);  // first region: both cast
+    kept_is_current(w);
+    kept_is_current(b);
+    CHECK(step().working_copy_hits == 2);  // the step refreshed them: no cast
+    kept_is_current(w);
+    scaler.inject_fault(w, 2, INFINITY);  // a skipped step writes neither
+    const std::vector<double> before = w.to_vector<double>();
+    CHECK(step().working_copy_hits == 2);
+    CHECK(w.to_vector<double>() == before);
+    kept_is_current(w);
+    {
+      ag::NoGradGuard no_grad;
+      w.mul_(0.5);  // changed outside the optimizer: stale
+    }
+    CHECK_FALSE(ag::amp::detail::current_working_copy(w, ac).defined());
+    CHECK(step().working_copy_hits == 1);  // w cast afresh, b reused
+    kept_is_current(w);
+    kept_is_current(b);
+  }
+}
+
+TEST_CASE("working copies: training is bit-identical with and without them", "[amp][cuda]") {
+  for (ag::Device dev : devices()) {
+    INFO(dev.str());
+    const ag::DType ac = dev.is_cuda() ? ag::kFloat16 : ag::kBFloat16;
+    auto train = [&](bool keep, bool adam) {
+      ag::amp::set_keep_working_copies(keep);
+      ag::manual_seed(9);
+      auto opt = ag::TensorOptions().device(dev);
+      std::vector<ag::Tensor> ps{(ag::rand({16, 8}, opt) - 0.5).detach().requires_grad_(),
+                                 (ag::rand({16}, opt) - 0.5).detach().requires_grad_(),
+                                 (ag::rand({3, 16}, opt) - 0.5).detach().requires_grad_()};
+      ag::Tensor x = ag::randn({32, 8}, opt), y = (ag::rand({32}, opt) * 3.0).to(ag::kInt64);
+      std::unique_ptr<ag::optim::Optimizer> o;
+      if (adam) o = std::make_unique<ag::optim::Adam>(ps, ag::optim::AdamOptions(1e-2));
+      else o = std::make_unique<ag::optim::SGD>(ps, ag::optim::SGDOptions(0.1).momentum(0.9));
+      ag::amp::GradScaler scaler(ag::amp::GradScalerOptions().init_scale(1024));
+      scaler.inject_fault(ps[0], 3, NAN);
+      for (int i = 0; i < 8; ++i) {
+        o->zero_grad(i % 2 == 0);  // kept and freed gradients
+        ag::Tensor loss;
+        {
+          ag::amp::AutocastGuard autocast(dev.type, ac);
+          ag::Tensor h = ag::relu(ag::linear(x, ps[0], ps[1]));
+          loss = ag::cross_entropy(ag::linear(h, ps[2]), y);
+        }
+        scaler.scale(loss).backward();
+        scaler.step(*o);
+        scaler.update();
+      }
+      std::vector<double> out;
+      for (const ag::Tensor& p : ps) {
+        auto v = p.to_vector<double>();
+        out.insert(out.end(), v.begin(), v.end());
+      }
+      return out;
+    };
+    for (bool adam : {false, true}) {
+      INFO((adam ? "Adam" : "SGD"));
+      const std::vector<double> with = train(true, adam), without = train(false, adam);
+      CHECK(with == without);
+    }
+    ag::amp::set_keep_working_copies(true);
+  }
+}

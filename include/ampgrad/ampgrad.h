@@ -4,6 +4,7 @@
 #include "amp/autocast.h"
 #include "amp/grad_health.h"
 #include "amp/grad_scaler.h"
+#include "amp/working_copy.h"
 #include "amp/op_table.h"
 #include "amp/trace.h"
 #include "autograd/gradcheck.h"

@@ -1,0 +1,46 @@
+// The 16-bit working copies of float32 parameters that autocast keeps between steps and the
+// fused optimizers refresh in their own pass (Note [Working copies]).
+#pragma once
+
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace ampgrad::amp {
+
+// Note [Working copies]
+// Under autocast every step casts each float32 weight to float16 again, one launch per
+// weight per step, although a weight changes only in the optimizer's step, which already
+// reads and writes all of it. So ampgrad keeps the 16-bit copy that autocast made of a
+// parameter (a float32 leaf that requires grad) after the autocast region ends, together
+// with the parameter's version at that moment, and the fused optimizer step (SGD, Adam,
+// AdamW) writes the copy in the same pass as the parameter, as it writes the working copies
+// of master weights. The next region's cast finds a copy whose version is the parameter's
+// and reuses it: no kernel. Anything else that changes the parameter (an in-place op, a
+// checkpoint load, a broadcast) bumps its version, and the next cast makes a fresh copy.
+// A skipped step (found inf) writes neither, so they still agree.
+// Cost: 16 bits per parameter element for as long as the parameter lives.
+// set_keep_working_copies(false) restores a cache per autocast region (PyTorch's).
+// One difference from PyTorch: a graph kept across an optimizer step (retain_graph) that
+// saved a working copy reports it modified at its next backward, as it would for any
+// tensor written in place.
+
+bool keep_working_copies();
+void set_keep_working_copies(bool on);  // on by default; off also drops the kept copies
+void clear_working_copies();
+// How many copies are kept (for tests and `ampgrad explain`).
+int64_t working_copy_count();
+
+namespace detail {
+// The kept copy of `param` in `dtype` when it matches the parameter's current version, else
+// an undefined tensor.
+Tensor current_working_copy(const Tensor& param, DType dtype);
+// Keeps `copy` (param's values cast to copy's dtype, just computed) as param's copy.
+void keep_working_copy(const Tensor& param, const Tensor& copy);
+// For a fused optimizer step: the current copy of each param (undefined where none).
+std::vector<Tensor> current_working_copies(const std::vector<Tensor>& params);
+// After the step wrote params[i] and copies[i] (and bumped both versions): they match again.
+void working_copies_written(const std::vector<Tensor>& params, const std::vector<Tensor>& copies);
+}  // namespace detail
+
+}  // namespace ampgrad::amp
