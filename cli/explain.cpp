@@ -95,6 +95,9 @@ void run_explain(const ExplainArgs& a) {
   }
   scaler.step(opt);
   scaler.update();
+  int64_t kept_after_step = 0;
+  for (auto& [n, p] : named)
+    if (amp::detail::current_working_copy(p, amp_dtype).defined()) ++kept_after_step;
   amp::ScalerDecision d = scaler.last_decision();
   const double next_scale = scaler.get_scale();
 
@@ -113,6 +116,7 @@ void run_explain(const ExplainArgs& a) {
     }
     out["scaler"] = {{"loss", loss.item<double>()}, {"scale", d.scale}, {"found_inf", d.found_inf},
                      {"step_taken", d.step_taken}, {"next_scale", next_scale}};
+    out["working_copies_current"] = kept_after_step;
     for (const auto& [name, dtype, h] : healths)
       out["gradients"].push_back({{"parameter", name}, {"dtype", dtype}, {"numel", h.numel}, {"zero", h.zero},
                                   {"underflow_without_scaling", h.underflow_unscaled},
@@ -132,10 +136,12 @@ void run_explain(const ExplainArgs& a) {
     bytes += r.bytes_converted;
   }
   std::printf("   lower ops ran in %s on the cast inputs; fp32 ops widened theirs first. %lld casts wrote %lld bytes;\n"
-              "   %lld of them are parameter copies, kept in the cast cache for the rest of the autocast region\n"
-              "   (the step's %s working weights).\n\n",
+              "   %lld of them are parameter copies (the step's %s working weights): reused for the rest of the\n"
+              "   region, then kept, and refreshed by the optimizer step in its own pass, so the next step casts\n"
+              "   only its input (%lld working copies are current after this step).\n\n",
               std::string(dtype_name(amp_dtype)).c_str(), static_cast<long long>(casts), static_cast<long long>(bytes),
-              static_cast<long long>(cache.entries), std::string(dtype_name(amp_dtype)).c_str());
+              static_cast<long long>(cache.entries), std::string(dtype_name(amp_dtype)).c_str(),
+              static_cast<long long>(kept_after_step));
   std::printf("2. The scaler's decision\n\n");
   std::printf("   loss %.4f (float32), multiplied by the scale %g before backward\n", loss.item<double>(), d.scale);
   std::printf("   inf/NaN in any gradient: %s -> optimizer step %s\n", d.found_inf ? "yes" : "no",

@@ -25,7 +25,9 @@ namespace ampgrad::cuda {
 // is cached per geometry (dtype, TF32, transposes, sizes, leading dims, batch strides, beta,
 // bias epilogue, pointer alignment) with its descriptors, so a call costs a map lookup and
 // cublasLtMatmul. linear's bias rides in the epilogue (EPILOGUE_BIAS) instead of being
-// copied into the output for a beta = 1 GEMM, as PyTorch's addmm does.
+// copied into the output for a beta = 1 GEMM, as PyTorch's addmm does; in backward, the bias
+// gradient (the column sums of the incoming gradient) comes out of the weight-gradient GEMM's
+// epilogue (EPILOGUE_BGRADB), which reads those columns anyway: one launch fewer per layer.
 
 namespace {
 
@@ -62,7 +64,7 @@ struct Key {
   int op_a, op_b;
   int64_t m, n, k, lda, ldb, ldc, stride_a, stride_b, stride_c, batch;
   bool beta_zero;
-  bool bias;
+  int epilogue;  // 0 none, 1 bias, 2 bias gradient
   int align_a, align_b, align_c;
   auto operator<=>(const Key&) const = default;
 };
@@ -117,13 +119,13 @@ std::unique_ptr<Plan> make_plan(const LtGemm& g, const Key& key, cublasLtHandle_
   const int32_t op_a = g.op_a, op_b = g.op_b;
   AG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
   AG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
-  if (key.bias) {
-    const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+  if (key.epilogue != 0) {
+    const cublasLtEpilogue_t epilogue = key.epilogue == 1 ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_BGRADB;
     AG_CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
     // A bias pointer for the heuristic to see; each call sets its own.
-    AG_CUBLAS_CHECK(
-        cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof(g.bias)));
+    const void* vec = key.epilogue == 1 ? g.bias : g.bias_grad;
+    AG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &vec, sizeof(vec)));
   }
   // Stored shapes, before the transposes.
   const bool ta = g.op_a != CUBLAS_OP_N, tb = g.op_b != CUBLAS_OP_N;
@@ -178,10 +180,11 @@ PlanCache& plan_cache() {
 }  // namespace
 
 bool lt_gemm(const LtGemm& g, void* workspace, size_t workspace_bytes) {
-  if (g.batch > INT32_MAX || (g.bias && (g.batch != 1 || g.beta != 0))) return false;
+  if (g.batch > INT32_MAX || ((g.bias || g.bias_grad) && (g.batch != 1 || g.beta != 0)) || (g.bias && g.bias_grad))
+    return false;
   const Key key{g.device, g.dtype, g.tf32, static_cast<int>(g.op_a), static_cast<int>(g.op_b), g.m, g.n, g.k,
                 g.lda, g.ldb, g.ldc, g.batch > 1 ? g.stride_a : 0, g.batch > 1 ? g.stride_b : 0,
-                g.batch > 1 ? g.stride_c : 0, g.batch, g.beta == 0, g.bias != nullptr, alignment(g.a),
+                g.batch > 1 ? g.stride_c : 0, g.batch, g.beta == 0, g.bias ? 1 : (g.bias_grad ? 2 : 0), alignment(g.a),
                 alignment(g.b), alignment(g.c)};
   const cublasLtHandle_t h = lt_handle(g.device);
   const Plan* plan = nullptr;
@@ -195,9 +198,10 @@ bool lt_gemm(const LtGemm& g, void* workspace, size_t workspace_bytes) {
   if (!plan->ok) return false;
   // The descriptor is shared by calls of this geometry; ampgrad issues device work from one
   // thread at a time (Note [CUDA stream]), so setting this call's bias here is safe.
-  if (g.bias)
-    AG_CUBLAS_CHECK(
-        cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof(g.bias)));
+  if (g.bias || g.bias_grad) {
+    const void* vec = g.bias ? g.bias : g.bias_grad;
+    AG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &vec, sizeof(vec)));
+  }
   AG_CUBLAS_CHECK(cublasLtMatmul(h, plan->desc, &g.alpha, g.a, plan->a, g.b, plan->b, &g.beta, g.c, plan->c, g.c,
                                  plan->c, &plan->algo, workspace, plan->workspace, current_stream(g.device)));
   return true;

@@ -29,6 +29,10 @@ struct LtGemm {
   // When set: D = alpha * op(A) op(B) + bias[row], a vector of m elements of the GEMM's
   // dtype (cuBLASLt's EPILOGUE_BIAS; batch 1, beta 0).
   const void* bias = nullptr;
+  // When set: also bias_grad[col] = sum over k of op(B)[k, col], n elements of the GEMM's dtype
+  // (cuBLASLt's EPILOGUE_BGRADB: linear's bias gradient from its weight-gradient GEMM; batch 1,
+  // beta 0, no bias).
+  void* bias_grad = nullptr;
 };
 
 // Runs the GEMM on the device's library stream; false when cuBLASLt proposes no algorithm

@@ -19,6 +19,9 @@ void gemm(const Tensor& a, const Tensor& bm, const Tensor& out, double alpha, do
 // out[0] = alpha * a[0] @ bm[0] + bias (bias [N] added to every row, in the GEMM's epilogue);
 // false when it cannot (float64, batch > 1, an unaligned bias): nothing ran, use gemm.
 bool gemm_bias(const Tensor& a, const Tensor& bm, const Tensor& bias, const Tensor& out, double alpha);
+// out[0] = a[0] @ bm[0] and bias_grad[i] = sum over k of a[0][i, k] in one cuBLASLt call
+// (EPILOGUE_BGRADB), batch 1; false when cuBLASLt declines (nothing ran).
+bool gemm_bias_grad(const Tensor& a, const Tensor& bm, const Tensor& out, const Tensor& bias_grad);
 void index_select(const Tensor& x, const Tensor& index, const Tensor& out);
 void index_add(const Tensor& out, const Tensor& index, const Tensor& src);
 void nll_loss_forward(const Tensor& lp, const Tensor& target, int64_t ignore_index, const Tensor& loss,

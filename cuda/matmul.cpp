@@ -93,13 +93,14 @@ namespace {
 
 // out = alpha * a @ bm + beta * out, or (bias defined, beta 0) alpha * a @ bm + bias[col];
 // false only for a bias call cuBLASLt declines (nothing ran).
-bool run_gemm(const Tensor& a, const Tensor& bm, const Tensor& out, double alpha, double beta, const Tensor& bias) {
+bool run_gemm(const Tensor& a, const Tensor& bm, const Tensor& out, double alpha, double beta, const Tensor& bias,
+              const Tensor& bias_grad = Tensor()) {
   const int64_t batch = out.size(0), m = out.size(1), n = out.size(2), k = a.size(2);
   if (out.numel() == 0) return true;
   AG_CHECK(a.dtype() == out.dtype() && bm.dtype() == out.dtype(), "matmul on cuda: dtypes {}, {} and {} differ",
            dtype_name(a.dtype()), dtype_name(bm.dtype()), dtype_name(out.dtype()));
   if (k == 0) {  // an empty sum: out = beta * out
-    if (bias.defined()) return false;
+    if (bias.defined() || bias_grad.defined()) return false;
     if (beta == 0) fill(out, 0);
     else if (beta != 1) unary(UnaryKind::MulScalar, out, out, beta, 0);
     return true;
@@ -152,9 +153,10 @@ bool run_gemm(const Tensor& a, const Tensor& bm, const Tensor& out, double alpha
     g.alpha = alpha_f;
     g.beta = beta_f;
     if (bias.defined()) g.bias = bias.data_ptr();
+    if (bias_grad.defined()) g.bias_grad = bias_grad.data_ptr();
     if (lt_gemm(g, blas.workspace, kWorkspaceBytes)) return true;
   }
-  if (bias.defined()) return false;
+  if (bias.defined() || bias_grad.defined()) return false;
   const void* alpha_p = f64 ? static_cast<const void*>(&alpha) : static_cast<const void*>(&alpha_f);
   const void* beta_p = f64 ? static_cast<const void*>(&beta) : static_cast<const void*>(&beta_f);
 
@@ -175,6 +177,14 @@ bool gemm_bias(const Tensor& a, const Tensor& bm, const Tensor& bias, const Tens
       reinterpret_cast<uintptr_t>(bias.data_ptr()) % 16 != 0)
     return false;
   return run_gemm(a, bm, out, alpha, 0, bias);
+}
+
+bool gemm_bias_grad(const Tensor& a, const Tensor& bm, const Tensor& out, const Tensor& bias_grad) {
+  if (out.size(0) != 1 || out.dtype() == DType::Float64 || bias_grad.dtype() != out.dtype() ||
+      !bias_grad.is_contiguous() || bias_grad.numel() != out.size(1) ||
+      reinterpret_cast<uintptr_t>(bias_grad.data_ptr()) % 16 != 0)
+    return false;
+  return run_gemm(a, bm, out, 1, 0, Tensor(), bias_grad);
 }
 
 }  // namespace ampgrad::cuda

@@ -251,11 +251,23 @@ Tensor linear(const Tensor& x0, const Tensor& w0, const Tensor& b0) {
     autograd::record(kLinear, out, {x, w, b}, {x, w},
                      [has_bias = b.defined() && b.requires_grad(), need_x = x.requires_grad(),
                       need_w = w.requires_grad()](const Tensor& g, const Saved& s) {
-      Tensor g2 = g.reshape({-1, g.size(-1)});
-      Tensor x2 = s[0].reshape({-1, s[0].size(-1)});
+      Tensor g2 = g.dim() == 2 ? g : g.reshape({-1, g.size(-1)});
+      Tensor x2 = s[0].dim() == 2 ? s[0] : s[0].reshape({-1, s[0].size(-1)});
       Tensor gx = need_x ? mm(g2, s[1]).view(s[0].shape()) : Tensor();
-      Tensor gw = need_w ? mm(g2.t(), x2) : Tensor();
-      Tensor gb = has_bias ? sum(g2, {0}) : Tensor();
+      Tensor gw, gb;
+      if (need_w) {
+        const Tensor g2t = alias_with(g2, {g2.size(1), g2.size(0)}, {g2.stride(1), g2.stride(0)}, g2.storage_offset());
+#if AMPGRAD_WITH_CUDA
+        // The bias gradient from the weight gradient's GEMM epilogue (Note [cuBLASLt GEMM]).
+        if (has_bias && g2.is_cuda() && g2.dtype() == x2.dtype() && g2.size(0) > 0) {
+          gw = empty({g2t.size(0), x2.size(1)}, g2.options());
+          gb = empty({g2t.size(0)}, g2.options());
+          if (!cuda::gemm_bias_grad(batch1(g2t), batch1(x2), batch1(gw), gb)) gw = gb = Tensor();
+        }
+#endif
+        if (!gw.defined()) gw = mm(g2t, x2);
+      }
+      if (has_bias && !gb.defined()) gb = sum(g2, {0});
       return Grads{gx, gw, gb};
     });
   }
