@@ -2,6 +2,7 @@
 // execution plans chosen by heuristics or timing and cached per geometry, variant packs.
 #include "cuda/cudnn_plan.h"
 
+#include <algorithm>
 #include <array>
 #include <limits>
 #include <map>
@@ -42,12 +43,13 @@ namespace dnn {
 // bfloat16 accumulate in float32 (DESIGN.md). Non-deterministic engines are allowed, as in
 // PyTorch's default.
 // Benchmark mode (cudnn.benchmark): every candidate plan (up to kMaxTimed; mode A and the
-// fallback list propose 10-40) runs once to warm up, then three times between CUDA events
-// into a scratch output; the fastest is cached. With only the first 12 timed, tf32 NCHW
-// 64x64x56 forward ran at 0.90 of PyTorch's choice. Timing
-// synchronizes, so while the stream is captured into a CUDA graph only cached plans are used
-// and a new geometry takes the heuristics' first plan. A geometry no engine supports is cached
-// as such (channels-last float32 may have none: the caller retries in NCHW).
+// fallback list propose 10-40) runs once to warm up, then five times, each between its own
+// CUDA events, into a scratch output; the plan with the fastest median is cached. With only
+// the first 12 timed (and a mean of three), tf32 NCHW 64x64x56 forward ran at 0.90 of
+// PyTorch's choice. Timing synchronizes, so while the stream is captured into a CUDA graph
+// only cached plans are used and a new geometry takes the heuristics' first plan. A geometry
+// no engine supports is cached as such (channels-last float32 may have none: the caller
+// retries in NCHW).
 
 namespace {
 
@@ -321,8 +323,9 @@ void execute(cudnnHandle_t h, const Plan& p, void* x, void* w, void* y, void* ws
 
 int64_t numel(const std::array<int64_t, 4>& s) { return s[0] * s[1] * s[2] * s[3]; }
 
-// Mean milliseconds of three runs after one warm-up, or infinity when the workspace cannot be
-// allocated. The pass writes into `scratch`, never into the caller's output.
+// Median milliseconds of five runs after one warm-up (each run between its own pair of
+// events), or infinity when the workspace cannot be allocated. The pass writes into
+// `scratch`, never into the caller's output.
 float time_plan(const ConvGeometry& g, cudnnHandle_t h, const Plan& p, void* x, void* w, void* y, void* scratch) {
   Tensor ws;
   try {
@@ -335,25 +338,30 @@ float time_plan(const ConvGeometry& g, cudnnHandle_t h, const Plan& p, void* x, 
   void* wsc = g.pass == Pass::BackwardFilter ? scratch : w;
   void* ys = g.pass == Pass::Forward ? scratch : y;
   cudaStream_t s = current_stream(g.device);
-  cudaEvent_t a = nullptr, b = nullptr;
-  AG_CUDA_CHECK(cudaEventCreate(&a));
-  AG_CUDA_CHECK(cudaEventCreate(&b));
-  float ms = std::numeric_limits<float>::infinity();
+  constexpr int kRuns = 5;
+  std::array<cudaEvent_t, kRuns + 1> ev{};
+  auto destroy = [&] {
+    for (cudaEvent_t e : ev)
+      if (e) (void)cudaEventDestroy(e);
+  };
+  std::array<float, kRuns> ms{};
   try {
+    for (cudaEvent_t& e : ev) AG_CUDA_CHECK(cudaEventCreate(&e));
     execute(h, p, xs, wsc, ys, wsp);
-    AG_CUDA_CHECK(cudaEventRecord(a, s));
-    for (int i = 0; i < 3; ++i) execute(h, p, xs, wsc, ys, wsp);
-    AG_CUDA_CHECK(cudaEventRecord(b, s));
-    AG_CUDA_CHECK(cudaEventSynchronize(b));
-    AG_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+    AG_CUDA_CHECK(cudaEventRecord(ev[0], s));
+    for (int i = 0; i < kRuns; ++i) {
+      execute(h, p, xs, wsc, ys, wsp);
+      AG_CUDA_CHECK(cudaEventRecord(ev[static_cast<size_t>(i) + 1], s));
+    }
+    AG_CUDA_CHECK(cudaEventSynchronize(ev[kRuns]));
+    for (size_t i = 0; i < kRuns; ++i) AG_CUDA_CHECK(cudaEventElapsedTime(&ms[i], ev[i], ev[i + 1]));
   } catch (...) {
-    (void)cudaEventDestroy(a);
-    (void)cudaEventDestroy(b);
+    destroy();
     throw;
   }
-  AG_CUDA_CHECK(cudaEventDestroy(a));
-  AG_CUDA_CHECK(cudaEventDestroy(b));
-  return ms / 3;
+  destroy();
+  std::sort(ms.begin(), ms.end());
+  return ms[kRuns / 2];
 }
 
 // The fastest of the candidate plans (Note [cuDNN plans]); nullptr when none finalizes.
