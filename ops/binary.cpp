@@ -173,18 +173,22 @@ Tensor sub(const Tensor& a, const Tensor& b, const Scalar& alpha) {
                             return Grads{g, neg(g)};
                           });
 }
+// mul and div save only what the gradients their inputs need read, and compute only those
+// gradients: the loss scale (loss * scale) or a dropout mask costs no backward launch for the
+// factor that needs none (PyTorch's needs_input_grad).
 Tensor mul(const Tensor& a, const Tensor& b) {
-  return binary_with_grad(kMul, BinaryKind::Mul, a, b, kNeedsInputs,
+  // d/da = g * b, d/db = g * a: b is saved when a needs its gradient, and a when b does.
+  return binary_with_grad(kMul, BinaryKind::Mul, a, b, Needs{b.requires_grad(), a.requires_grad(), false},
                           [](const Tensor& g, const Tensor& x, const Tensor& y, const Tensor&) {
-                            return Grads{g * y, g * x};
+                            return Grads{y.defined() ? g * y : Tensor(), x.defined() ? g * x : Tensor()};
                           });
 }
 Tensor div(const Tensor& a, const Tensor& b) {
   return binary_with_grad(
-      kDiv, BinaryKind::Div, a, b, Needs{false, true, true},
-      [](const Tensor& g, const Tensor& x, const Tensor& y, const Tensor& out) {
+      kDiv, BinaryKind::Div, a, b, Needs{false, true, b.requires_grad()},
+      [](const Tensor& g, const Tensor&, const Tensor& y, const Tensor& out) {
         Tensor gx = g / y;
-        return Grads{gx, -(gx * out)};
+        return Grads{gx, out.defined() ? -(gx * out) : Tensor()};
       },
       /*float_result=*/true);
 }

@@ -598,3 +598,19 @@ TEST_CASE("engine: a leaf's first gradient is taken over only when nothing else 
   g.fill_(9.0);
   check_close(y.grad(), {7, 7, 7, 7}, 0, 0);
 }
+
+TEST_CASE("engine: mul and div save only what the needed gradients read", "[autograd][engine]") {
+  ag::manual_seed(21);
+  ag::Tensor a = ag::randn({4}, ag::kFloat64).requires_grad_();
+  const ag::Tensor b = ag::rand({4}, ag::kFloat64) + 0.5;  // needs no gradient
+  ag::Tensor h = a + 0.0;                                    // a non-leaf that needs one
+  ag::Tensor y = (h * b).sum() + (h / b).sum();
+  {
+    ag::NoGradGuard no_grad;
+    h.mul_(2.0);  // neither product saved h: b's gradient, which would read it, is not needed
+  }
+  y.backward();
+  std::vector<double> want = b.to_vector<double>();
+  for (double& v : want) v = v + 1.0 / v;
+  check_close(a.grad(), want, 1e-12, 1e-12);
+}
