@@ -59,7 +59,11 @@ std::vector<int64_t> DataLoader::permutation(int64_t epoch) const {
   return order;
 }
 
-int64_t Epoch::size() const { return loader_->num_batches(); }
+// From this epoch's order, which a DistributedSampler shard makes shorter than the dataset.
+int64_t Epoch::size() const {
+  const int64_t n = static_cast<int64_t>(order_.size()), b = loader_->options().batch_size_;
+  return loader_->options().drop_last_ ? n / b : (n + b - 1) / b;
+}
 
 Batch Epoch::batch(int64_t i) const {
   AG_CHECK(i >= 0 && i < size(), "DataLoader: batch {} is out of range (the epoch has {} batches)", i, size());

@@ -131,6 +131,19 @@ TEST_CASE("distributed: DistributedSampler shards one global order across ranks"
     CHECK(together == single);
   }
   CHECK_THROWS_WITH_SUBSTR(dist::DistributedSampler(2, 2), "rank 2 is not in [0, world size 2)");
+  // A rank's epoch has the batches of its shard, not of the whole dataset (ampgrad train
+  // --gpus 2 once indexed past its shard).
+  ag::data::Dataset ds{ag::arange(0, 10, 1, ag::kFloat32).view({10, 1}), ag::arange(0, 10, 1, ag::kInt64)};
+  ag::data::DataLoader loader(ds, ag::data::DataLoaderOptions(2));
+  for (int r = 0; r < 2; ++r) {
+    const std::vector<int64_t> mine = dist::DistributedSampler(2, r).shard(order);
+    const ag::data::Epoch epoch(loader, mine);
+    REQUIRE(epoch.size() == 3);  // 5 examples in batches of 2
+    std::vector<int64_t> seen;
+    for (const ag::data::Batch& b : epoch)
+      for (int64_t v : b.labels.to_vector<int64_t>()) seen.push_back(v);
+    CHECK(seen == mine);
+  }
 }
 
 TEST_CASE("distributed: ampgrad-run's launcher sets each rank's environment and stops the rest on a failure",
