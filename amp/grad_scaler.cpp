@@ -114,7 +114,12 @@ void GradScaler::unscale_(optim::Optimizer& opt) {
   AG_CHECK(st.stage == Stage::ready,
            "GradScaler.unscale_: unscale_() has already been called on this optimizer since the last update()");
   NoGradGuard no_grad;
-  check_and_unscale(opt, st, inv_scale_, /*write_back=*/true);
+  try {
+    check_and_unscale(opt, st, inv_scale_, /*write_back=*/true);
+  } catch (...) {
+    st.found_inf.zero_();  // the flag is zero whenever a step begins (Note [Scaler launches])
+    throw;
+  }
   st.stage = Stage::unscaled;
 }
 
@@ -128,8 +133,15 @@ void GradScaler::step(optim::Optimizer& opt) {
   if (st.stage == Stage::ready) {
     // Check only; the optimizer unscales on the fly (Note [Fused steps]).
     NoGradGuard no_grad;
-    check_and_unscale(opt, st, inv_scale_, /*write_back=*/false);
-    opt.step_gated(st.found_inf, inv_scale_);
+    try {
+      check_and_unscale(opt, st, inv_scale_, /*write_back=*/false);
+      opt.step_gated(st.found_inf, inv_scale_);
+    } catch (...) {
+      // Clear the flag this check may have set, so that a retried step is checked afresh
+      // (Note [Scaler launches]).
+      st.found_inf.zero_();
+      throw;
+    }
   } else {
     opt.step_gated(st.found_inf, Tensor());
   }

@@ -6,14 +6,22 @@
 #include <mutex>
 #include <unordered_map>
 
+#if AMPGRAD_WITH_CUDA
+#include "cuda/graph.h"
+#endif
+
 namespace ampgrad::amp {
 
 namespace {
 
+// What a copy was made from: the parameter object, its memory, geometry and version, and
+// how many graph replays had run (a replay writes parameters with no version bump).
 struct Entry {
-  std::weak_ptr<TensorImpl> owner;  // expired: the parameter is gone (its address may be reused)
+  std::weak_ptr<TensorImpl> owner;    // expired: the parameter is gone (its address may be reused)
+  std::weak_ptr<Storage> storage;     // set_data and Module::to give a parameter new memory
   Tensor copy;
-  uint32_t version = 0;  // the parameter's version that `copy` holds
+  uint32_t version = 0;
+  uint64_t replays = 0;
 };
 
 struct Registry {
@@ -27,11 +35,38 @@ Registry& registry() {
   return *r;
 }
 
-// The live entries of `param` (creating the slot), dropping those of a dead parameter.
-std::vector<Entry>& slot(Registry& r, const Tensor& param) {
-  std::vector<Entry>& es = r.entries[param.unsafe_impl()];
-  if (!es.empty() && es.front().owner.lock() != param.impl_ptr()) es.clear();
-  return es;
+uint64_t replays() {
+#if AMPGRAD_WITH_CUDA
+  return cuda::graph_replays();
+#else
+  return 0;
+#endif
+}
+
+// While a CUDA graph captures, copies are neither served, kept nor written: a captured step
+// casts inside the graph, as it would without kept copies, so its replays never read a copy
+// that eager code changes behind them, and no copy lives in graph memory.
+bool capturing(const Tensor& t) {
+#if AMPGRAD_WITH_CUDA
+  return t.is_cuda() && cuda::capturing(t.device().index);
+#else
+  (void)t;
+  return false;
+#endif
+}
+
+// Whether e still holds param's values: same object, memory, shape and version, no replay since.
+bool current(const Entry& e, const Tensor& param, uint64_t now) {
+  return e.version == param.version() && e.replays == now && e.owner.lock() == param.impl_ptr() &&
+         e.storage.lock() == param.storage() && e.copy.shape() == param.shape() &&
+         e.copy.device() == param.device();
+}
+
+void purge_dead(Registry& r) {
+  for (auto it = r.entries.begin(); it != r.entries.end();) {
+    if (it->second.empty() || it->second.front().owner.expired()) it = r.entries.erase(it);
+    else ++it;
+  }
 }
 
 }  // namespace
@@ -52,9 +87,9 @@ void clear_working_copies() {
 int64_t working_copy_count() {
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mu);
+  purge_dead(r);
   int64_t n = 0;
-  for (const auto& [impl, es] : r.entries)
-    if (!es.empty() && !es.front().owner.expired()) n += static_cast<int64_t>(es.size());
+  for (const auto& [impl, es] : r.entries) n += static_cast<int64_t>(es.size());
   return n;
 }
 
@@ -62,47 +97,48 @@ namespace detail {
 
 Tensor current_working_copy(const Tensor& param, DType dtype) {
   Registry& r = registry();
-  if (!r.keep.load()) return {};
+  if (!r.keep.load() || capturing(param)) return {};
+  const uint64_t now = replays();
   std::lock_guard<std::mutex> lock(r.mu);
   auto it = r.entries.find(param.unsafe_impl());
-  if (it == r.entries.end() || it->second.empty() || it->second.front().owner.lock() != param.impl_ptr()) return {};
+  if (it == r.entries.end()) return {};
   for (const Entry& e : it->second)
-    if (e.copy.dtype() == dtype && e.version == param.version()) return e.copy;
+    if (e.copy.dtype() == dtype && current(e, param, now)) return e.copy;
   return {};
 }
 
 void keep_working_copy(const Tensor& param, const Tensor& copy) {
   Registry& r = registry();
-  if (!r.keep.load()) return;
+  if (!r.keep.load() || capturing(param)) return;
+  const uint64_t now = replays();
   std::lock_guard<std::mutex> lock(r.mu);
-  // A new parameter: first drop the slots of parameters that are gone.
-  if (r.entries.find(param.unsafe_impl()) == r.entries.end()) {
-    for (auto it = r.entries.begin(); it != r.entries.end();) {
-      if (it->second.empty() || it->second.front().owner.expired()) it = r.entries.erase(it);
-      else ++it;
-    }
-  }
-  std::vector<Entry>& es = slot(r, param);
+  if (r.entries.find(param.unsafe_impl()) == r.entries.end()) purge_dead(r);  // a new parameter
+  std::vector<Entry>& es = r.entries[param.unsafe_impl()];
+  if (!es.empty() && es.front().owner.lock() != param.impl_ptr()) es.clear();  // a dead one's slot
+  Entry fresh{param.impl_ptr(), param.storage(), copy, param.version(), now};
   for (Entry& e : es)
     if (e.copy.dtype() == copy.dtype()) {
-      e.copy = copy;
-      e.version = param.version();
+      e = std::move(fresh);
       return;
     }
-  es.push_back({param.impl_ptr(), copy, param.version()});
+  es.push_back(std::move(fresh));
 }
 
 std::vector<Tensor> current_working_copies(const std::vector<Tensor>& params) {
   std::vector<Tensor> out(params.size());
   Registry& r = registry();
-  if (!r.keep.load()) return out;
+  if (!r.keep.load() || params.empty() || capturing(params[0])) return out;
+  const uint64_t now = replays();
   std::lock_guard<std::mutex> lock(r.mu);
+  purge_dead(r);  // once per optimizer step: copies of freed parameters go now
   for (size_t i = 0; i < params.size(); ++i) {
     auto it = r.entries.find(params[i].unsafe_impl());
-    if (it == r.entries.end() || it->second.empty() || it->second.front().owner.lock() != params[i].impl_ptr())
-      continue;
+    if (it == r.entries.end()) continue;
     for (const Entry& e : it->second)
-      if (e.version == params[i].version()) {
+      // A copy that a live graph (or an open autocast region) still holds is not written in
+      // place: that graph's backward would find it changed. It goes stale instead, and the
+      // next cast makes a new one.
+      if (current(e, params[i], now) && e.copy.storage().use_count() == 1) {
         out[i] = e.copy;
         break;
       }

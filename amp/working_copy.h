@@ -13,17 +13,25 @@ namespace ampgrad::amp {
 // weight per step, although a weight changes only in the optimizer's step, which already
 // reads and writes all of it. So ampgrad keeps the 16-bit copy that autocast made of a
 // parameter (a float32 leaf that requires grad) after the autocast region ends, together
-// with the parameter's version at that moment, and the fused optimizer step (SGD, Adam,
-// AdamW) writes the copy in the same pass as the parameter, as it writes the working copies
-// of master weights. The next region's cast finds a copy whose version is the parameter's
-// and reuses it: no kernel. Anything else that changes the parameter (an in-place op, a
-// checkpoint load, a broadcast) bumps its version, and the next cast makes a fresh copy.
-// A skipped step (found inf) writes neither, so they still agree.
-// Cost: 16 bits per parameter element for as long as the parameter lives.
+// with what it was made from: the parameter object, its memory (set_data and Module::to
+// replace it), its shape and its version. The fused optimizer step (SGD, Adam, AdamW)
+// writes the copy in the same pass as the parameter, as it writes the working copies of
+// master weights, and records the parameter's new version. The next region's cast finds a
+// copy that still matches and reuses it: no kernel. Anything else that changes the
+// parameter (an in-place op, a checkpoint load, a broadcast) bumps its version, and the
+// next cast makes a fresh copy. A skipped step (found inf) writes neither, so they agree.
+// Three cases keep a copy out of the fused step, so that it goes stale instead:
+// - a live graph (or an open autocast region) still holds it: writing it in place would
+//   change what that graph's backward reads (a GAN's generator loss built before the
+//   discriminator's step);
+// - a CUDA graph is being captured: a captured step casts inside the graph, as without kept
+//   copies, so its replays never read a copy that eager code changes behind them, and no
+//   copy lives in graph memory;
+// - a CUDA graph replayed since the copy was made: replays write parameters with no version
+//   bump, so every copy made before one is distrusted.
+// Cost: 16 bits per parameter element; a freed parameter's copy goes at the next optimizer
+// step, cast of a new parameter, working_copy_count() or clear_working_copies().
 // set_keep_working_copies(false) restores a cache per autocast region (PyTorch's).
-// One difference from PyTorch: a graph kept across an optimizer step (retain_graph) that
-// saved a working copy reports it modified at its next backward, as it would for any
-// tensor written in place.
 
 bool keep_working_copies();
 void set_keep_working_copies(bool on);  // on by default; off also drops the kept copies

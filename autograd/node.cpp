@@ -69,6 +69,12 @@ Grads FunctionNode::apply(const Tensor& grad) {
 }
 
 void FunctionNode::release() {
+  // A node that saved no tensor has nothing to free, and a second backward through it is
+  // fine, as in PyTorch: two losses that share a cast (one autocast region's weight copy)
+  // can each run backward.
+  bool any = false;
+  for (const SavedTensor& s : saved) any = any || s.tensor.defined();
+  if (!any) return;
   saved.clear();
   fn_ = nullptr;
   released_ = true;

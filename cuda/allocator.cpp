@@ -273,6 +273,13 @@ void allocator_capture_end(int device) {
   for (void* p : deferred) AG_CUDA_CHECK(cudaFreeAsync(p, current_stream(device)));
 }
 
+bool allocator_capturing(int device) {
+  if (device < 0 || device >= kMaxDevices) return false;
+  CaptureState& cs = capture_state(device);
+  std::lock_guard<std::mutex> lock(cs.mu);
+  return cs.capturing;
+}
+
 MemoryStats memory_stats(int device) {
   DeviceCounters& c = counters(device);
   MemoryStats s;

@@ -293,8 +293,8 @@ template <class F> void dispatch_step(DType p, DType g, DType w, const char* op,
       if (w == DType::Float16) return f(pt, gt, TypeTag<__half>{});
       if (w == DType::BFloat16) return f(pt, gt, TypeTag<__nv_bfloat16>{});
     }
-    AG_CHECK(false, "{} on cuda: working copies of {} for parameters of {} are not supported", op, dtype_name(w),
-             dtype_name(p));
+    AG_CHECK(false, "{} on cuda: parameters of {} with gradients of {} and working copies of {} are not supported",
+             op, dtype_name(p), dtype_name(g), dtype_name(w));
   });
 }
 

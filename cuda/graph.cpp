@@ -1,12 +1,15 @@
 // CUDA graph capture and replay of ampgrad's stream (Note [CUDA graphs]).
 #include "cuda/graph.h"
 
+#include <atomic>
+
 #include "cuda/check.h"
 
 namespace ampgrad::cuda {
 // cuda/allocator.cpp: Note [Frees during capture].
 void allocator_capture_begin(int device);
 void allocator_capture_end(int device);
+bool allocator_capturing(int device);
 }  // namespace ampgrad::cuda
 
 namespace ampgrad::cuda {
@@ -42,9 +45,17 @@ void CudaGraph::capture(const std::function<void()>& fn) {
   exec_ = exec;
 }
 
+namespace {
+std::atomic<uint64_t> g_replays{0};
+}  // namespace
+
+bool capturing(int device) { return allocator_capturing(device); }
+uint64_t graph_replays() { return g_replays.load(std::memory_order_relaxed); }
+
 void CudaGraph::replay() {
   AG_CHECK(exec_ != nullptr, "CudaGraph.replay: nothing was captured");
   DeviceGuard guard(device_);
+  g_replays.fetch_add(1, std::memory_order_relaxed);
   AG_CUDA_CHECK(cudaGraphLaunch(exec_, current_stream(device_)));
 }
 

@@ -1,12 +1,20 @@
 // CudaGraph: captures the work ampgrad queues on its stream and replays it with one launch.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 
 struct CUgraph_st;
 struct CUgraphExec_st;
 
 namespace ampgrad::cuda {
+
+// Whether a CudaGraph is capturing device `device`'s stream now.
+bool capturing(int device);
+// How many times any CudaGraph has been replayed in this process. A replay rewrites tensors
+// on the device with no host-side trace (no version bump): host caches of device values
+// (amp's kept working copies, Note [Working copies]) stop trusting what they hold.
+uint64_t graph_replays();
 
 // Note [CUDA graphs]
 // capture(fn) runs fn while the library stream (Note [CUDA stream]) records instead of

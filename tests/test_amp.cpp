@@ -347,11 +347,80 @@ TEST_CASE("working copies: training is bit-identical with and without them", "[a
       }
       return out;
     };
+    struct Restore {
+      ~Restore() { ag::amp::set_keep_working_copies(true); }
+    } restore;
     for (bool adam : {false, true}) {
       INFO((adam ? "Adam" : "SGD"));
       const std::vector<double> with = train(true, adam), without = train(false, adam);
       CHECK(with == without);
     }
-    ag::amp::set_keep_working_copies(true);
+  }
+}
+
+TEST_CASE("working copies: new memory, live graphs and freed parameters", "[amp]") {
+  const ag::DType ac = ag::kBFloat16;
+  ag::manual_seed(17);
+  SECTION("set_data gives a parameter new memory: its copy is not reused, whatever the versions") {
+    ag::Tensor w = (ag::rand({3, 4}) - 0.5).detach().requires_grad_();
+    ag::Tensor x = ag::randn({2, 4});
+    {
+      ag::amp::AutocastGuard autocast(ag::kCPU, ac);
+      ag::linear(x, w);
+    }
+    REQUIRE(ag::amp::detail::current_working_copy(w, ac).defined());
+    w.set_data(ag::rand({3, 4}) + 1.0);  // fresh storage: its version counter starts again
+    CHECK_FALSE(ag::amp::detail::current_working_copy(w, ac).defined());
+    ag::Tensor y;
+    {
+      ag::amp::AutocastGuard autocast(ag::kCPU, ac);
+      y = ag::linear(x, w);
+    }
+    CHECK(bitwise_equal(y, ag::linear(x.to(ac), w.detach().to(ac))));
+    w.set_data(ag::rand({5, 4}));  // a new shape too
+    {
+      ag::amp::AutocastGuard autocast(ag::kCPU, ac);
+      CHECK(ag::linear(x, w).shape() == ag::Shape{2, 5});
+    }
+  }
+  SECTION("a copy a live graph saved is not written by the step: that graph's backward still works") {
+    struct Restore {
+      ~Restore() { ag::amp::set_keep_working_copies(true); }
+    } restore;
+    auto run = [&](bool keep) {
+      ag::amp::set_keep_working_copies(keep);
+      ag::manual_seed(3);
+      ag::Tensor w = (ag::rand({4, 4}) - 0.5).detach().requires_grad_();
+      ag::Tensor a = ag::randn({2, 4}), b = ag::randn({2, 4});
+      ag::optim::SGD opt({w}, ag::optim::SGDOptions(0.5));
+      for (int i = 0; i < 2; ++i) {  // the second iteration finds kept copies
+        ag::Tensor la, lb;
+        {
+          ag::amp::AutocastGuard autocast(ag::kCPU, ac);
+          la = ag::linear(a, w).to(ag::kFloat32).pow(2).sum();
+          lb = ag::linear(b, w).to(ag::kFloat32).pow(2).sum();
+        }
+        opt.zero_grad();
+        la.backward();
+        opt.step();   // lb's graph still holds w's 16-bit copy
+        lb.backward();  // a GAN's generator loss after the discriminator's step
+        opt.step();
+      }
+      return w.to_vector<double>();
+    };
+    const std::vector<double> with = run(true), without = run(false);
+    CHECK(with == without);
+  }
+  SECTION("a freed parameter's copy is freed at the next count") {
+    ag::Tensor w = ag::rand({8, 8}).requires_grad_();
+    {
+      ag::amp::AutocastGuard autocast(ag::kCPU, ac);
+      ag::linear(ag::randn({2, 8}), w);
+    }
+    std::weak_ptr<ag::Storage> memory = ag::amp::detail::current_working_copy(w, ac).storage();
+    REQUIRE_FALSE(memory.expired());
+    w = ag::Tensor();
+    ag::amp::working_copy_count();
+    CHECK(memory.expired());
   }
 }

@@ -478,3 +478,21 @@ TEST_CASE("zero_grad(set_to_none=false) zeroes every kept gradient in place", "[
     }
   }
 }
+
+TEST_CASE("a step that throws after the inf check leaves no stale flag behind", "[optim]") {
+  ag::Tensor p = ag::tensor({1.f, 2.f, 3.f, 4.f}).requires_grad_();
+  ag::optim::SGD opt({p}, ag::optim::SGDOptions(0.5));
+  ag::amp::GradScaler scaler(ag::amp::GradScalerOptions().init_scale(2));
+  scaler.scale(p.sum()).backward();
+  // A gradient with an inf that is also not contiguous: the check sets the flag, then the
+  // optimizer refuses the gradient.
+  p.set_grad(ag::tensor({2.f, 0.f, INFINITY, 0.f, 2.f, 0.f, 2.f, 0.f}).slice(0, 0, 8, 2));
+  CHECK_THROWS_WITH_SUBSTR(scaler.step(opt), "not a contiguous tensor");
+  // The caller repairs the gradient and retries: the step runs, the scale stays.
+  p.set_grad(ag::full({4}, 2.0));
+  scaler.step(opt);
+  scaler.update();
+  CHECK(p.to_vector<double>() == std::vector<double>{0.5, 1.5, 2.5, 3.5});  // p - 0.5 * 2 / 2
+  CHECK(scaler.get_scale() == 2);
+  CHECK_FALSE(scaler.last_decision().found_inf);
+}
