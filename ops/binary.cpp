@@ -137,13 +137,12 @@ bool binary_inplace(BinaryKind k, Tensor& self, const Tensor& other) {
   Tensor a = self, b = other;
   OpScope scope(op, a, b);  // passthrough: traced, never cast
   NoGradGuard no_grad;
-  if (self.numel() == 0) {
-  } else if (k == BinaryKind::Add && other.dtype() != self.dtype() &&
-             promote_types(self.dtype(), other.dtype()) == self.dtype() && is_floating(other.dtype())) {
-    kernel::accumulate(self, broadcast_to(other, self.shape()));  // Note [Mixed-dtype accumulation]
-  } else {
+  const bool widens = k == BinaryKind::Add && other.dtype() != self.dtype() &&
+                      promote_types(self.dtype(), other.dtype()) == self.dtype() && is_floating(other.dtype());
+  if (self.numel() && widens)  // Note [Mixed-dtype accumulation]
+    kernel::accumulate(self, broadcast_to(other, self.shape()));
+  else if (self.numel())
     kernel::binary(k, self, broadcast_to(cast_quietly(other, self.dtype()), self.shape()), self);
-  }
   self.bump_version();
   scope.finish(self);
   return true;

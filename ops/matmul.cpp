@@ -65,6 +65,11 @@ Tensor batch1(const Tensor& t) {
                     t.storage_offset());
 }
 
+// The transpose of a 2-D tensor as a plain alias (Note [GEMM views]).
+Tensor transposed(const Tensor& t) {
+  return alias_with(t, {t.size(1), t.size(0)}, {t.stride(1), t.stride(0)}, t.storage_offset());
+}
+
 // Note [GEMM views]
 // A small network's matrix products are bound by host time: cuBLASLt's call alone costs
 // several microseconds, and each view made with the public ops (unsqueeze, t, reshape, view)
@@ -77,10 +82,6 @@ Tensor gemm2d(const Tensor& a, const Tensor& b, const Tensor& bias_row = Tensor(
   Tensor out = empty({m, n}, a.options());
   batched_gemm(batch1(a), batch1(b), bias_row, 1, bias_row.defined() ? 1 : 0, batch1(out));
   return out;
-}
-
-Tensor mm_forward(const Tensor& a, const Tensor& b) {
-  return gemm2d(a, b);
 }
 
 // Only the gradients an input asked for at record time are computed (PyTorch's
@@ -99,7 +100,7 @@ Tensor mm(const Tensor& a0, const Tensor& b0) {
   AG_CHECK(a.size(1) == b.size(0), "mm: shapes {} and {} cannot be multiplied ({} != {})", shape_str(a.shape()),
            shape_str(b.shape()), a.size(1), b.size(0));
   check_matmul_dtypes(kMm, a, b);
-  Tensor out = mm_forward(a, b);
+  Tensor out = gemm2d(a, b);
   if (autograd::any_requires_grad({&a, &b}))
     autograd::record(kMm, out, {a, b}, {a, b},
                      [need_a = a.requires_grad(), need_b = b.requires_grad()](const Tensor& g, const Saved& s) {
@@ -237,7 +238,7 @@ Tensor linear(const Tensor& x0, const Tensor& w0, const Tensor& b0) {
     NoGradGuard no_grad;
     const Tensor x2 = x.dim() == 2 ? x : x.reshape({-1, x.size(-1)});
     const int64_t rows = x2.size(0), n = w.size(0);
-    const Tensor wt = alias_with(w, {w.size(1), n}, {w.stride(1), w.stride(0)}, w.storage_offset());
+    const Tensor wt = transposed(w);
     // The bias as a [1, rows, n] broadcast row (Note [GEMM views]).
     const Tensor bias = b.defined() ? alias_with(b, {1, rows, n}, {0, 0, b.stride(0)}, b.storage_offset()) : Tensor();
     out = gemm2d(x2, wt, bias);
@@ -256,7 +257,7 @@ Tensor linear(const Tensor& x0, const Tensor& w0, const Tensor& b0) {
       Tensor gx = need_x ? mm(g2, s[1]).view(s[0].shape()) : Tensor();
       Tensor gw, gb;
       if (need_w) {
-        const Tensor g2t = alias_with(g2, {g2.size(1), g2.size(0)}, {g2.stride(1), g2.stride(0)}, g2.storage_offset());
+        const Tensor g2t = transposed(g2);
 #if AMPGRAD_WITH_CUDA
         // The bias gradient from the weight gradient's GEMM epilogue (Note [cuBLASLt GEMM]).
         if (has_bias && g2.is_cuda() && g2.dtype() == x2.dtype() && g2.size(0) > 0) {

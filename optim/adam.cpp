@@ -68,7 +68,7 @@ void Adam::step_gated(const Tensor& found_inf, const Tensor& inv_scale) {
     else
 #endif
       cpu::adam_step(s, m, v, vmax, steps, h);
-    step_written(s, !g.masters.empty());
+    step_written(s);
   }
 }
 

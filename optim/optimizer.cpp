@@ -134,12 +134,14 @@ FusedStep Optimizer::gather(Group& g, const Tensor& found_inf, const Tensor& inv
   return s;
 }
 
-void Optimizer::step_written(const FusedStep& s, bool masters) {
+void Optimizer::step_written(const FusedStep& s) {
   // The step wrote them in place: later reads of saved copies must see new versions.
   for (const Tensor& p : s.params) p.bump_version();
   for (const Tensor& w : s.working)
     if (w.defined()) w.bump_version();
-  if (!masters && !s.working.empty()) amp::detail::working_copies_written(s.params, s.working);
+  // Marks autocast's kept copies current; a master-weight step's 16-bit parameters are no
+  // kept copies, so it finds nothing to mark.
+  if (!s.working.empty()) amp::detail::working_copies_written(s.params, s.working);
 }
 
 std::vector<Tensor> Optimizer::state_at(Group& g, const std::string& name, const std::vector<size_t>& idx) {

@@ -61,9 +61,9 @@ class Optimizer {
   // Creates missing state (zeros like the master or param) and collects the params that have
   // gradients into a FusedStep; `idx` receives their positions in the group.
   FusedStep gather(Group& g, const Tensor& found_inf, const Tensor& inv_scale, std::vector<size_t>& idx);
-  // After a fused step of group `g`: bumps the versions of what it wrote and marks autocast's
-  // kept copies current (Note [Working copies]).
-  static void step_written(const FusedStep& s, bool masters);
+  // After a fused step: bumps the versions of what it wrote and marks autocast's kept copies
+  // current (Note [Working copies]).
+  static void step_written(const FusedStep& s);
   std::vector<Tensor> state_at(Group& g, const std::string& name, const std::vector<size_t>& idx);
   std::vector<Tensor> steps_at(Group& g, const std::vector<size_t>& idx);
   // Runs the CPU or CUDA version of a fused kernel by the device of the step's params.

@@ -52,7 +52,7 @@ void SGD::step_gated(const Tensor& found_inf, const Tensor& inv_scale) {
     else
 #endif
       cpu::sgd_step(s, bufs, steps, h);
-    step_written(s, !g.masters.empty());
+    step_written(s);
   }
 }
 
