@@ -125,7 +125,7 @@ void trace_push(OpRecord&& rec) {
   if (t_state.trace) t_state.trace->records_.push_back(std::move(rec));
 }
 
-void apply_policy(const OpInfo& op, Tensor* const* inputs, size_t n, OpRecord* rec) {
+std::optional<DType> apply_policy(const OpInfo& op, Tensor* const* inputs, size_t n, OpRecord* rec) {
   const Tensor* first = nullptr;
   for (size_t i = 0; i < n; ++i)
     if (inputs[i]->defined()) {
@@ -138,22 +138,22 @@ void apply_policy(const OpInfo& op, Tensor* const* inputs, size_t n, OpRecord* r
     for (size_t i = 0; i < n; ++i)
       if (inputs[i]->defined()) rec->input_dtypes.push_back(inputs[i]->dtype());
   }
-  if (!first) return;
+  if (!first) return std::nullopt;
   const DeviceType dev = first->device().type;
-  if (!t_state.enabled[idx(dev)]) return;
+  if (!t_state.enabled[idx(dev)]) return std::nullopt;
   const DType ac = t_state.dtype[idx(dev)];
   auto castable = [&](const Tensor& t) {
     return t.defined() && t.device().type == dev && is_floating(t.dtype()) && t.dtype() != DType::Float64;
   };
   std::optional<DType> target;
   switch (op.category) {
-    case Category::passthrough: return;
+    case Category::passthrough: return std::nullopt;
     case Category::banned:
       AG_CHECK(ac != DType::Float16,
                "{}: unsafe to autocast to float16 (the result can overflow or lose precision); use {} instead, "
                "or run {} with autocast disabled (AutocastGuard(device, std::nullopt, false))",
                op.name, op.alternative, op.name);
-      return;
+      return std::nullopt;
     case Category::lower: target = ac; break;
     case Category::fp32: target = DType::Float32; break;
     case Category::promote: {
@@ -167,12 +167,18 @@ void apply_policy(const OpInfo& op, Tensor* const* inputs, size_t n, OpRecord* r
       break;
     }
   }
-  if (!target) return;
+  if (!target) return std::nullopt;
   if (rec) rec->chosen_dtype = target;
   for (size_t i = 0; i < n; ++i) {
     Tensor& t = *inputs[i];
-    if (castable(t) && t.dtype() != *target) t = cast(t, *target, rec);
+    if (!castable(t) || t.dtype() == *target) continue;
+    if (op.reads_16bit && *target == DType::Float32 && is_reduced_float(t.dtype())) {
+      if (rec) ++rec->read_16bit;
+      continue;
+    }
+    t = cast(t, *target, rec);
   }
+  return target;
 }
 
 }  // namespace detail

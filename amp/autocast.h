@@ -86,6 +86,7 @@ struct OpRecord {
   std::optional<DType> chosen_dtype; // what the policy cast to, if it acted
   DType output_dtype = DType::Float32;
   int casts = 0;
+  int read_16bit = 0;  // 16-bit inputs an fp32 op read as they are (OpInfo::reads_16bit)
   int cache_hits = 0;
   int64_t bytes_converted = 0;
 };
@@ -98,7 +99,8 @@ struct OpDepth {
 // True while autocast is enabled for some device type or a trace is recording.
 bool policy_active();
 // Applies the policy to the inputs (replacing them with casts); fills `rec` when tracing.
-void apply_policy(const OpInfo& op, Tensor* const* inputs, size_t n, OpRecord* rec);
+// Returns the dtype the policy chose (nothing when it did not act).
+std::optional<DType> apply_policy(const OpInfo& op, Tensor* const* inputs, size_t n, OpRecord* rec);
 bool tracing();
 void trace_push(OpRecord&& rec);
 }  // namespace detail

@@ -112,7 +112,7 @@ void run_explain(const ExplainArgs& a) {
       out["ops"].push_back({{"op", r.op}, {"category", amp::category_name(r.category)}, {"input_dtypes", in},
                             {"chosen_dtype", r.chosen_dtype ? std::string(dtype_name(*r.chosen_dtype)) : ""},
                             {"output_dtype", dtype_name(r.output_dtype)}, {"casts", r.casts},
-                            {"cache_hits", r.cache_hits}, {"bytes_converted", r.bytes_converted}});
+                            {"read_16bit", r.read_16bit}, {"cache_hits", r.cache_hits}, {"bytes_converted", r.bytes_converted}});
     }
     out["scaler"] = {{"loss", loss.item<double>()}, {"scale", d.scale}, {"found_inf", d.found_inf},
                      {"step_taken", d.step_taken}, {"next_scale", next_scale}};
@@ -130,17 +130,20 @@ void run_explain(const ExplainArgs& a) {
   std::printf("ampgrad explain: MLP 784-256-10 on %s, %s autocast on %s, GradScaler(init_scale %g)\n\n",
               source.c_str(), std::string(dtype_name(amp_dtype)).c_str(), dev.str().c_str(), a.init_scale);
   std::printf("1. Forward pass: each op as autocast saw it\n\n%s\n", amp::format_trace(records).c_str());
-  int64_t casts = 0, bytes = 0;
+  int64_t casts = 0, bytes = 0, read16 = 0;
   for (const auto& r : records) {
     casts += r.casts;
+    read16 += r.read_16bit;
     bytes += r.bytes_converted;
   }
-  std::printf("   lower ops ran in %s on the cast inputs; fp32 ops widened theirs first. %lld casts wrote %lld bytes;\n"
+  std::printf("   lower ops ran in %s on the cast inputs; fp32 ops widened theirs first, except that %lld 16-bit\n"
+              "   inputs were read as they are by ops that compute in float32 anyway (\"read 16b\": no cast kernel,\n"
+              "   and their backward writes the 16-bit gradient directly). %lld casts wrote %lld bytes;\n"
               "   %lld of them are parameter copies (the step's %s working weights): reused for the rest of the\n"
               "   region, then kept, and refreshed by the optimizer step in its own pass, so the next step casts\n"
               "   only its input (%lld working copies are current after this step).\n\n",
-              std::string(dtype_name(amp_dtype)).c_str(), static_cast<long long>(casts), static_cast<long long>(bytes),
-              static_cast<long long>(cache.entries), std::string(dtype_name(amp_dtype)).c_str(),
+              std::string(dtype_name(amp_dtype)).c_str(), static_cast<long long>(read16), static_cast<long long>(casts),
+              static_cast<long long>(bytes), static_cast<long long>(cache.entries), std::string(dtype_name(amp_dtype)).c_str(),
               static_cast<long long>(kept_after_step));
   std::printf("2. The scaler's decision\n\n");
   std::printf("   loss %.4f (float32), multiplied by the scale %g before backward\n", loss.item<double>(), d.scale);

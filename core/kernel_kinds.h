@@ -19,7 +19,8 @@ enum class UnaryKind : uint8_t {
   Tanh, Sigmoid, Softplus, Clamp, ClampMask, PowScalar, AddScalar, MulScalar, RSubScalar,
   RDivScalar, NotEqualZero,
 };
-enum class BinaryKind : uint8_t { Add, Sub, Mul, Div, Pow, Maximum, Minimum, Eq, Ne, Lt, Le, Gt, Ge };
+// ReluBackward(g, x) = x > 0 ? g : 0: relu's backward in one pass (PyTorch's threshold_backward).
+enum class BinaryKind : uint8_t { Add, Sub, Mul, Div, Pow, Maximum, Minimum, ReluBackward, Eq, Ne, Lt, Le, Gt, Ge };
 enum class ReduceKind : uint8_t { Sum, Mean, Prod, Max, Min, Argmax, Argmin, Var, LogSumExp };
 
 constexpr bool is_comparison(BinaryKind k) { return k >= BinaryKind::Eq; }
@@ -92,6 +93,7 @@ template <BinaryKind K, class T> AG_HOST_DEVICE inline T binary_op(T x, T y) {
   else if constexpr (K == BinaryKind::Pow) return math::pow(x, y);
   else if constexpr (K == BinaryKind::Maximum) return (math::isnan(x) || x > y) ? x : y;  // NaN propagates
   else if constexpr (K == BinaryKind::Minimum) return (math::isnan(x) || x < y) ? x : y;
+  else if constexpr (K == BinaryKind::ReluBackward) return y > T(0) ? x : T(0);
   else return x;
 }
 

@@ -28,8 +28,13 @@ void accumulate(const Tensor& dst, const Tensor& src);
 // Argmax/Argmin). `indices` (Int64 [outer, inner]) is filled for Max/Min when defined.
 // `param` is the correction of Var.
 void reduce(ReduceKind k, const Tensor& x, const Tensor& out, const Tensor& indices, double param);
-// x contiguous [outer, r, inner]; out the same; softmax (or log_softmax) over r.
+// x contiguous [outer, r, inner]; out the same shape, of x's dtype or float32 (a 16-bit x read
+// as is: log_softmax(x, dim, kFloat32)); softmax (or log_softmax) over r.
 void softmax(const Tensor& x, const Tensor& out, bool log);
+// The backward over r of softmax (log: log_softmax): g and y (the forward's output) contiguous
+// [outer, r, inner] of one dtype; grad_x the same shape, of y's dtype or the 16-bit dtype the
+// forward read. log: grad_x = g - exp(y) * sum_r g; softmax: grad_x = y * (g - sum_r g * y).
+void softmax_backward(const Tensor& g, const Tensor& y, const Tensor& grad_x, bool log);
 // out[b] = alpha * a[b] @ bm[b] + beta * out[b]; a [B, M, K], bm [B, K, N] of out's dtype,
 // any strides (a batch stride may be 0); out contiguous [B, M, N]. beta == 0 ignores out.
 void gemm(const Tensor& a, const Tensor& bm, const Tensor& out, double alpha, double beta);
@@ -46,6 +51,17 @@ void nll_loss_forward(const Tensor& lp, const Tensor& target, int64_t ignore_ind
 // 0-dim of grad_lp's dtype, count as nll_loss_forward wrote it. Neither is read on the host.
 void nll_loss_backward(const Tensor& grad, const Tensor& target, const Tensor& count, int64_t ignore_index,
                        const Tensor& grad_lp);
+// Mean cross-entropy of logits x contiguous floating [N, C] at target Int64 [N], in one pass:
+// lse (contiguous [N], Float32, or Float64 for Float64 logits) = each row's logsumexp; loss
+// (0-dim, x's dtype or Float32 for 16-bit x read as is) = sum over counted rows of
+// lse - x[i, t_i] / count; count as nll_loss_forward. Rows whose target is ignore_index are
+// skipped; a counted target outside [0, C) adds 0.
+void cross_entropy_forward(const Tensor& x, const Tensor& target, int64_t ignore_index, const Tensor& lse,
+                           const Tensor& loss, const Tensor& count);
+// grad_x (contiguous [N, C], x's dtype) = grad / count * (exp(x - lse) - onehot(t)) on counted
+// rows with targets in range, 0 elsewhere; grad 0-dim of the loss's dtype.
+void cross_entropy_backward(const Tensor& grad, const Tensor& x, const Tensor& target, const Tensor& lse,
+                            const Tensor& count, int64_t ignore_index, const Tensor& grad_x);
 
 }  // namespace ampgrad::cpu
 

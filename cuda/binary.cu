@@ -18,6 +18,7 @@ template <class F> void visit_binary_kind(BinaryKind k, F&& f) {
     case B::Pow: return f(BinaryConst<B::Pow>{});
     case B::Maximum: return f(BinaryConst<B::Maximum>{});
     case B::Minimum: return f(BinaryConst<B::Minimum>{});
+    case B::ReluBackward: return f(BinaryConst<B::ReluBackward>{});
     case B::Eq: return f(BinaryConst<B::Eq>{});
     case B::Ne: return f(BinaryConst<B::Ne>{});
     case B::Lt: return f(BinaryConst<B::Lt>{});

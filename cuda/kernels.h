@@ -15,6 +15,7 @@ void fill(const Tensor& dst, double value);
 void accumulate(const Tensor& dst, const Tensor& src);
 void reduce(ReduceKind k, const Tensor& x, const Tensor& out, const Tensor& indices, double param);
 void softmax(const Tensor& x, const Tensor& out, bool log);
+void softmax_backward(const Tensor& g, const Tensor& y, const Tensor& grad_x, bool log);
 void gemm(const Tensor& a, const Tensor& bm, const Tensor& out, double alpha, double beta);
 // out[0] = alpha * a[0] @ bm[0] + bias (bias [N] added to every row, in the GEMM's epilogue);
 // false when it cannot (float64, batch > 1, an unaligned bias): nothing ran, use gemm.
@@ -28,6 +29,10 @@ void nll_loss_forward(const Tensor& lp, const Tensor& target, int64_t ignore_ind
                       const Tensor& count);
 void nll_loss_backward(const Tensor& grad, const Tensor& target, const Tensor& count, int64_t ignore_index,
                        const Tensor& grad_lp);
+void cross_entropy_forward(const Tensor& x, const Tensor& target, int64_t ignore_index, const Tensor& lse,
+                           const Tensor& loss, const Tensor& count);
+void cross_entropy_backward(const Tensor& grad, const Tensor& x, const Tensor& target, const Tensor& lse,
+                            const Tensor& count, int64_t ignore_index, const Tensor& grad_x);
 
 }  // namespace ampgrad::cuda
 

@@ -1,7 +1,12 @@
 // CUDA nll_loss: one block sums the picked log-probabilities in a fixed order (deterministic);
-// the backward writes the whole [N, C] gradient in one pass. Neither reads anything on the host.
+// the backward writes the whole [N, C] gradient in one pass. cross_entropy's fused kernels
+// (Note [Fused cross-entropy] in ops/loss.cpp): one forward pass over the logits, one
+// backward pass writing their gradient. Nothing is read on the host.
+#include <algorithm>
+
 #include "cuda/common.cuh"
 #include "cuda/kernels.h"
+#include "cuda/reduce.cuh"
 
 namespace ampgrad::cuda {
 
@@ -53,6 +58,109 @@ __global__ void nll_loss_backward_kernel(const T* grad, const int64_t* target, c
   }
 }
 
+// Rows of [n, c] logits: blockDim.x threads per row, blockDim.y rows per block, blocks
+// striding over the rows. Each row's logsumexp goes to lse; each block sums its counted rows'
+// lse - x[target] (in row order, deterministically) into partial[block], and the last block
+// to finish adds the partials in block order into loss = sum / count (the counter pattern of
+// Note [Step counters in the kernel] in fused.cu; one launch of this kernel at a time per
+// device, on its stream).
+__device__ unsigned int g_ce_blocks_done = 0;
+
+template <class T, class O>
+__global__ void cross_entropy_forward_kernel(const T* x, const int64_t* target, int64_t n, int64_t c, int64_t ignore,
+                                             dacc_t<O>* lse, dacc_t<O>* partial, O* loss, float* count) {
+  using Op = LseOp<T>;
+  using A = dacc_t<O>;
+  using State = typename Op::State;
+  __shared__ State smem[kBlockSize];
+  __shared__ A rows_sum[kBlockSize];
+  __shared__ float rows_cnt[kBlockSize];
+  const Op op{};
+  const int tx = threadIdx.x, ty = threadIdx.y, bx = blockDim.x, by = blockDim.y;
+  A my_sum = 0;
+  float my_cnt = 0;
+  for (int64_t base = static_cast<int64_t>(blockIdx.x) * by; base < n; base += static_cast<int64_t>(gridDim.x) * by) {
+    const int64_t row = base + ty;
+    State* mine = smem + ty * bx;
+    mine[tx] = row < n ? accumulate_row(op, x + row * c, 0, c) : op.identity();
+    __syncthreads();
+    for (int s = bx / 2; s > 0; s >>= 1) {
+      if (tx < s) mine[tx] = op.combine(mine[tx], mine[tx + s]);
+      __syncthreads();
+    }
+    if (tx == 0 && row < n) {
+      const A l = static_cast<A>(mine[0].m) + static_cast<A>(math::log(mine[0].s));
+      lse[row] = l;
+      const int64_t t = target[row];
+      if (t != ignore) {
+        my_cnt += 1;
+        if (t >= 0 && t < c) my_sum += l - static_cast<A>(to_acc(x[row * c + t]));  // out of range adds 0
+      }
+    }
+    __syncthreads();  // smem is reused by the next rows
+  }
+  // The block's rows, in row-slot order.
+  if (tx == 0) {
+    rows_sum[ty] = my_sum;
+    rows_cnt[ty] = my_cnt;
+  }
+  __syncthreads();
+  if (tx != 0 || ty != 0) return;
+  A block_sum = 0;
+  float block_cnt = 0;
+  for (int r = 0; r < by; ++r) {
+    block_sum += rows_sum[r];
+    block_cnt += rows_cnt[r];
+  }
+  partial[2 * blockIdx.x] = block_sum;
+  partial[2 * blockIdx.x + 1] = static_cast<A>(block_cnt);
+  __threadfence();
+  if (atomicAdd(&g_ce_blocks_done, 1u) != gridDim.x - 1) return;
+  __threadfence();
+  A total = 0, counted = 0;
+  for (unsigned int b = 0; b < gridDim.x; ++b) {
+    total += partial[2 * b];
+    counted += partial[2 * b + 1];
+  }
+  *loss = from_acc<O>(total / counted);
+  *count = static_cast<float>(counted);
+  g_ce_blocks_done = 0;
+}
+
+// grad_x[i, j] = grad / count * (exp(x[i, j] - lse[i]) - [j == target[i]]) for counted rows
+// with a target in range, 0 elsewhere, written in x's dtype.
+template <class T, class O>
+__global__ void cross_entropy_backward_kernel(const O* grad, const T* x, const int64_t* target, const dacc_t<O>* lse,
+                                              const float* count, int64_t n, int64_t c, int64_t ignore, T* gx) {
+  using A = dacc_t<O>;
+  const A scale = static_cast<A>(to_acc(*grad)) / static_cast<A>(*count);
+  const int64_t total = n * c;
+  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < total;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t i = e / c, j = e - i * c;
+    const int64_t t = target[i];
+    A v = 0;
+    if (t != ignore && t >= 0 && t < c)
+      v = scale * (math::exp(static_cast<A>(to_acc(x[e])) - lse[i]) - (j == t ? A(1) : A(0)));
+    gx[e] = from_acc<T>(v);
+  }
+}
+
+// Calls f(TypeTag<T>{}, TypeTag<O>{}): T the logits' dtype, O the loss's (T, or float32 for
+// 16-bit logits read as they are).
+template <class F> void dispatch_ce(DType t, DType o, F&& f) {
+  dispatch_floating(t, "cross_entropy", [&](auto tt) {
+    using T = typename decltype(tt)::type;
+    if (o == t) {
+      f(tt, tt);
+    } else {
+      AG_INTERNAL_ASSERT(o == DType::Float32 && is_reduced_float(t), "cross_entropy: {} logits with a {} loss",
+                         dtype_name(t), dtype_name(o));
+      if constexpr (is_reduced_v<T>) f(tt, TypeTag<float>{});
+    }
+  });
+}
+
 }  // namespace
 
 void nll_loss_forward(const Tensor& lp, const Tensor& target, int64_t ignore_index, const Tensor& loss,
@@ -76,6 +184,41 @@ void nll_loss_backward(const Tensor& grad, const Tensor& target, const Tensor& c
     nll_loss_backward_kernel<T><<<ctx.grid_stride_blocks(grad_lp.numel()), kBlockSize, 0, ctx.stream>>>(
         ptr<const T>(grad), ptr<const int64_t>(target), ptr<const float>(count), grad_lp.size(0), grad_lp.size(1),
         ignore_index, ptr<T>(grad_lp));
+    AG_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void cross_entropy_forward(const Tensor& x, const Tensor& target, int64_t ignore_index, const Tensor& lse,
+                           const Tensor& loss, const Tensor& count) {
+  KernelContext ctx(loss);
+  const int64_t n = x.size(0), c = x.size(1);
+  const int bx = c <= 256 ? 32 : (c <= 2048 ? 128 : 256), by = kBlockSize / bx;
+  // Two blocks per SM at most: the last block adds one partial per block, serially.
+  const unsigned grid = static_cast<unsigned>(
+      std::clamp<int64_t>((n + by - 1) / by, 1, 2 * static_cast<int64_t>(ctx.sm_count)));
+  Tensor partial = empty({2 * static_cast<int64_t>(grid)}, TensorOptions(lse.dtype()).device(loss.device()));
+  dispatch_ce(x.dtype(), loss.dtype(), [&](auto tt, auto to) {
+    using T = typename decltype(tt)::type;
+    using O = typename decltype(to)::type;
+    using A = dacc_t<O>;
+    cross_entropy_forward_kernel<T, O><<<grid, dim3(bx, by), 0, ctx.stream>>>(
+        ptr<const T>(x), ptr<const int64_t>(target), n, c, ignore_index, ptr<A>(lse), ptr<A>(partial), ptr<O>(loss),
+        ptr<float>(count));
+    AG_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void cross_entropy_backward(const Tensor& grad, const Tensor& x, const Tensor& target, const Tensor& lse,
+                            const Tensor& count, int64_t ignore_index, const Tensor& grad_x) {
+  if (grad_x.numel() == 0) return;
+  KernelContext ctx(grad_x);
+  dispatch_ce(x.dtype(), grad.dtype(), [&](auto tt, auto to) {
+    using T = typename decltype(tt)::type;
+    using O = typename decltype(to)::type;
+    using A = dacc_t<O>;
+    cross_entropy_backward_kernel<T, O><<<ctx.grid_stride_blocks(grad_x.numel()), kBlockSize, 0, ctx.stream>>>(
+        ptr<const O>(grad), ptr<const T>(x), ptr<const int64_t>(target), ptr<const A>(lse), ptr<const float>(count),
+        x.size(0), x.size(1), ignore_index, ptr<T>(grad_x));
     AG_CUDA_CHECK_LAUNCH();
   });
 }

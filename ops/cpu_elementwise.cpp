@@ -84,7 +84,7 @@ void binary(BinaryKind k, const Tensor& x, const Tensor& y, const Tensor& out) {
 #define AG_BINARY_CASE(K) \
   case BinaryKind::K: return binary_kind<BinaryKind::K>(x, y, out);
     AG_BINARY_CASE(Add) AG_BINARY_CASE(Sub) AG_BINARY_CASE(Mul) AG_BINARY_CASE(Div) AG_BINARY_CASE(Pow)
-    AG_BINARY_CASE(Maximum) AG_BINARY_CASE(Minimum) AG_BINARY_CASE(Eq) AG_BINARY_CASE(Ne) AG_BINARY_CASE(Lt)
+    AG_BINARY_CASE(Maximum) AG_BINARY_CASE(Minimum) AG_BINARY_CASE(ReluBackward) AG_BINARY_CASE(Eq) AG_BINARY_CASE(Ne) AG_BINARY_CASE(Lt)
     AG_BINARY_CASE(Le) AG_BINARY_CASE(Gt) AG_BINARY_CASE(Ge)
 #undef AG_BINARY_CASE
   }

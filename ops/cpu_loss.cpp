@@ -1,5 +1,8 @@
-// CPU reference kernels of nll_loss: the picked log-probabilities summed in double.
+// CPU reference kernels of nll_loss and cross_entropy: everything in double.
+#include <cmath>
+#include <limits>
 #include <type_traits>
+#include <vector>
 
 #include "core/kernels.h"
 
@@ -52,6 +55,61 @@ void nll_loss_backward(const Tensor& grad, const Tensor& target, const Tensor& c
         if (t[i] != ignore_index && in_range(t[i], c)) out[i * c + t[i]] = from_double<T>(scale);
     }
   });
+}
+
+namespace {
+std::vector<double> as_doubles(const Tensor& t) {
+  std::vector<double> v(static_cast<size_t>(t.numel()));
+  visit_dtype(t.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* p = static_cast<const T*>(t.data_ptr());
+    for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<double>(static_cast<acc_t<T>>(p[i]));
+  });
+  return v;
+}
+// Writes v into a floating tensor, rounded as the CUDA kernels round.
+void store(const Tensor& t, int64_t i, double v) {
+  visit_dtype(t.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (std::is_floating_point_v<acc_t<T>>) static_cast<T*>(t.data_ptr())[i] = from_double<T>(v);
+  });
+}
+}  // namespace
+
+void cross_entropy_forward(const Tensor& x, const Tensor& target, int64_t ignore_index, const Tensor& lse,
+                           const Tensor& loss, const Tensor& count) {
+  const int64_t n = x.size(0), c = x.size(1);
+  const int64_t* t = static_cast<const int64_t*>(target.data_ptr());
+  const std::vector<double> v = as_doubles(x);
+  double total = 0, counted = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    double m = -std::numeric_limits<double>::infinity();
+    for (int64_t j = 0; j < c; ++j) m = std::max(m, v[i * c + j]);
+    double s = 0;
+    for (int64_t j = 0; j < c; ++j) s += std::exp(v[i * c + j] - m);
+    const double l = m + std::log(s);
+    store(lse, i, l);
+    if (t[i] == ignore_index) continue;
+    counted += 1;
+    if (in_range(t[i], c)) total += l - v[i * c + t[i]];
+  }
+  store(loss, 0, total / counted);
+  *static_cast<float*>(count.data_ptr()) = static_cast<float>(counted);
+}
+
+void cross_entropy_backward(const Tensor& grad, const Tensor& x, const Tensor& target, const Tensor& lse,
+                            const Tensor& count, int64_t ignore_index, const Tensor& grad_x) {
+  const int64_t n = x.size(0), c = x.size(1);
+  const int64_t* t = static_cast<const int64_t*>(target.data_ptr());
+  const std::vector<double> v = as_doubles(x), l = as_doubles(lse);
+  const double scale = as_doubles(grad)[0] / static_cast<double>(*static_cast<const float*>(count.data_ptr()));
+  for (int64_t i = 0; i < n; ++i) {
+    const bool counted = t[i] != ignore_index && in_range(t[i], c);
+    for (int64_t j = 0; j < c; ++j) {
+      const double p = std::exp(v[i * c + j] - l[i]);
+      store(grad_x, i * c + j, counted ? scale * (p - (j == t[i] ? 1.0 : 0.0)) : 0.0);
+    }
+  }
 }
 
 }  // namespace ampgrad::cpu

@@ -95,30 +95,81 @@ void reduce(ReduceKind k, const Tensor& x, const Tensor& out, const Tensor& indi
   });
 }
 
-void softmax(const Tensor& x, const Tensor& out, bool log) {
-  visit_dtype(x.dtype(), [&](auto tag) {
+namespace {
+// Element i of a floating tensor as a double, whatever its dtype.
+struct Reader {
+  const Tensor& t;
+  template <class F> void visit(F&& f) const {
+    visit_dtype(t.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      if constexpr (std::is_integral_v<T>) {
+        AG_INTERNAL_ASSERT(false, "cpu softmax on integers");
+      } else {
+        f(static_cast<const T*>(t.data_ptr()));
+      }
+    });
+  }
+};
+template <class T> double read(const T* p, int64_t i) { return static_cast<double>(p[i]); }
+// Writes v, rounded through the dtype's accumulation type as the CUDA kernels do.
+void write_all(const Tensor& out, const std::vector<double>& v) {
+  visit_dtype(out.dtype(), [&](auto tag) {
     using T = decltype(tag);
     if constexpr (std::is_integral_v<T>) {
       AG_INTERNAL_ASSERT(false, "cpu softmax on integers");
     } else {
-      const int64_t outer = x.size(0), r = x.size(1), inner = x.size(2);
-      const T* px = static_cast<const T*>(x.data_ptr());
       T* po = static_cast<T*>(out.data_ptr());
-      for (int64_t o = 0; o < outer; ++o) {
-        for (int64_t i = 0; i < inner; ++i) {
-          auto idx = [&](int64_t j) { return (o * r + j) * inner + i; };
-          double m = -std::numeric_limits<double>::infinity();
-          for (int64_t j = 0; j < r; ++j) m = std::max(m, static_cast<double>(px[idx(j)]));
-          double s = 0;
-          for (int64_t j = 0; j < r; ++j) s += std::exp(static_cast<double>(px[idx(j)]) - m);
-          for (int64_t j = 0; j < r; ++j) {
-            double v = static_cast<double>(px[idx(j)]) - m;
-            po[idx(j)] = static_cast<T>(static_cast<acc_t<T>>(log ? v - std::log(s) : std::exp(v) / s));
-          }
-        }
-      }
+      for (size_t i = 0; i < v.size(); ++i) po[i] = static_cast<T>(static_cast<acc_t<T>>(v[i]));
     }
   });
+}
+std::vector<double> read_all(const Tensor& t) {
+  std::vector<double> v(static_cast<size_t>(t.numel()));
+  Reader{t}.visit([&](auto* p) {
+    for (size_t i = 0; i < v.size(); ++i) v[i] = read(p, static_cast<int64_t>(i));
+  });
+  return v;
+}
+}  // namespace
+
+// The reference: everything in double, rounded once into out's dtype (x's, or float32 for a
+// 16-bit x read into float32).
+void softmax(const Tensor& x, const Tensor& out, bool log) {
+  const int64_t outer = x.size(0), r = x.size(1), inner = x.size(2);
+  const std::vector<double> px = read_all(x);
+  std::vector<double> po(px.size());
+  for (int64_t o = 0; o < outer; ++o) {
+    for (int64_t i = 0; i < inner; ++i) {
+      auto idx = [&](int64_t j) { return static_cast<size_t>((o * r + j) * inner + i); };
+      double m = -std::numeric_limits<double>::infinity();
+      for (int64_t j = 0; j < r; ++j) m = std::max(m, px[idx(j)]);
+      double s = 0;
+      for (int64_t j = 0; j < r; ++j) s += std::exp(px[idx(j)] - m);
+      for (int64_t j = 0; j < r; ++j) {
+        const double v = px[idx(j)] - m;
+        po[idx(j)] = log ? v - std::log(s) : std::exp(v) / s;
+      }
+    }
+  }
+  write_all(out, po);
+}
+
+void softmax_backward(const Tensor& g, const Tensor& y, const Tensor& grad_x, bool log) {
+  const int64_t outer = y.size(0), r = y.size(1), inner = y.size(2);
+  const std::vector<double> pg = read_all(g), py = read_all(y);
+  std::vector<double> px(pg.size());
+  for (int64_t o = 0; o < outer; ++o) {
+    for (int64_t i = 0; i < inner; ++i) {
+      auto idx = [&](int64_t j) { return static_cast<size_t>((o * r + j) * inner + i); };
+      double s = 0;
+      for (int64_t j = 0; j < r; ++j) s += log ? pg[idx(j)] : pg[idx(j)] * py[idx(j)];
+      for (int64_t j = 0; j < r; ++j) {
+        const size_t k = idx(j);
+        px[k] = log ? pg[k] - std::exp(py[k]) * s : py[k] * (pg[k] - s);
+      }
+    }
+  }
+  write_all(grad_x, px);
 }
 
 }  // namespace ampgrad::cpu

@@ -33,6 +33,9 @@ inline void reduce(ReduceKind k, const Tensor& x, const Tensor& out, const Tenso
   AG_KERNEL_ON(out.device(), reduce, k, x, out, idx, param);
 }
 inline void softmax(const Tensor& x, const Tensor& out, bool log) { AG_KERNEL_ON(out.device(), softmax, x, out, log); }
+inline void softmax_backward(const Tensor& g, const Tensor& y, const Tensor& grad_x, bool log) {
+  AG_KERNEL_ON(grad_x.device(), softmax_backward, g, y, grad_x, log);
+}
 inline void gemm(const Tensor& a, const Tensor& b, const Tensor& out, double alpha, double beta) {
   AG_KERNEL_ON(out.device(), gemm, a, b, out, alpha, beta);
 }
@@ -49,6 +52,14 @@ inline void nll_loss_forward(const Tensor& lp, const Tensor& target, int64_t ign
 inline void nll_loss_backward(const Tensor& grad, const Tensor& target, const Tensor& count, int64_t ignore_index,
                               const Tensor& grad_lp) {
   AG_KERNEL_ON(grad_lp.device(), nll_loss_backward, grad, target, count, ignore_index, grad_lp);
+}
+inline void cross_entropy_forward(const Tensor& x, const Tensor& target, int64_t ignore_index, const Tensor& lse,
+                                  const Tensor& loss, const Tensor& count) {
+  AG_KERNEL_ON(loss.device(), cross_entropy_forward, x, target, ignore_index, lse, loss, count);
+}
+inline void cross_entropy_backward(const Tensor& grad, const Tensor& x, const Tensor& target, const Tensor& lse,
+                                   const Tensor& count, int64_t ignore_index, const Tensor& grad_x) {
+  AG_KERNEL_ON(grad_x.device(), cross_entropy_backward, grad, x, target, lse, count, ignore_index, grad_x);
 }
 inline void im2col(const Tensor& x, const Tensor& cols, const Window2d& w, double pad_value) {
   AG_KERNEL_ON(cols.device(), im2col, x, cols, w, pad_value);

@@ -14,7 +14,8 @@ using Saved = std::vector<Tensor>;
 
 namespace {
 const OpInfo kNllLoss{"nll_loss", Category::fp32, true, "losses: range and accumulation, as PyTorch"};
-const OpInfo kCrossEntropy{"cross_entropy", Category::fp32, true, "losses: exp, log and a sum over classes"};
+const OpInfo kCrossEntropy{"cross_entropy", Category::fp32, true, "losses: exp, log and a sum over classes", {},
+                           /*reads_16bit=*/true};
 const OpInfo kMseLoss{"mse_loss", Category::fp32, true, "losses: squares overflow float16"};
 const OpInfo kBceWithLogits{"binary_cross_entropy_with_logits", Category::fp32, true,
                             "losses: the stable log-sigmoid form"};
@@ -54,6 +55,33 @@ Tensor nll_mean(const Tensor& lp0, const Tensor& target0, int64_t ignore_index) 
   }
   return loss;
 }
+
+// Note [Fused cross-entropy]
+// cross_entropy is log_softmax then nll_loss in PyTorch: two kernels forward, two backward,
+// and an [N, C] float32 log-probability tensor kept for backward. Without label smoothing
+// ampgrad runs it as one kernel each way: the forward computes each row's logsumexp (kept,
+// N floats) and the mean of lse - x[target] over the counted rows; the backward writes
+// grad / count * (softmax(x) - onehot(target)) straight into the logits' dtype, reading the
+// logits (16-bit ones as they are, Note [Reading 16-bit inputs]) and the kept row sums.
+// Rows are summed in a fixed order, so the loss is deterministic.
+Tensor cross_entropy_fused(const Tensor& logits0, const Tensor& target0, int64_t ignore_index,
+                           std::optional<DType> wide) {
+  const Tensor logits = logits0.contiguous(), target = target0.contiguous();
+  const DType loss_dtype = wide ? *wide : logits.dtype();
+  const DType lse_dtype = logits.dtype() == kFloat64 ? kFloat64 : kFloat32;
+  Tensor loss = empty_as({}, loss_dtype, logits), count = empty_as({}, kFloat32, logits);
+  Tensor lse = empty_as({logits.size(0)}, lse_dtype, logits);
+  kernel::cross_entropy_forward(logits, target, ignore_index, lse, loss, count);
+  if (autograd::any_requires_grad({&logits0})) {
+    autograd::record(kCrossEntropy, loss, {logits0, target0}, {logits, target, lse, count},
+                     [ignore_index](const Tensor& g, const Saved& s) {
+                       Tensor gx = empty_as(s[0].shape(), s[0].dtype(), s[0]);
+                       kernel::cross_entropy_backward(g.contiguous(), s[0], s[1], s[2], s[3], ignore_index, gx);
+                       return Grads{gx, Tensor()};
+                     });
+  }
+  return loss;
+}
 }  // namespace
 
 Tensor nll_loss(const Tensor& log_probs0, const Tensor& target0, int64_t ignore_index) {
@@ -69,9 +97,13 @@ Tensor cross_entropy(const Tensor& logits0, const Tensor& target0, double label_
   check_classification(kCrossEntropy, logits, target, ignore_index);
   AG_CHECK(label_smoothing >= 0 && label_smoothing <= 1, "cross_entropy: label_smoothing must be in [0, 1], got {}",
            label_smoothing);
-  Tensor lp = log_softmax(logits, 1);
+  // 16-bit logits under autocast are read as they are (Note [Reading 16-bit inputs]).
+  const std::optional<DType> wide =
+      is_reduced_float(logits.dtype()) ? scope.autocast_dtype() : std::optional<DType>();
+  if (label_smoothing == 0) return scope.finish(cross_entropy_fused(logits, target, ignore_index, wide));
+  Tensor lp = log_softmax(logits, 1, wide);
   Tensor loss = nll_mean(lp, target, ignore_index);
-  if (label_smoothing > 0) {
+  {
     // (1 - e) * nll + e * mean over classes of -log p, over the valid rows.
     Tensor validf = ne(target, ignore_index).to(lp.dtype());
     Tensor smooth = -sum(sum(lp, {1}) * validf) / (sum(validf) * static_cast<double>(logits.size(1)));

@@ -23,9 +23,13 @@ struct OpInfo {
   // exempt from the per-op test cases. Empty otherwise.
   std::string_view reason;  // one line: why this category (range, accumulation, tensor cores)
   std::string_view alternative;  // for banned ops: what to use instead
+  // fp32 ops whose kernels read float16/bfloat16 as they are and compute in float32: autocast
+  // passes such inputs uncast and the op returns float32 (Note [Reading 16-bit inputs] in
+  // ops/softmax.cpp).
+  bool reads_16bit = false;
 
   OpInfo(std::string_view name, amp::Category category, bool differentiable, std::string_view reason,
-         std::string_view alternative = {});
+         std::string_view alternative = {}, bool reads_16bit = false);
   OpInfo(const OpInfo&) = delete;
   OpInfo& operator=(const OpInfo&) = delete;
 };

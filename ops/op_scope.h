@@ -31,6 +31,10 @@ class OpScope {
   OpScope& operator=(const OpScope&) = delete;
 
   // Returns `out`, logging it to the trace when one records this call.
+  // The dtype autocast chose for this call (nothing when it did not act): an fp32 op that
+  // reads 16-bit inputs as they are (OpInfo::reads_16bit) computes in it.
+  std::optional<DType> autocast_dtype() const { return autocast_dtype_; }
+
   Tensor finish(Tensor out) {
     if (record_) {
       record_->output_dtype = out.dtype();
@@ -43,7 +47,7 @@ class OpScope {
  private:
   void begin(Tensor* const* inputs, size_t n) {
     if (amp::detail::tracing()) record_.emplace();
-    amp::detail::apply_policy(op_, inputs, n, record_ ? &*record_ : nullptr);
+    autocast_dtype_ = amp::detail::apply_policy(op_, inputs, n, record_ ? &*record_ : nullptr);
   }
   // A member, so that the depth is restored even when the policy throws in the constructor.
   struct Depth {
@@ -55,6 +59,7 @@ class OpScope {
   Depth depth_;
   const OpInfo& op_;
   std::optional<amp::OpRecord> record_;
+  std::optional<DType> autocast_dtype_;
 };
 
 }  // namespace ampgrad

@@ -100,8 +100,10 @@ std::pair<Tensor, Tensor> min(const Tensor& a, int64_t dim, bool keepdim = false
 Tensor argmax(const Tensor& a);
 Tensor argmax(const Tensor& a, int64_t dim, bool keepdim = false);
 Tensor argmin(const Tensor& a, int64_t dim, bool keepdim = false);
-Tensor softmax(const Tensor& a, int64_t dim);
-Tensor log_softmax(const Tensor& a, int64_t dim);
+// dtype, as PyTorch's: the result's dtype (the input is cast to it first; a float16 or bfloat16
+// input with kFloat32 is read as is and computed in float32, with no cast kernel).
+Tensor softmax(const Tensor& a, int64_t dim, std::optional<DType> dtype = std::nullopt);
+Tensor log_softmax(const Tensor& a, int64_t dim, std::optional<DType> dtype = std::nullopt);
 // Sums `a` down to `shape` (the reverse of broadcasting), used by autograd.
 Tensor sum_to(const Tensor& a, const Shape& shape);
 

@@ -12,8 +12,13 @@ std::vector<const OpInfo*>& registry() {
 }  // namespace
 
 OpInfo::OpInfo(std::string_view name_, amp::Category category_, bool differentiable_, std::string_view reason_,
-               std::string_view alternative_)
-    : name(name_), category(category_), differentiable(differentiable_), reason(reason_), alternative(alternative_) {
+               std::string_view alternative_, bool reads_16bit_)
+    : name(name_),
+      category(category_),
+      differentiable(differentiable_),
+      reason(reason_),
+      alternative(alternative_),
+      reads_16bit(reads_16bit_) {
   registry().push_back(this);
 }
 

@@ -372,6 +372,63 @@ TEST_CASE("ops: softmax and log_softmax over each dim", "[ops][softmax]") {
   }
 }
 
+// Note [Reading 16-bit inputs]: a 16-bit input read into a float32 result, and a backward
+// that writes the input's dtype in one kernel; on the CPU, and on CUDA when present.
+TEST_CASE("ops: softmax and log_softmax with dtype=float32 read 16-bit inputs as they are", "[ops][softmax][cuda]") {
+  std::vector<ag::Device> devices{ag::Device(ag::kCPU)};
+  if (cuda_available()) devices.push_back(ag::Device(ag::kCUDA));
+  for (const ag::Device& dev : devices) {
+    for (ag::DType d : {ag::kFloat16, ag::kBFloat16}) {
+      // [4, 33] over dim 1 (the row kernels) and [3, 6, 5] over dim 1 (the column kernels).
+      for (const Shape& shape : {Shape{4, 33}, Shape{3, 6, 5}}) {
+        for (bool log : {false, true}) {
+          INFO(dev.str() << " " << ag::dtype_name(d) << " " << shape.size() << "-D log " << log);
+          ag::Tensor x = normal(shape, d, 2).to(dev).requires_grad_();
+          ag::Tensor y = log ? ag::log_softmax(x, 1, ag::kFloat32) : ag::softmax(x, 1, ag::kFloat32);
+          CHECK(y.dtype() == ag::kFloat32);
+          const Vec vx = vals(x), vy = vals(y);
+          const Groups gr = group_by(vx, shape, {1}, true);
+          const Shape& os = gr.out_shape;
+          auto lse_at = [&](const Shape& i) {
+            Shape k = i;
+            k[1] = 0;
+            return ref_logsumexp(gr.g[ravel(k, os)]);
+          };
+          check_vs(y, build(shape, [&](const Shape& i) {
+                     const double v = vx[ravel(i, shape)] - lse_at(i);
+                     return log ? v : std::exp(v);
+                   }), ag::kFloat32, 8);
+          // The cast-first result, up to float32 rounding (a row may be summed in another order).
+          ag::Tensor cast_first = log ? ag::log_softmax(x.detach().to(ag::kFloat32), 1)
+                                      : ag::softmax(x.detach().to(ag::kFloat32), 1);
+          check_close(cast_first, vy, 1e-6, 4 * eps_of(ag::kFloat32));
+          ag::Tensor g = normal(shape, ag::kFloat32).to(dev);
+          y.backward(g);
+          REQUIRE(x.grad().defined());
+          CHECK(x.grad().dtype() == d);
+          // Reference from the float64 forward: log: g - p * sum(g); softmax: p * (g - sum(g p)).
+          const Vec vg = vals(g);
+          Vec ref(vg.size());
+          for (int64_t flat = 0; flat < static_cast<int64_t>(vg.size()); ++flat) {
+            const Shape i = unravel(flat, shape);
+            double s = 0;
+            Shape j = i;
+            for (int64_t r = 0; r < shape[1]; ++r) {
+              j[1] = r;
+              const double p = std::exp(vx[ravel(j, shape)] - lse_at(j));
+              s += log ? vg[ravel(j, shape)] : vg[ravel(j, shape)] * p;
+            }
+            const double p = std::exp(vx[flat] - lse_at(i));
+            ref[flat] = log ? vg[flat] - p * s : p * (vg[flat] - s);
+          }
+          // Rounded once into the 16-bit dtype; sums of up to 33 terms of either sign.
+          check_close(x.grad(), ref, 4 * eps_of(d), 2 * eps_of(d));
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("ops: softmax, log_softmax and logsumexp stay finite on large inputs", "[ops][softmax]") {
   for (ag::DType d : kFloatTypes) {
     INFO(ag::dtype_name(d));
