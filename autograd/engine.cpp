@@ -5,6 +5,9 @@
 #include "amp/autocast.h"
 #include "autograd/node.h"
 #include "ops/ops.h"
+#if AMPGRAD_WITH_CUDA
+#include "cuda/graph.h"
+#endif
 
 namespace ampgrad::autograd {
 
@@ -12,6 +15,52 @@ namespace {
 // The callbacks of the backward running on this thread; null outside one.
 thread_local std::vector<std::function<void()>>* t_callbacks = nullptr;
 }  // namespace
+
+// Note [Implicit seed]
+// loss.backward() starts from a gradient of 1, and filling it is a kernel launch per step: on
+// a small network, a launch is a visible part of the step. The seed is therefore kept, per
+// thread, device, dtype and shape, and handed out again while nothing else holds it and its
+// version is the one it was filled with (a hook that wrote into it in place bumped that).
+// Formulas never write their incoming gradient, and a leaf root cannot take it over as its
+// .grad because the cache's reference makes it shared (Note [Gradient accumulation]). A CUDA
+// graph capture makes its own seed inside the graph (the kept one's memory must not be read
+// by replays after it is replaced).
+// The seed's first consumer is usually the loss scale's product (scaler.scale(loss)), whose
+// backward is 1 * scale: mul hands over the other factor itself instead (is_implicit_seed).
+namespace {
+struct Seed {
+  Tensor t;
+  uint32_t version;
+};
+std::vector<Seed>& seeds() {
+  thread_local auto* s = new std::vector<Seed>();  // leaked: device memory outlives static destructors
+  return *s;
+}
+
+Tensor implicit_seed(const Tensor& root) {
+#if AMPGRAD_WITH_CUDA
+  if (root.is_cuda() && cuda::capturing(root.device().index)) return ones_like(root);
+#endif
+  std::vector<Seed>& list = seeds();
+  for (auto it = list.begin(); it != list.end(); ++it) {
+    Tensor& t = it->t;
+    if (t.device() != root.device() || t.dtype() != root.dtype() || t.shape() != root.shape()) continue;
+    if (t.version() == it->version && t.impl_ptr().use_count() == 1 && t.storage().use_count() == 1) return t;
+    list.erase(it);  // written, or still held by someone: make a fresh one
+    break;
+  }
+  Tensor t = ones_like(root);
+  list.push_back({t, t.version()});
+  return t;
+}
+}  // namespace
+
+bool is_implicit_seed(const Tensor& t) {
+  if (!t.defined()) return false;
+  for (const Seed& s : seeds())
+    if (s.t.unsafe_impl() == t.unsafe_impl()) return s.t.version() == s.version;
+  return false;
+}
 
 void queue_callback(std::function<void()> fn) {
   AG_CHECK(t_callbacks != nullptr, "autograd.queue_callback: no backward is running on this thread");
@@ -29,7 +78,7 @@ void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph) {
              "backward: grad can be implicitly created only for scalar outputs, but the output is {}; pass a "
              "gradient of the same shape",
              root.desc());
-    g = ones_like(root);
+    g = implicit_seed(root);
   } else {
     AG_CHECK(g.shape() == root.shape(), "backward: gradient {} does not match the output {}", g.desc(),
              root.desc());

@@ -60,10 +60,9 @@ Grads FunctionNode::apply(const Tensor& grad) {
     }
     if (g.shape() != inputs[i].shape) g = sum_to(g, inputs[i].shape);
     // A narrower gradient for a leaf's accumulator is widened there, exactly, in the kernel
-    // that adds it (Note [Gradient accumulation]); anything else is cast here.
-    const DType want = inputs[i].dtype;
-    if (g.dtype() != want && !(next[i].node->converts_grad_dtype() && promote_types(want, g.dtype()) == want))
-      g = g.to(want);
+    // that adds it (Note [Gradient accumulation]), and a cast takes its source's dtype; anything
+    // else is cast here.
+    if (g.dtype() != inputs[i].dtype && !next[i].node->takes_grad_dtype(g.dtype())) g = g.to(inputs[i].dtype);
   }
   return grads;
 }
@@ -103,6 +102,10 @@ bool can_steal(const Tensor& g, const Tensor& leaf) {
          is_non_overlapping_and_dense(g) && !g.requires_grad();
 }
 }  // namespace
+
+bool AccumulateGrad::takes_grad_dtype(DType d) const {
+  return is_floating(d) && promote_types(leaf_->dtype, d) == leaf_->dtype;
+}
 
 Tensor AccumulateGrad::sum_incoming(const Tensor& a, const Tensor& b) const {
   const DType dt = leaf_->dtype;
@@ -154,6 +157,11 @@ Edge gradient_edge(const Tensor& t) {
     impl->grad_accumulator = acc;
   }
   return {acc};
+}
+
+bool takes_grad_dtype(const Tensor& t, DType d) {
+  const Edge e = gradient_edge(t);
+  return e.valid() && (d == t.dtype() || e.node->takes_grad_dtype(d));
 }
 
 void record(const OpInfo& op, const Tensor& out, const std::vector<Tensor>& inputs, std::vector<Tensor> saved,

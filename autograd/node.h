@@ -25,9 +25,11 @@ namespace ampgrad::autograd {
 // A node remembers each input's shape and dtype. After a formula runs, the engine sums a
 // gradient down to its input's shape (undoing broadcasting) and casts it to its input's
 // dtype (undoing type promotion and autocast). Formulas therefore never deal with either.
-// A leaf's accumulator widens a narrower gradient itself (converts_grad_dtype): a float16
-// gradient of a float32 parameter adds into its .grad in one kernel (Note [Gradient
-// accumulation]).
+// Two nodes take other dtypes as they are (takes_grad_dtype): a leaf's accumulator widens a
+// narrower gradient itself, so a float16 gradient of a float32 parameter adds into its .grad
+// in one kernel (Note [Gradient accumulation]); and a cast takes a gradient already in its
+// source's dtype, which linear computes for an autocast weight copy (Note [Wide weight
+// gradients] in ops/matmul.cpp).
 
 class Node;
 
@@ -54,9 +56,9 @@ class Node {
   // Runs the formula; returns one gradient per next edge, already reduced and cast.
   virtual Grads apply(const Tensor& grad) = 0;
   virtual void release() {}  // drop saved state after a backward without retain_graph
-  // True when the node takes a gradient of a narrower floating dtype than its input's and
-  // widens it itself, so the node before it skips the cast (Note [Grad shape and dtype]).
-  virtual bool converts_grad_dtype() const { return false; }
+  // True when the node takes a gradient of dtype `d` (not the dtype of the tensor it is the
+  // gradient of) as it is, so the node before it skips the cast (Note [Grad shape and dtype]).
+  virtual bool takes_grad_dtype(DType d) const { return false; }
   // Sums two gradients arriving for this node along different edges.
   virtual Tensor sum_incoming(const Tensor& a, const Tensor& b) const;
 
@@ -70,6 +72,8 @@ class FunctionNode final : public Node {
   std::string_view name() const override;
   Grads apply(const Tensor& grad) override;
   void release() override;
+  // A cast (record_cast in ops/copy.cpp) takes a gradient in its source's dtype as well.
+  bool takes_grad_dtype(DType d) const override { return cast && !inputs.empty() && d == inputs[0].dtype; }
 
   struct InputMeta {
     Shape shape;
@@ -77,6 +81,7 @@ class FunctionNode final : public Node {
   };
   std::vector<InputMeta> inputs;
   std::vector<SavedTensor> saved;
+  bool cast = false;  // the node of a dtype cast
 
  private:
   const OpInfo& op_;
@@ -90,7 +95,7 @@ class AccumulateGrad final : public Node {
   explicit AccumulateGrad(std::shared_ptr<TensorImpl> leaf) : leaf_(std::move(leaf)) {}
   std::string_view name() const override { return "AccumulateGrad"; }
   Grads apply(const Tensor& grad) override;
-  bool converts_grad_dtype() const override { return true; }
+  bool takes_grad_dtype(DType d) const override;
   Tensor sum_incoming(const Tensor& a, const Tensor& b) const override;
 
  private:
@@ -111,9 +116,14 @@ void record(const OpInfo& op, const Tensor& out, const std::vector<Tensor>& inpu
 
 // The edge a gradient for `t` flows along (its grad_fn, or its leaf's accumulator).
 Edge gradient_edge(const Tensor& t);
+// True when the gradient for `t` may be handed over in dtype `d` as it is (Node::takes_grad_dtype).
+bool takes_grad_dtype(const Tensor& t, DType d);
 
 // Runs backward from `root` with gradient `grad`.
 void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph);
+// True for the gradient of 1 that backward() starts from when given none, while it still
+// holds 1 (Note [Implicit seed] in autograd/engine.cpp).
+bool is_implicit_seed(const Tensor& t);
 
 // Only while a backward runs (from a node or a hook): `fn` runs once after its last node,
 // before run_backward returns (PyTorch's queue_callback). DistributedDataParallel checks

@@ -21,7 +21,9 @@ namespace ampgrad::cuda {
 // separates the two: its preference CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK admits split-K
 // whose partial sums live in a float32 workspace (REDUCTION_SCHEME_COMPUTE_TYPE) and refuses
 // the schemes that add them up in the 16-bit output (INPLACE, OUTPUT_TYPE). float32 outputs
-// admit every scheme (the output type is the compute type). The heuristic's first algorithm
+// admit every scheme (the output type is the compute type). A float32 output of 16-bit inputs
+// (linear's weight gradient for a float32 parameter, Note [Wide weight gradients] in
+// ops/matmul.cpp) is the same GEMM with a float32 C and D. The heuristic's first algorithm
 // is cached per geometry (dtype, TF32, transposes, sizes, leading dims, batch strides, beta,
 // bias epilogue, pointer alignment) with its descriptors, so a call costs a map lookup and
 // cublasLtMatmul. linear's bias rides in the epilogue (EPILOGUE_BIAS) instead of being
@@ -59,7 +61,7 @@ int alignment(const void* p) {
 
 struct Key {
   int device;
-  DType dtype;
+  DType dtype, out_dtype;
   bool tf32;
   int op_a, op_b;
   int64_t m, n, k, lda, ldb, ldc, stride_a, stride_b, stride_c, batch;
@@ -131,7 +133,7 @@ std::unique_ptr<Plan> make_plan(const LtGemm& g, const Key& key, cublasLtHandle_
   const bool ta = g.op_a != CUBLAS_OP_N, tb = g.op_b != CUBLAS_OP_N;
   p->a = layout(type, ta ? g.k : g.m, ta ? g.m : g.k, g.lda, g.batch, g.stride_a);
   p->b = layout(type, tb ? g.n : g.k, tb ? g.k : g.n, g.ldb, g.batch, g.stride_b);
-  p->c = layout(type, g.m, g.n, g.ldc, g.batch, g.stride_c);
+  p->c = layout(lt_type(g.out_dtype), g.m, g.n, g.ldc, g.batch, g.stride_c);
 
   cublasLtMatmulPreference_t pref = nullptr;
   AG_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
@@ -139,8 +141,8 @@ std::unique_ptr<Plan> make_plan(const LtGemm& g, const Key& key, cublasLtHandle_
       pref_owner(pref, cublasLtMatmulPreferenceDestroy);
   const uint64_t ws = workspace_bytes;
   AG_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
-  const uint32_t schemes = g.dtype == DType::Float32 ? static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_MASK)
-                                                     : static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE);
+  const uint32_t schemes = g.out_dtype == DType::Float32 ? static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_MASK)
+                                                         : static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE);
   AG_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes,
                                                        sizeof(schemes)));
   const uint32_t al_a = static_cast<uint32_t>(key.align_a), al_b = static_cast<uint32_t>(key.align_b),
@@ -182,7 +184,7 @@ PlanCache& plan_cache() {
 bool lt_gemm(const LtGemm& g, void* workspace, size_t workspace_bytes) {
   if (g.batch > INT32_MAX || ((g.bias || g.bias_grad) && (g.batch != 1 || g.beta != 0)) || (g.bias && g.bias_grad))
     return false;
-  const Key key{g.device, g.dtype, g.tf32, static_cast<int>(g.op_a), static_cast<int>(g.op_b), g.m, g.n, g.k,
+  const Key key{g.device, g.dtype, g.out_dtype, g.tf32, static_cast<int>(g.op_a), static_cast<int>(g.op_b), g.m, g.n, g.k,
                 g.lda, g.ldb, g.ldc, g.batch > 1 ? g.stride_a : 0, g.batch > 1 ? g.stride_b : 0,
                 g.batch > 1 ? g.stride_c : 0, g.batch, g.beta == 0, g.bias ? 1 : (g.bias_grad ? 2 : 0), alignment(g.a),
                 alignment(g.b), alignment(g.c)};

@@ -14,7 +14,8 @@ namespace ampgrad::cuda {
 // cublasGemmStridedBatchedEx arguments. A is m x k after op, B k x n, C m x n.
 struct LtGemm {
   int device = 0;
-  DType dtype = DType::Float32;
+  DType dtype = DType::Float32;  // A's and B's
+  DType out_dtype = DType::Float32;  // C's and D's: dtype, or float32 for 16-bit A and B
   bool tf32 = false;
   cublasOperation_t op_a = CUBLAS_OP_N, op_b = CUBLAS_OP_N;
   int64_t m = 0, n = 0, k = 0;
@@ -27,9 +28,9 @@ struct LtGemm {
   int64_t batch = 1;
   float alpha = 1, beta = 0;
   // When set: D = alpha * op(A) op(B) + bias[row], a vector of m elements of the GEMM's
-  // dtype (cuBLASLt's EPILOGUE_BIAS; batch 1, beta 0).
+  // out_dtype (cuBLASLt's EPILOGUE_BIAS; batch 1, beta 0).
   const void* bias = nullptr;
-  // When set: also bias_grad[col] = sum over k of op(B)[k, col], n elements of the GEMM's dtype
+  // When set: also bias_grad[col] = sum over k of op(B)[k, col], n elements of out_dtype
   // (cuBLASLt's EPILOGUE_BGRADB: linear's bias gradient from its weight-gradient GEMM; batch 1,
   // beta 0, no bias).
   void* bias_grad = nullptr;

@@ -97,8 +97,11 @@ bool run_gemm(const Tensor& a, const Tensor& bm, const Tensor& out, double alpha
               const Tensor& bias_grad = Tensor()) {
   const int64_t batch = out.size(0), m = out.size(1), n = out.size(2), k = a.size(2);
   if (out.numel() == 0) return true;
-  AG_CHECK(a.dtype() == out.dtype() && bm.dtype() == out.dtype(), "matmul on cuda: dtypes {}, {} and {} differ",
-           dtype_name(a.dtype()), dtype_name(bm.dtype()), dtype_name(out.dtype()));
+  // A float32 output of 16-bit inputs is the one mixed case (Note [Wide weight gradients]).
+  const bool wide = out.dtype() == DType::Float32 && is_reduced_float(a.dtype());
+  AG_CHECK(a.dtype() == bm.dtype() && (a.dtype() == out.dtype() || wide),
+           "matmul on cuda: dtypes {}, {} and {} differ", dtype_name(a.dtype()), dtype_name(bm.dtype()),
+           dtype_name(out.dtype()));
   if (k == 0) {  // an empty sum: out = beta * out
     if (bias.defined() || bias_grad.defined()) return false;
     if (beta == 0) fill(out, 0);
@@ -122,18 +125,19 @@ bool run_gemm(const Tensor& a, const Tensor& bm, const Tensor& out, double alpha
   }
   AG_INTERNAL_ASSERT(oa.ok && ob.ok, "gemm: a contiguous operand has no cuBLAS layout");
 
-  const cudaDataType_t type = blas_type(out.dtype());
+  const cudaDataType_t type = blas_type(a.dtype()), out_type = blas_type(out.dtype());
   // Scalars are in the compute type: double for fp64, float otherwise (fp16/bf16 accumulate
   // in float on tensor cores; fp32 stays fp32 unless TF32 is allowed).
   const bool f64 = out.dtype() == DType::Float64;
   cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
   if (f64) compute = CUBLAS_COMPUTE_64F;
-  else if (out.dtype() == DType::Float32 && allow_tf32()) compute = CUBLAS_COMPUTE_32F_FAST_TF32;
+  else if (a.dtype() == DType::Float32 && allow_tf32()) compute = CUBLAS_COMPUTE_32F_FAST_TF32;
   const float alpha_f = static_cast<float>(alpha), beta_f = static_cast<float>(beta);
   if (!f64) {
     LtGemm g;
     g.device = device;
-    g.dtype = out.dtype();
+    g.dtype = a.dtype();
+    g.out_dtype = out.dtype();
     g.tf32 = compute == CUBLAS_COMPUTE_32F_FAST_TF32;
     g.op_a = ob.op;
     g.op_b = oa.op;
@@ -162,7 +166,7 @@ bool run_gemm(const Tensor& a, const Tensor& bm, const Tensor& out, double alpha
 
   AG_CUBLAS_CHECK(cublasGemmStridedBatchedEx_64(blas.handle, ob.op, oa.op, n, m, k, alpha_p, tb.data_ptr(), type, ob.ld,
                                                 tb.stride(0), ta.data_ptr(), type, oa.ld, ta.stride(0), beta_p,
-                                                out.data_ptr(), type, n, m * n, batch, compute, CUBLAS_GEMM_DEFAULT));
+                                                out.data_ptr(), out_type, n, m * n, batch, compute, CUBLAS_GEMM_DEFAULT));
   return true;
 }
 

@@ -176,10 +176,18 @@ Tensor sub(const Tensor& a, const Tensor& b, const Scalar& alpha) {
 // gradients: the loss scale (loss * scale) or a dropout mask costs no backward launch for the
 // factor that needs none (PyTorch's needs_input_grad).
 Tensor mul(const Tensor& a, const Tensor& b) {
-  // d/da = g * b, d/db = g * a: b is saved when a needs its gradient, and a when b does.
+  // d/da = g * b, d/db = g * a: b is saved when a needs its gradient, and a when b does. With
+  // backward()'s implicit seed of 1 as g (the loss scale's product), g * b is b itself, exactly.
   return binary_with_grad(kMul, BinaryKind::Mul, a, b, Needs{b.requires_grad(), a.requires_grad(), false},
                           [](const Tensor& g, const Tensor& x, const Tensor& y, const Tensor&) {
-                            return Grads{y.defined() ? g * y : Tensor(), x.defined() ? g * x : Tensor()};
+                            auto times_g = [&g](const Tensor& f) {
+                              if (!f.defined()) return Tensor();
+                              if (f.shape() == g.shape() && f.dtype() == g.dtype() && f.device() == g.device() &&
+                                  autograd::is_implicit_seed(g))
+                                return f;
+                              return g * f;
+                            };
+                            return Grads{times_g(y), times_g(x)};
                           });
 }
 Tensor div(const Tensor& a, const Tensor& b) {

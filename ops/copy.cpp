@@ -62,6 +62,7 @@ void record_cast(const Tensor& a, const Tensor& out) {
   autograd::record(kTo, out, {a}, {}, [src_device](const Tensor& g, const std::vector<Tensor>&) {
     return autograd::Grads{g.device() == src_device ? g : to(g, src_device, g.dtype())};
   });
+  static_cast<autograd::FunctionNode&>(*out.grad_fn()).cast = true;
 }
 }  // namespace
 

@@ -249,9 +249,22 @@ Tensor linear(const Tensor& x0, const Tensor& w0, const Tensor& b0) {
     }
   }
   if (autograd::any_requires_grad({&x, &w, &b})) {
+    const bool has_bias = b.defined() && b.requires_grad(), need_w = w.requires_grad();
+    // Note [Wide weight gradients]
+    // Under autocast a float32 parameter reaches linear as its float16 copy (a cast), and its
+    // gradient ends in the parameter's float32 .grad. The weight-gradient GEMM accumulates in
+    // float32 anyway, so it writes float32 directly (cuBLASLt takes 16-bit A and B with a
+    // float32 D), and the bias gradient from its epilogue is float32 too. The cast's node
+    // passes such a gradient on as it is (Node::takes_grad_dtype), and the parameter's
+    // accumulator takes it over when .grad is empty (zero_grad() sets it to none) or adds it
+    // in: no widening kernel per parameter, and no float16 rounding of the gradient on its way
+    // (a float16 weight gradient can also no longer overflow where the float32 one would not;
+    // activation gradients stay float16 and their overflows still reach the scaler).
+    // Megatron-LM's gradient-accumulation fusion does the same for its main_grad buffers.
+    const bool wide = is_reduced_float(w.dtype()) && need_w && autograd::takes_grad_dtype(w, kFloat32) &&
+                      (!has_bias || autograd::takes_grad_dtype(b, kFloat32));
     autograd::record(kLinear, out, {x, w, b}, {x, w},
-                     [has_bias = b.defined() && b.requires_grad(), need_x = x.requires_grad(),
-                      need_w = w.requires_grad()](const Tensor& g, const Saved& s) {
+                     [has_bias, need_x = x.requires_grad(), need_w, wide](const Tensor& g, const Saved& s) {
       Tensor g2 = g.dim() == 2 ? g : g.reshape({-1, g.size(-1)});
       Tensor x2 = s[0].dim() == 2 ? s[0] : s[0].reshape({-1, s[0].size(-1)});
       Tensor gx = need_x ? mm(g2, s[1]).view(s[0].shape()) : Tensor();
@@ -259,11 +272,16 @@ Tensor linear(const Tensor& x0, const Tensor& w0, const Tensor& b0) {
       if (need_w) {
         const Tensor g2t = transposed(g2);
 #if AMPGRAD_WITH_CUDA
-        // The bias gradient from the weight gradient's GEMM epilogue (Note [cuBLASLt GEMM]).
-        if (has_bias && g2.is_cuda() && g2.dtype() == x2.dtype() && g2.size(0) > 0) {
-          gw = empty({g2t.size(0), x2.size(1)}, g2.options());
-          gb = empty({g2t.size(0)}, g2.options());
-          if (!cuda::gemm_bias_grad(batch1(g2t), batch1(x2), batch1(gw), gb)) gw = gb = Tensor();
+        if (g2.is_cuda() && g2.dtype() == x2.dtype() && g2.size(0) > 0 && (has_bias || wide)) {
+          const TensorOptions wo = TensorOptions(wide ? kFloat32 : g2.dtype()).device(g2.device());
+          gw = empty({g2t.size(0), x2.size(1)}, wo);
+          if (has_bias) {
+            // The bias gradient from the weight gradient's GEMM epilogue (Note [cuBLASLt GEMM]).
+            gb = empty({g2t.size(0)}, wo);
+            if (!cuda::gemm_bias_grad(batch1(g2t), batch1(x2), batch1(gw), gb)) gw = gb = Tensor();
+          } else {
+            kernel::gemm(batch1(g2t), batch1(x2), batch1(gw), 1, 0);
+          }
         }
 #endif
         if (!gw.defined()) gw = mm(g2t, x2);

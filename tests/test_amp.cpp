@@ -3,6 +3,7 @@
 
 #include <cstring>
 
+#include "common.h"
 #include "op_cases.h"
 
 namespace ag = ampgrad;
@@ -228,6 +229,79 @@ TEST_CASE("fp32 parameters get fp32 gradients that match an fp32 run", "[amp][cu
   }
 }
 
+TEST_CASE("cross_entropy under autocast reads float16 logits without a cast", "[amp][cuda]") {
+  for (ag::Device dev : devices()) {
+    INFO(dev.str());
+    ag::manual_seed(5);
+    auto opt = ag::TensorOptions().device(dev);
+    ag::Tensor logits = (ag::randn({16, 10}, opt) * 3).to(ag::kFloat16).detach().requires_grad_();
+    ag::Tensor target = (ag::rand({16}, opt) * 10).to(ag::kInt64);
+    ag::amp::Trace trace;
+    ag::Tensor loss;
+    {
+      ag::amp::AutocastGuard g(dev.type, ag::kFloat16);
+      loss = ag::cross_entropy(logits, target);
+    }
+    REQUIRE(trace.records().size() == 1);
+    CHECK(trace.records()[0].casts == 0);
+    CHECK(trace.records()[0].read_16bit == 1);
+    CHECK(loss.dtype() == ag::kFloat32);
+    loss.backward();
+    REQUIRE(logits.grad().dtype() == ag::kFloat16);
+    // The same computation with the cast written out: the same loss up to float32 rounding
+    // (a row may be summed in another order), gradients within one float16 rounding.
+    ag::Tensor l2 = logits.detach().requires_grad_();
+    ag::Tensor ref = ag::cross_entropy(l2.to(ag::kFloat32), target);
+    ref.backward();
+    check_close(loss, {ref.item<double>()}, 0, 4 * eps_of(ag::kFloat32));
+    check_close(logits.grad(), l2.grad().to_vector<double>(), 1e-7, eps_of(ag::kFloat16));
+  }
+}
+
+// Note [Wide weight gradients]: the weight and bias gradients of an autocast linear over
+// float32 parameters come out of the GEMM in float32, not rounded to float16 on the way.
+TEST_CASE("autocast linear writes float32 weight gradients straight from the GEMM", "[amp][cuda]") {
+  if (skip_without_cuda()) return;
+  ag::manual_seed(fresh_seed());
+  auto opt = ag::TensorOptions().device(ag::kCUDA);
+  const int64_t rows = 64, in = 96, out = 48;
+  ag::Tensor w = (ag::randn({out, in}, opt) * 0.1).detach().requires_grad_();
+  ag::Tensor b = (ag::randn({out}, opt) * 0.1).detach().requires_grad_();
+  ag::Tensor x = ag::randn({rows, in}, opt);
+  ag::Tensor gy = ag::randn({rows, out}, opt);
+  for (bool with_bias : {true, false}) {
+    INFO("bias " << with_bias);
+    w.set_grad({});
+    b.set_grad({});
+    {
+      ag::amp::AutocastGuard g(ag::kCUDA, ag::kFloat16);
+      ag::Tensor y = ag::linear(x, w, with_bias ? b : ag::Tensor());
+      REQUIRE(y.dtype() == ag::kFloat16);
+      (y * gy).sum().backward();  // y's gradient: gy rounded to float16
+    }
+    REQUIRE(w.grad().dtype() == ag::kFloat32);
+    // float64 reference from the float16 operands the GEMM read.
+    const std::vector<double> g16 = gy.to(ag::kFloat16).to_vector<double>(), x16 = x.to(ag::kFloat16).to_vector<double>();
+    std::vector<double> ref_w(static_cast<size_t>(out * in), 0.0), ref_b(static_cast<size_t>(out), 0.0);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t o = 0; o < out; ++o) {
+        ref_b[o] += g16[r * out + o];
+        for (int64_t i = 0; i < in; ++i) ref_w[o * in + i] += g16[r * out + o] * x16[r * in + i];
+      }
+    // float32 accumulation over 64 terms: ~1e-6 of the largest entry. A float16 result would be
+    // off by up to 2^-12 (2.4e-4) of each entry, and fail.
+    double big = 0;
+    for (double v : ref_w) big = std::max(big, std::fabs(v));
+    check_close(w.grad(), ref_w, 2e-5 * big, 0);
+    if (with_bias) {
+      REQUIRE(b.grad().dtype() == ag::kFloat32);
+      double bb = 0;
+      for (double v : ref_b) bb = std::max(bb, std::fabs(v));
+      check_close(b.grad(), ref_b, 2e-5 * bb, 0);
+    }
+  }
+}
+
 TEST_CASE("the trace records ops, casts, cache hits and dtypes", "[amp]") {
   ag::Tensor w = ag::rand({4, 4}).requires_grad_();
   ag::Tensor x = ag::rand({2, 4});
@@ -254,6 +328,8 @@ TEST_CASE("the trace records ops, casts, cache hits and dtypes", "[amp]") {
   CHECK(r[2].op == "softmax");
   CHECK(r[2].chosen_dtype == ag::kFloat32);
   CHECK(r[2].output_dtype == ag::kFloat32);
+  CHECK(r[2].casts == 0);  // its float16 input is read as it is (Note [Reading 16-bit inputs])
+  CHECK(r[2].read_16bit == 1);
   CHECK(r[3].op == "slice");
   CHECK(r[4].op == "add");
   CHECK_FALSE(r[4].chosen_dtype.has_value());

@@ -614,3 +614,35 @@ TEST_CASE("engine: mul and div save only what the needed gradients read", "[auto
   for (double& v : want) v = v + 1.0 / v;
   check_close(a.grad(), want, 1e-12, 1e-12);
 }
+
+// Note [Implicit seed]: the kept seed of 1 is never taken over by a leaf root nor reused once
+// written, so writing into a .grad cannot change a later backward's start.
+TEST_CASE("engine: the implicit seed of backward is reused safely", "[autograd][engine]") {
+  ag::Tensor x = ag::tensor(std::vector<double>{3.0}, {}, ag::kFloat32).requires_grad_();
+  x.backward();  // a leaf root: its .grad must be its own tensor, not the seed
+  REQUIRE(x.grad().item<double>() == 1.0);
+  {
+    ag::NoGradGuard ng;
+    x.grad().add_(ag::tensor(std::vector<double>{5.0}, {}, ag::kFloat32));
+  }
+  (x * 2.0).backward();
+  CHECK(x.grad().item<double>() == 8.0);
+  (x * 1.0).backward();
+  CHECK(x.grad().item<double>() == 9.0);
+  // mul hands the seed's consumer the other factor itself (1 * c is c): a factor the caller
+  // holds is never taken over as a .grad, so writing into the .grad leaves it alone.
+  ag::Tensor c = ag::tensor(std::vector<double>{3.0}, {}, ag::kFloat32);
+  ag::Tensor z = ag::tensor(std::vector<double>{2.0}, {}, ag::kFloat32).requires_grad_();
+  (z * c).backward();
+  REQUIRE(z.grad().item<double>() == 3.0);
+  {
+    ag::NoGradGuard ng;
+    z.grad().add_(c);
+  }
+  CHECK(c.item<double>() == 3.0);
+  CHECK(z.grad().item<double>() == 6.0);
+  ag::Tensor w = ag::tensor(std::vector<double>{1.5, -2.0}, {2}, ag::kFloat32).requires_grad_();
+  (ag::sum(w * w) * c).backward();
+  check_close(w.grad(), {9.0, -12.0}, 0, 0);
+  CHECK(c.item<double>() == 3.0);
+}
