@@ -35,6 +35,29 @@ template <class F> __device__ __forceinline__ void for_each_element(int64_t n, F
   }
 }
 
+// Note [Step counters in the kernel]
+// An optimizer's step counters (Adam's bias correction, SGD's first momentum step) used to
+// advance in a launch of their own after the update kernel: on a small network's step, one
+// launch in forty. The update kernel now advances them itself, in its last block to finish:
+// every block reads its tensor's counter first, counts itself done (an atomic on a counter
+// of the device's), and the block that completes the count, so after every read, adds 1 to
+// each counter of the launch and resets the count. A skipped step (found_inf set) returns
+// from every block before counting, so nothing advances. Launches of these kernels on a
+// device are serialized on its one stream (Note [CUDA stream]), also inside CUDA graphs, so
+// one counter per device suffices.
+__device__ unsigned int g_blocks_done = 0;
+
+template <int L> __device__ __forceinline__ void advance_steps_if_last(const TensorLists<L>& lists) {
+  __syncthreads();  // this block's threads are past their reads
+  if (threadIdx.x != 0) return;
+  __threadfence();
+  const unsigned int blocks = gridDim.x * gridDim.y;
+  if (atomicAdd(&g_blocks_done, 1u) != blocks - 1) return;
+  __threadfence();  // the other blocks' work is visible before the counters move
+  for (unsigned int t = 0; t < gridDim.y; ++t) *lists.step[t] += 1.0f;
+  g_blocks_done = 0;
+}
+
 template <class G>
 __global__ void amp_check_unscale_kernel(TensorLists<1> lists, float* found_inf, const float* inv_scale, bool write) {
   const int t = blockIdx.y;
@@ -118,14 +141,15 @@ __global__ void sgd_kernel(TensorLists<4> lists, const float* found_inf, const f
       if (mom != A(0)) reinterpret_cast<Vec<P, 4>*>(buf)[q] = bv;
       if (has_working) reinterpret_cast<Vec<W, 4>*>(w)[q] = wv;
     });
-    return;
+  } else {
+    for_each_element(lists.numel[t], [&](int64_t i) {
+      P unused{};
+      const P nx = update(static_cast<A>(to_acc(g[i])), static_cast<A>(to_acc(p[i])), mom != A(0) ? buf[i] : unused);
+      p[i] = nx;
+      if (has_working) w[i] = from_acc<W>(to_acc(nx));
+    });
   }
-  for_each_element(lists.numel[t], [&](int64_t i) {
-    P unused{};
-    const P nx = update(static_cast<A>(to_acc(g[i])), static_cast<A>(to_acc(p[i])), mom != A(0) ? buf[i] : unused);
-    p[i] = nx;
-    if (has_working) w[i] = from_acc<W>(to_acc(nx));
-  });
+  advance_steps_if_last(lists);
 }
 
 // Lists: 0 param, 1 grad, 2 exp_avg, 3 exp_avg_sq, 4 max_exp_avg_sq (amsgrad), 5 working copy
@@ -191,28 +215,24 @@ __global__ void adam_kernel(TensorLists<6> lists, const float* found_inf, const 
       if (h.amsgrad) reinterpret_cast<Vec<P, 4>*>(vmax)[q] = xv;
       if (has_working) reinterpret_cast<Vec<W, 4>*>(w)[q] = wv;
     });
-    return;
+  } else {
+    for_each_element(lists.numel[t], [&](int64_t i) {
+      P unused{};
+      const P nx = update(static_cast<A>(to_acc(g[i])), static_cast<A>(to_acc(p[i])), m[i], v[i],
+                          h.amsgrad ? vmax[i] : unused);
+      p[i] = nx;
+      if (has_working) w[i] = from_acc<W>(to_acc(nx));
+    });
   }
-  for_each_element(lists.numel[t], [&](int64_t i) {
-    P unused{};
-    const P nx = update(static_cast<A>(to_acc(g[i])), static_cast<A>(to_acc(p[i])), m[i], v[i],
-                        h.amsgrad ? vmax[i] : unused);
-    p[i] = nx;
-    if (has_working) w[i] = from_acc<W>(to_acc(nx));
-  });
-}
-
-__global__ void advance_steps_kernel(TensorLists<1> lists, int n, const float* found_inf) {
-  if (found_inf && *found_inf != 0.0f) return;
-  const int t = threadIdx.x;
-  if (t < n) *lists.step[t] += 1.0f;
+  advance_steps_if_last(lists);
 }
 
 const float* f32_or_null(const Tensor& t) { return t.defined() ? static_cast<const float*>(t.data_ptr()) : nullptr; }
 
-// Launches `launch(lists, count, max_numel)` for each run of up to kMaxTensors tensors.
+// Launches `launch(lists, count, max_numel)` for each run of up to kMaxTensors tensors; a run of
+// empty tensors only with `launch_empty` (optimizer steps: their counters advance in the kernel).
 template <int L, class Fill, class Launch>
-void in_batches(size_t n, Fill&& fill, Launch&& launch) {
+void in_batches(size_t n, Fill&& fill, Launch&& launch, bool launch_empty = false) {
   for (size_t start = 0; start < n; start += kMaxTensors) {
     TensorLists<L> lists{};
     const int count = static_cast<int>(std::min<size_t>(kMaxTensors, n - start));
@@ -221,7 +241,7 @@ void in_batches(size_t n, Fill&& fill, Launch&& launch) {
       fill(lists, j, start + j);
       max_numel = std::max(max_numel, lists.numel[j]);
     }
-    if (max_numel > 0) launch(lists, count, max_numel);
+    if (max_numel > 0 || launch_empty) launch(lists, count, max_numel);
   }
 }
 
@@ -254,19 +274,6 @@ __global__ void zero_kernel(TensorLists<1> lists) {
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = gid; i < words; i += step) reinterpret_cast<uint4*>(p)[i] = make_uint4(0, 0, 0, 0);
   for (int64_t i = words * 16 + gid; i < nbytes; i += step) p[i] = 0;
-}
-
-void advance_steps(const KernelContext& ctx, const std::vector<Tensor>& steps, const float* found_inf) {
-  in_batches<1>(
-      steps.size(),
-      [&](TensorLists<1>& l, int j, size_t k) {
-        l.step[j] = static_cast<float*>(steps[k].data_ptr());
-        l.numel[j] = 1;
-      },
-      [&](TensorLists<1>& l, int count, int64_t) {
-        advance_steps_kernel<<<1, kMaxTensors, 0, ctx.stream>>>(l, count, found_inf);
-        AG_CUDA_CHECK_LAUNCH();
-      });
 }
 
 // Calls f(TypeTag<P>, TypeTag<G>) for the (param, grad) dtype pairs the kernels support.
@@ -411,10 +418,10 @@ void sgd_step(const FusedStep& s, const std::vector<Tensor>& momentum_bufs, cons
             sgd_kernel<P, G, W><<<fused_grid(ctx, count, vec4 ? max_numel / 4 : max_numel), kFusedBlock, 0,
                                      ctx.stream>>>(l, f32_or_null(s.found_inf), f32_or_null(s.inv_scale), h, vec4);
             AG_CUDA_CHECK_LAUNCH();
-          });
+          },
+          /*launch_empty=*/true);
     });
   }
-  advance_steps(ctx, steps, f32_or_null(s.found_inf));
 }
 
 void adam_step(const FusedStep& s, const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
@@ -445,10 +452,10 @@ void adam_step(const FusedStep& s, const std::vector<Tensor>& exp_avgs, const st
             adam_kernel<P, G, W><<<fused_grid(ctx, count, vec4 ? max_numel / 4 : max_numel), kFusedBlock, 0,
                                      ctx.stream>>>(l, f32_or_null(s.found_inf), f32_or_null(s.inv_scale), h, vec4);
             AG_CUDA_CHECK_LAUNCH();
-          });
+          },
+          /*launch_empty=*/true);
     });
   }
-  advance_steps(ctx, steps, f32_or_null(s.found_inf));
 }
 
 }  // namespace ampgrad::cuda
