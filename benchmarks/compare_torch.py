@@ -102,7 +102,8 @@ def torch_step(row, reps):
     scaler = torch.amp.GradScaler("cuda", enabled=amp_on and not graphed)
 
     def step():
-        opt.zero_grad(set_to_none=False)
+        # As ampgrad bench step: the default (set_to_none) eager, kept gradients when graphed.
+        opt.zero_grad(set_to_none=not graphed)
         with torch.autocast("cuda", dtype=torch.float16, enabled=amp_on):
             loss = F.cross_entropy(model(x), y)
         scaler.scale(loss).backward()

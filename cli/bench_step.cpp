@@ -53,7 +53,10 @@ nlohmann::json bench_step(const BenchOptions& o) {
         amp::GradScaler scaler(amp::GradScalerOptions().enabled(amp_on));
         Tensor loss;
         auto step = [&] {
-          opt.zero_grad(/*set_to_none=*/false);
+          // Eager: the default, set_to_none (as PyTorch 2), so each gradient comes out of its GEMM
+          // as the parameter's .grad. Graphed: kept gradients, whose memory the graph rewrites
+          // (Note [CUDA graphs]). benchmarks/compare_torch.py does the same on PyTorch's side.
+          opt.zero_grad(/*set_to_none=*/!graphed);
           {
             amp::AutocastGuard autocast(o.device.type, kFloat16, amp_on);
             loss = cross_entropy((*net)(x), y);
