@@ -164,6 +164,12 @@ bool takes_grad_dtype(const Tensor& t, DType d) {
   return e.valid() && (d == t.dtype() || e.node->takes_grad_dtype(d));
 }
 
+void share_gradient_edge(const Tensor& out, const Tensor& leaf) {
+  TensorImpl* impl = out.unsafe_impl();
+  impl->grad_fn = gradient_edge(leaf).node;
+  impl->requires_grad = true;
+}
+
 void record(const OpInfo& op, const Tensor& out, const std::vector<Tensor>& inputs, std::vector<Tensor> saved,
             BackwardFn fn) {
   auto node = std::make_shared<FunctionNode>(op, std::move(fn));

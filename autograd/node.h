@@ -118,6 +118,9 @@ void record(const OpInfo& op, const Tensor& out, const std::vector<Tensor>& inpu
 Edge gradient_edge(const Tensor& t);
 // True when the gradient for `t` may be handed over in dtype `d` as it is (Node::takes_grad_dtype).
 bool takes_grad_dtype(const Tensor& t, DType d);
+// Gives `out` (a same-device cast of the leaf `leaf`) the leaf's accumulator as its gradient
+// edge (Note [Leaf casts] in ops/copy.cpp).
+void share_gradient_edge(const Tensor& out, const Tensor& leaf);
 
 // Runs backward from `root` with gradient `grad`.
 void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph);

@@ -57,6 +57,16 @@ namespace {
 void record_cast(const Tensor& a, const Tensor& out) {
   if (!autograd::any_requires_grad({&a})) return;
   const Device src_device = a.device();
+  // Note [Leaf casts]
+  // A cast's backward on one device passes the gradient on as it is (the dtype is the
+  // receiver's business: Node::takes_grad_dtype), so a cast of a leaf (autocast's copy of a
+  // parameter, each step) needs no node of its own: the copy's gradient edge is the leaf's
+  // accumulator, which widens or narrows what arrives. One node and one engine step fewer per
+  // parameter per step, which a small network's step feels.
+  if (a.is_leaf() && out.device() == src_device) {
+    autograd::share_gradient_edge(out, a);
+    return;
+  }
   // Moves the gradient back to the source device only: the engine restores the dtype, or
   // the source's accumulator widens it while adding (Note [Gradient accumulation]).
   autograd::record(kTo, out, {a}, {}, [src_device](const Tensor& g, const std::vector<Tensor>&) {

@@ -188,7 +188,9 @@ std::string Tensor::str() const {
   if (dtype() != kFloat32 && (numel() == 0 || (dtype() != kInt64 && dtype() != kBool)))
     suffixes.push_back(fmt::format("dtype=torch.{}", dtype_name(dtype())));
   if (grad_fn()) {
-    suffixes.push_back(fmt::format("grad_fn=<{}>", node_class_name(grad_fn()->name())));
+    // A cast of a leaf has the leaf's accumulator as its edge (Note [Leaf casts]).
+    const std::string_view op = grad_fn()->name() == "AccumulateGrad" ? "to_copy" : grad_fn()->name();
+    suffixes.push_back(fmt::format("grad_fn=<{}>", node_class_name(op)));
   } else if (requires_grad()) {
     suffixes.push_back("requires_grad=True");
   }

@@ -197,6 +197,20 @@ TEST_CASE("to: gradients flow back in the source dtype", "[autograd][to]") {
     for (double& v : ref) v *= 2;
     check_close(x.grad(), ref, 0, 0);
   }
+  SECTION("a leaf's cast links straight to the leaf's accumulator (Note [Leaf casts])") {
+    ag::Tensor x = ag::randn({4}).requires_grad_();
+    ag::Tensor h = x.to(ag::kFloat16), d = x.to(ag::kFloat64);
+    CHECK_FALSE(h.is_leaf());
+    CHECK(h.grad_fn() == d.grad_fn());  // both: x's accumulator
+    CHECK(h.str().find("grad_fn=<ToCopyBackward0>") != std::string::npos);
+    // Gradients of both copies and of x itself meet in x's float32 .grad.
+    (ag::sum(h.to(ag::kFloat32) * 2.0) + ag::sum(d * 3.0) + ag::sum(x)).backward();
+    REQUIRE(x.grad().dtype() == ag::kFloat32);
+    check_close(x.grad(), {6, 6, 6, 6}, 0, 0);
+    // A cast of a non-leaf keeps its node.
+    ag::Tensor y = (x * 2.0).to(ag::kFloat16);
+    CHECK(y.grad_fn()->name() == "to");
+  }
   SECTION("a cast to the same dtype is the identity and keeps the graph") {
     ag::Tensor x = ag::randn({3}, ag::kFloat64).requires_grad_();
     ag::Tensor y = x.to(ag::kFloat64);
