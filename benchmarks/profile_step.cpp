@@ -1,7 +1,8 @@
 // One training step (forward, backward, scaled SGD step) between cudaProfilerStart and
 // cudaProfilerStop, after warm-ups, for per-kernel profiles:
 //   ncu --profile-from-start off --metrics gpu__time_duration.sum --csv profile_step wide 4096 amp
-// Models: mlp (784-512-512-10) and wide (4x Linear(4096)); precision: fp32 or amp (fp16 + GradScaler).
+// Models: mlp (784-512-512-10), wide (4x Linear(4096)) and cnn (the Fashion-MNIST CNN of
+// `ampgrad train`, cli/models.cpp); precision: fp32 or amp (fp16 + GradScaler).
 #include <cuda_profiler_api.h>
 
 #include <chrono>
@@ -17,7 +18,7 @@ namespace ag = ampgrad;
 
 int main(int argc, char** argv) {
   if (argc != 4) {
-    std::fprintf(stderr, "usage: profile_step mlp|wide BATCH fp32|amp\n");
+    std::fprintf(stderr, "usage: profile_step mlp|wide|cnn BATCH fp32|amp\n");
     return 2;
   }
   if (!ag::cuda::is_available()) {
@@ -31,14 +32,32 @@ int main(int argc, char** argv) {
   ag::manual_seed(0);
   auto net = std::make_shared<ag::nn::Sequential>();
   const int64_t in = model == "wide" ? 4096 : 784, classes = model == "wide" ? 4096 : 10;
-  const std::vector<int64_t> widths = model == "wide" ? std::vector<int64_t>{4096, 4096, 4096, 4096, 4096}
-                                                      : std::vector<int64_t>{784, 512, 512, 10};
-  for (size_t i = 0; i + 1 < widths.size(); ++i) {
-    net->push_back(std::make_shared<ag::nn::Linear>(widths[i], widths[i + 1]));
-    if (i + 2 < widths.size()) net->push_back(std::make_shared<ag::nn::ReLU>());
+  if (model == "cnn") {
+    namespace nn = ag::nn;
+    nn::Conv2dOptions same;
+    same.padding = {1, 1};
+    for (auto [cin, cout] : {std::pair<int64_t, int64_t>{1, 32}, {32, 64}}) {
+      net->push_back(std::make_shared<nn::Conv2d>(cin, cout, 3, same));
+      net->push_back(std::make_shared<nn::BatchNorm2d>(cout));
+      net->push_back(std::make_shared<nn::ReLU>());
+      net->push_back(std::make_shared<nn::MaxPool2d>(2));
+    }
+    net->push_back(std::make_shared<nn::Flatten>());
+    net->push_back(std::make_shared<nn::Linear>(64 * 7 * 7, 128));
+    net->push_back(std::make_shared<nn::ReLU>());
+    net->push_back(std::make_shared<nn::Dropout>(0.25));
+    net->push_back(std::make_shared<nn::Linear>(128, 10));
+  } else {
+    const std::vector<int64_t> widths = model == "wide" ? std::vector<int64_t>{4096, 4096, 4096, 4096, 4096}
+                                                        : std::vector<int64_t>{784, 512, 512, 10};
+    for (size_t i = 0; i + 1 < widths.size(); ++i) {
+      net->push_back(std::make_shared<ag::nn::Linear>(widths[i], widths[i + 1]));
+      if (i + 2 < widths.size()) net->push_back(std::make_shared<ag::nn::ReLU>());
+    }
   }
   net->to(dev);
-  ag::Tensor x = ag::randn({batch, in}, ag::TensorOptions().device(dev));
+  ag::Tensor x = model == "cnn" ? ag::randn({batch, 1, 28, 28}, ag::TensorOptions().device(dev))
+                                : ag::randn({batch, in}, ag::TensorOptions().device(dev));
   ag::Tensor y = (ag::rand({batch}, ag::TensorOptions().device(dev)) * static_cast<double>(classes)).to(ag::kInt64);
   ag::optim::SGD opt(net->parameters(), ag::optim::SGDOptions(0.01).momentum(0.9));
   ag::amp::GradScaler scaler(ag::amp::GradScalerOptions().enabled(amp_on));

@@ -51,6 +51,21 @@ void nll_loss_forward(const Tensor& lp, const Tensor& target, int64_t ignore_ind
 // 0-dim of grad_lp's dtype, count as nll_loss_forward wrote it. Neither is read on the host.
 void nll_loss_backward(const Tensor& grad, const Tensor& target, const Tensor& count, int64_t ignore_index,
                        const Tensor& grad_lp);
+// Batch norm over x viewed as [outer, C, inner] (contiguous NCHW: outer N, inner H*W;
+// channels-last or 2-D: outer N*H*W, inner 1); per-channel tensors are contiguous [C] in the
+// accumulation dtype (Float32, Float64 for Float64 x). stats: mean and invstd = 1/sqrt(var +
+// eps) of each channel (biased var); running_mean/var, when defined, move by momentum towards
+// mean and the unbiased var. apply: y (x's dtype and layout) = (x - mean) * invstd * weight +
+// bias (weight, bias optional). backward: grad_bias = sum dy, grad_weight = sum dy * xhat (each
+// when defined), grad_x (when defined) = (dy - [training] (mean dy + xhat mean(dy xhat))) *
+// invstd * weight.
+void batch_norm_stats(const Tensor& x, int64_t outer, int64_t inner, double eps, const Tensor& mean,
+                      const Tensor& invstd, const Tensor& running_mean, const Tensor& running_var, double momentum);
+void batch_norm_apply(const Tensor& x, int64_t outer, int64_t inner, const Tensor& mean, const Tensor& invstd,
+                      const Tensor& weight, const Tensor& bias, const Tensor& y);
+void batch_norm_backward(const Tensor& dy, const Tensor& x, int64_t outer, int64_t inner, const Tensor& mean,
+                         const Tensor& invstd, const Tensor& weight, bool training, const Tensor& grad_x,
+                         const Tensor& grad_weight, const Tensor& grad_bias);
 // Mean cross-entropy of logits x contiguous floating [N, C] at target Int64 [N], in one pass:
 // lse (contiguous [N], Float32, or Float64 for Float64 logits) = each row's logsumexp; loss
 // (0-dim, x's dtype or Float32 for 16-bit x read as is) = sum over counted rows of

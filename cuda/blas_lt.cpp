@@ -27,7 +27,8 @@ namespace ampgrad::cuda {
 // is cached per geometry (dtype, TF32, transposes, sizes, leading dims, batch strides, beta,
 // bias epilogue, pointer alignment) with its descriptors, so a call costs a map lookup and
 // cublasLtMatmul. linear's bias rides in the epilogue (EPILOGUE_BIAS) instead of being
-// copied into the output for a beta = 1 GEMM, as PyTorch's addmm does; in backward, the bias
+// copied into the output for a beta = 1 GEMM, as PyTorch's addmm does, and a relu after it in
+// the same epilogue (EPILOGUE_RELU_BIAS, linear_relu); in backward, the bias
 // gradient (the column sums of the incoming gradient) comes out of the weight-gradient GEMM's
 // epilogue (EPILOGUE_BGRADB), which reads those columns anyway: one launch fewer per layer.
 
@@ -66,7 +67,7 @@ struct Key {
   int op_a, op_b;
   int64_t m, n, k, lda, ldb, ldc, stride_a, stride_b, stride_c, batch;
   bool beta_zero;
-  int epilogue;  // 0 none, 1 bias, 2 bias gradient
+  int epilogue;  // 0 none, 1 bias, 2 bias gradient, 3 relu of bias, 4 relu
   int align_a, align_b, align_c;
   auto operator<=>(const Key&) const = default;
 };
@@ -122,12 +123,15 @@ std::unique_ptr<Plan> make_plan(const LtGemm& g, const Key& key, cublasLtHandle_
   AG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
   AG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
   if (key.epilogue != 0) {
-    const cublasLtEpilogue_t epilogue = key.epilogue == 1 ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_BGRADB;
+    constexpr cublasLtEpilogue_t kEpilogues[] = {CUBLASLT_EPILOGUE_DEFAULT, CUBLASLT_EPILOGUE_BIAS,
+                                                 CUBLASLT_EPILOGUE_BGRADB, CUBLASLT_EPILOGUE_RELU_BIAS,
+                                                 CUBLASLT_EPILOGUE_RELU};
+    const cublasLtEpilogue_t epilogue = kEpilogues[key.epilogue];
     AG_CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
     // A bias pointer for the heuristic to see; each call sets its own.
-    const void* vec = key.epilogue == 1 ? g.bias : g.bias_grad;
-    AG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &vec, sizeof(vec)));
+    if (const void* vec = g.bias ? g.bias : g.bias_grad)
+      AG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &vec, sizeof(vec)));
   }
   // Stored shapes, before the transposes.
   const bool ta = g.op_a != CUBLAS_OP_N, tb = g.op_b != CUBLAS_OP_N;
@@ -182,11 +186,13 @@ PlanCache& plan_cache() {
 }  // namespace
 
 bool lt_gemm(const LtGemm& g, void* workspace, size_t workspace_bytes) {
-  if (g.batch > INT32_MAX || ((g.bias || g.bias_grad) && (g.batch != 1 || g.beta != 0)) || (g.bias && g.bias_grad))
+  if (g.batch > INT32_MAX || ((g.bias || g.bias_grad || g.relu) && (g.batch != 1 || g.beta != 0)) ||
+      (g.bias && g.bias_grad) || (g.relu && g.bias_grad))
     return false;
+  const int epilogue = g.relu ? (g.bias ? 3 : 4) : (g.bias ? 1 : (g.bias_grad ? 2 : 0));
   const Key key{g.device, g.dtype, g.out_dtype, g.tf32, static_cast<int>(g.op_a), static_cast<int>(g.op_b), g.m, g.n, g.k,
                 g.lda, g.ldb, g.ldc, g.batch > 1 ? g.stride_a : 0, g.batch > 1 ? g.stride_b : 0,
-                g.batch > 1 ? g.stride_c : 0, g.batch, g.beta == 0, g.bias ? 1 : (g.bias_grad ? 2 : 0), alignment(g.a),
+                g.batch > 1 ? g.stride_c : 0, g.batch, g.beta == 0, epilogue, alignment(g.a),
                 alignment(g.b), alignment(g.c)};
   const cublasLtHandle_t h = lt_handle(g.device);
   const Plan* plan = nullptr;

@@ -34,6 +34,9 @@ struct LtGemm {
   // (cuBLASLt's EPILOGUE_BGRADB: linear's bias gradient from its weight-gradient GEMM; batch 1,
   // beta 0, no bias).
   void* bias_grad = nullptr;
+  // When set: D = max(alpha * op(A) op(B) [+ bias[row]], 0) (EPILOGUE_RELU / RELU_BIAS: linear
+  // followed by relu, ops/linear.cpp; batch 1, beta 0, no bias_grad).
+  bool relu = false;
 };
 
 // Runs the GEMM on the device's library stream; false when cuBLASLt proposes no algorithm

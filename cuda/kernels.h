@@ -17,9 +17,11 @@ void reduce(ReduceKind k, const Tensor& x, const Tensor& out, const Tensor& indi
 void softmax(const Tensor& x, const Tensor& out, bool log);
 void softmax_backward(const Tensor& g, const Tensor& y, const Tensor& grad_x, bool log);
 void gemm(const Tensor& a, const Tensor& bm, const Tensor& out, double alpha, double beta);
-// out[0] = alpha * a[0] @ bm[0] + bias (bias [N] added to every row, in the GEMM's epilogue);
-// false when it cannot (float64, batch > 1, an unaligned bias): nothing ran, use gemm.
-bool gemm_bias(const Tensor& a, const Tensor& bm, const Tensor& bias, const Tensor& out, double alpha);
+// out[0] = alpha * a[0] @ bm[0] + bias (bias [N] added to every row, in the GEMM's epilogue),
+// then max(., 0) with relu (bias may then be undefined); false when it cannot (float64, batch
+// > 1, an unaligned bias, no such epilogue): nothing ran, use gemm.
+bool gemm_bias(const Tensor& a, const Tensor& bm, const Tensor& bias, const Tensor& out, double alpha,
+               bool relu = false);
 // out[0] = a[0] @ bm[0] and bias_grad[i] = sum over k of a[0][i, k] in one cuBLASLt call
 // (EPILOGUE_BGRADB), batch 1; false when cuBLASLt declines (nothing ran).
 bool gemm_bias_grad(const Tensor& a, const Tensor& bm, const Tensor& out, const Tensor& bias_grad);
@@ -29,6 +31,13 @@ void nll_loss_forward(const Tensor& lp, const Tensor& target, int64_t ignore_ind
                       const Tensor& count);
 void nll_loss_backward(const Tensor& grad, const Tensor& target, const Tensor& count, int64_t ignore_index,
                        const Tensor& grad_lp);
+void batch_norm_stats(const Tensor& x, int64_t outer, int64_t inner, double eps, const Tensor& mean,
+                      const Tensor& invstd, const Tensor& running_mean, const Tensor& running_var, double momentum);
+void batch_norm_apply(const Tensor& x, int64_t outer, int64_t inner, const Tensor& mean, const Tensor& invstd,
+                      const Tensor& weight, const Tensor& bias, const Tensor& y);
+void batch_norm_backward(const Tensor& dy, const Tensor& x, int64_t outer, int64_t inner, const Tensor& mean,
+                         const Tensor& invstd, const Tensor& weight, bool training, const Tensor& grad_x,
+                         const Tensor& grad_weight, const Tensor& grad_bias);
 void cross_entropy_forward(const Tensor& x, const Tensor& target, int64_t ignore_index, const Tensor& lse,
                            const Tensor& loss, const Tensor& count);
 void cross_entropy_backward(const Tensor& grad, const Tensor& x, const Tensor& target, const Tensor& lse,

@@ -94,7 +94,7 @@ namespace {
 // out = alpha * a @ bm + beta * out, or (bias defined, beta 0) alpha * a @ bm + bias[col];
 // false only for a bias call cuBLASLt declines (nothing ran).
 bool run_gemm(const Tensor& a, const Tensor& bm, const Tensor& out, double alpha, double beta, const Tensor& bias,
-              const Tensor& bias_grad = Tensor()) {
+              const Tensor& bias_grad = Tensor(), bool relu = false) {
   const int64_t batch = out.size(0), m = out.size(1), n = out.size(2), k = a.size(2);
   if (out.numel() == 0) return true;
   // A float32 output of 16-bit inputs is the one mixed case (Note [Wide weight gradients]).
@@ -103,7 +103,7 @@ bool run_gemm(const Tensor& a, const Tensor& bm, const Tensor& out, double alpha
            "matmul on cuda: dtypes {}, {} and {} differ", dtype_name(a.dtype()), dtype_name(bm.dtype()),
            dtype_name(out.dtype()));
   if (k == 0) {  // an empty sum: out = beta * out
-    if (bias.defined() || bias_grad.defined()) return false;
+    if (bias.defined() || bias_grad.defined() || relu) return false;
     if (beta == 0) fill(out, 0);
     else if (beta != 1) unary(UnaryKind::MulScalar, out, out, beta, 0);
     return true;
@@ -158,9 +158,10 @@ bool run_gemm(const Tensor& a, const Tensor& bm, const Tensor& out, double alpha
     g.beta = beta_f;
     if (bias.defined()) g.bias = bias.data_ptr();
     if (bias_grad.defined()) g.bias_grad = bias_grad.data_ptr();
+    g.relu = relu;
     if (lt_gemm(g, blas.workspace, kWorkspaceBytes)) return true;
   }
-  if (bias.defined() || bias_grad.defined()) return false;
+  if (bias.defined() || bias_grad.defined() || relu) return false;
   const void* alpha_p = f64 ? static_cast<const void*>(&alpha) : static_cast<const void*>(&alpha_f);
   const void* beta_p = f64 ? static_cast<const void*>(&beta) : static_cast<const void*>(&beta_f);
 
@@ -176,11 +177,13 @@ void gemm(const Tensor& a, const Tensor& bm, const Tensor& out, double alpha, do
   run_gemm(a, bm, out, alpha, beta, Tensor());
 }
 
-bool gemm_bias(const Tensor& a, const Tensor& bm, const Tensor& bias, const Tensor& out, double alpha) {
-  if (out.size(0) != 1 || out.dtype() == DType::Float64 || bias.dtype() != out.dtype() || !bias.is_contiguous() ||
-      reinterpret_cast<uintptr_t>(bias.data_ptr()) % 16 != 0)
+bool gemm_bias(const Tensor& a, const Tensor& bm, const Tensor& bias, const Tensor& out, double alpha, bool relu) {
+  if (out.size(0) != 1 || out.dtype() == DType::Float64 || out.dtype() != a.dtype() || (!bias.defined() && !relu))
     return false;
-  return run_gemm(a, bm, out, alpha, 0, bias);
+  if (bias.defined() && (bias.dtype() != out.dtype() || !bias.is_contiguous() ||
+                         reinterpret_cast<uintptr_t>(bias.data_ptr()) % 16 != 0))
+    return false;
+  return run_gemm(a, bm, out, alpha, 0, bias, Tensor(), relu);
 }
 
 bool gemm_bias_grad(const Tensor& a, const Tensor& bm, const Tensor& out, const Tensor& bias_grad) {

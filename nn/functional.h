@@ -17,6 +17,7 @@ using ampgrad::dropout;
 using ampgrad::gelu;
 using ampgrad::layer_norm;
 using ampgrad::linear;
+using ampgrad::linear_relu;
 using ampgrad::log_softmax;
 using ampgrad::max_pool2d;
 using ampgrad::mse_loss;

@@ -1,7 +1,10 @@
 // Module bookkeeping: parameter and buffer trees, moves, and state_dict.
 #include "nn/module.h"
 
+#include <typeinfo>
+
 #include "autograd/node.h"
+#include "nn/layers.h"
 #include "ops/ops.h"
 
 namespace ampgrad::nn {
@@ -123,7 +126,19 @@ Sequential& Sequential::push_back(std::shared_ptr<Module> m) {
 
 Tensor Sequential::forward(const Tensor& x) {
   Tensor h = x;
-  for (auto& [n, m] : named_children()) h = m->forward(h);
+  const auto& children = named_children();
+  for (size_t i = 0; i < children.size(); ++i) {
+    Module* m = children[i].second.get();
+    // A Linear directly followed by a ReLU runs as one op (Note [Linear + ReLU] in
+    // ops/linear.cpp): the same values, one launch and one autograd node fewer.
+    if (i + 1 < children.size() && typeid(*m) == typeid(Linear) && typeid(*children[i + 1].second) == typeid(ReLU)) {
+      auto* lin = static_cast<Linear*>(m);
+      h = linear_relu(h, lin->weight, lin->bias);
+      ++i;
+      continue;
+    }
+    h = m->forward(h);
+  }
   return h;
 }
 

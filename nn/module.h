@@ -31,7 +31,7 @@ class Module : public std::enable_shared_from_this<Module> {
   std::vector<std::pair<std::string, Tensor>> named_buffers(bool recurse = true) const;
   std::vector<Tensor> parameters(bool recurse = true) const;
   std::vector<Tensor> buffers(bool recurse = true) const;
-  std::vector<std::pair<std::string, std::shared_ptr<Module>>> named_children() const { return children_; }
+  const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& named_children() const { return children_; }
 
   void train(bool on = true);
   void eval() { train(false); }
@@ -65,7 +65,8 @@ class Module : public std::enable_shared_from_this<Module> {
   bool training_ = true;
 };
 
-// Modules applied in order.
+// Modules applied in order; a Linear directly followed by a ReLU runs as one linear_relu (Note
+// [Linear + ReLU] in ops/linear.cpp).
 class Sequential : public Module {
  public:
   Sequential() : Module("Sequential") {}

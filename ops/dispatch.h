@@ -53,6 +53,22 @@ inline void nll_loss_backward(const Tensor& grad, const Tensor& target, const Te
                               const Tensor& grad_lp) {
   AG_KERNEL_ON(grad_lp.device(), nll_loss_backward, grad, target, count, ignore_index, grad_lp);
 }
+inline void batch_norm_stats(const Tensor& x, int64_t outer, int64_t inner, double eps, const Tensor& mean,
+                             const Tensor& invstd, const Tensor& running_mean, const Tensor& running_var,
+                             double momentum) {
+  AG_KERNEL_ON(mean.device(), batch_norm_stats, x, outer, inner, eps, mean, invstd, running_mean, running_var,
+               momentum);
+}
+inline void batch_norm_apply(const Tensor& x, int64_t outer, int64_t inner, const Tensor& mean, const Tensor& invstd,
+                             const Tensor& weight, const Tensor& bias, const Tensor& y) {
+  AG_KERNEL_ON(y.device(), batch_norm_apply, x, outer, inner, mean, invstd, weight, bias, y);
+}
+inline void batch_norm_backward(const Tensor& dy, const Tensor& x, int64_t outer, int64_t inner, const Tensor& mean,
+                                const Tensor& invstd, const Tensor& weight, bool training, const Tensor& grad_x,
+                                const Tensor& grad_weight, const Tensor& grad_bias) {
+  AG_KERNEL_ON(mean.device(), batch_norm_backward, dy, x, outer, inner, mean, invstd, weight, training, grad_x,
+               grad_weight, grad_bias);
+}
 inline void cross_entropy_forward(const Tensor& x, const Tensor& target, int64_t ignore_index, const Tensor& lse,
                                   const Tensor& loss, const Tensor& count) {
   AG_KERNEL_ON(loss.device(), cross_entropy_forward, x, target, ignore_index, lse, loss, count);

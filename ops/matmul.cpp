@@ -1,6 +1,8 @@
-// The matmul family: mm, bmm, matmul (batch dims broadcast), addmm, linear.
+// The matmul family: mm, bmm, matmul (batch dims broadcast), addmm, and the GEMM helpers that
+// linear (ops/linear.cpp) shares (ops/gemm.h).
 #include "autograd/node.h"
 #include "ops/dispatch.h"
+#include "ops/gemm.h"
 #include "ops/internal.h"
 #include "ops/op_scope.h"
 #include "ops/ops.h"
@@ -16,7 +18,7 @@ const OpInfo kMm{"mm", Category::lower, true, "tensor cores: float16/bfloat16 in
 const OpInfo kBmm{"bmm", Category::lower, true, "tensor cores: float16/bfloat16 inputs with float32 accumulation"};
 const OpInfo kMatmul{"matmul", Category::lower, true, "tensor cores: float16/bfloat16 inputs with float32 accumulation"};
 const OpInfo kAddmm{"addmm", Category::lower, true, "tensor cores: float16/bfloat16 inputs with float32 accumulation"};
-const OpInfo kLinear{"linear", Category::lower, true, "tensor cores: float16/bfloat16 inputs with float32 accumulation"};
+}  // namespace
 
 void check_matmul_dtypes(const OpInfo& op, const Tensor& a, const Tensor& b) {
   check_same_device(op, a, b);
@@ -25,10 +27,7 @@ void check_matmul_dtypes(const OpInfo& op, const Tensor& a, const Tensor& b) {
   AG_CHECK(is_floating(a.dtype()), "{}: expected floating inputs, got {} and {}", op.name, a.desc(), b.desc());
 }
 
-// out[B, M, N] = a[B, M, K] @ b[B, K, N] (batch strides may be 0), into `out` (contiguous
-// [B, M, N]) when given, else a new tensor.
-Tensor batched_gemm(const Tensor& a3, const Tensor& b3, const Tensor& c3 = Tensor(), double alpha = 1,
-                    double beta = 0, Tensor out = Tensor()) {
+Tensor batched_gemm(const Tensor& a3, const Tensor& b3, const Tensor& c3, double alpha, double beta, Tensor out) {
   const int64_t batch = a3.size(0), m = a3.size(1), n = b3.size(2);
   if (!out.defined()) out = empty({batch, m, n}, a3.options());
   if (out.numel() == 0) return out;
@@ -58,14 +57,11 @@ Tensor batched_gemm(const Tensor& a3, const Tensor& b3, const Tensor& c3 = Tenso
   return out;
 }
 
-// A [1, rows, cols] alias of a 2-D tensor, without the op machinery of unsqueeze (no
-// dispatch, no autograd): the matrix products call this on every operand (Note [GEMM views]).
 Tensor batch1(const Tensor& t) {
   return alias_with(t, {1, t.size(0), t.size(1)}, {t.size(0) * t.size(1), t.stride(0), t.stride(1)},
                     t.storage_offset());
 }
 
-// The transpose of a 2-D tensor as a plain alias (Note [GEMM views]).
 Tensor transposed(const Tensor& t) {
   return alias_with(t, {t.size(1), t.size(0)}, {t.stride(1), t.stride(0)}, t.storage_offset());
 }
@@ -77,13 +73,14 @@ Tensor transposed(const Tensor& t) {
 // away. mm and linear therefore build the [1, M, K] operands the GEMM kernel takes as plain
 // aliases, and allocate their output in its final shape with a [1, M, N] alias for the
 // kernel.
-Tensor gemm2d(const Tensor& a, const Tensor& b, const Tensor& bias_row = Tensor()) {
+Tensor gemm2d(const Tensor& a, const Tensor& b, const Tensor& bias_row) {
   const int64_t m = a.size(0), n = b.size(1);
   Tensor out = empty({m, n}, a.options());
   batched_gemm(batch1(a), batch1(b), bias_row, 1, bias_row.defined() ? 1 : 0, batch1(out));
   return out;
 }
 
+namespace {
 // Only the gradients an input asked for at record time are computed (PyTorch's
 // needs_input_grad): a first layer's input seldom requires grad, and its GEMM is the largest.
 Grads mm_backward(const Tensor& g, const Tensor& a, const Tensor& b, bool need_a = true, bool need_b = true) {
@@ -215,81 +212,6 @@ Tensor addmm(const Tensor& c0, const Tensor& a0, const Tensor& b0, const Scalar&
       auto scaled = [al](const Tensor& t) { return al == 1 || !t.defined() ? t : t * al; };
       return Grads{be == 1 ? g : g * be, scaled(ab[0]), scaled(ab[1])};
     });
-  return scope.finish(out);
-}
-
-Tensor linear(const Tensor& x0, const Tensor& w0, const Tensor& b0) {
-  Tensor x = x0, w = w0, b = b0;
-  OpScope scope(kLinear, x, w, b);
-  check_defined(kLinear, x, "input");
-  check_defined(kLinear, w, "weight");
-  AG_CHECK(w.dim() == 2, "linear: weight must be 2-D [out_features, in_features], got {}", w.desc());
-  AG_CHECK(x.dim() >= 1 && x.size(-1) == w.size(1),
-           "linear: input {} has {} features but weight {} expects {} (in_features)", x.desc(),
-           x.dim() ? x.size(-1) : 0, shape_str(w.shape()), w.size(1));
-  check_matmul_dtypes(kLinear, x, w);
-  if (b.defined()) {
-    check_matmul_dtypes(kLinear, w, b);
-    AG_CHECK(b.dim() == 1 && b.size(0) == w.size(0), "linear: bias {} must be [{}] (out_features)", b.desc(),
-             w.size(0));
-  }
-  Tensor out;
-  {
-    NoGradGuard no_grad;
-    const Tensor x2 = x.dim() == 2 ? x : x.reshape({-1, x.size(-1)});
-    const int64_t rows = x2.size(0), n = w.size(0);
-    const Tensor wt = transposed(w);
-    // The bias as a [1, rows, n] broadcast row (Note [GEMM views]).
-    const Tensor bias = b.defined() ? alias_with(b, {1, rows, n}, {0, 0, b.stride(0)}, b.storage_offset()) : Tensor();
-    out = gemm2d(x2, wt, bias);
-    if (x.dim() != 2) {
-      Shape os = x.shape();
-      os.back() = n;
-      out = out.view(os);
-    }
-  }
-  if (autograd::any_requires_grad({&x, &w, &b})) {
-    const bool has_bias = b.defined() && b.requires_grad(), need_w = w.requires_grad();
-    // Note [Wide weight gradients]
-    // Under autocast a float32 parameter reaches linear as its float16 copy (a cast), and its
-    // gradient ends in the parameter's float32 .grad. The weight-gradient GEMM accumulates in
-    // float32 anyway, so it writes float32 directly (cuBLASLt takes 16-bit A and B with a
-    // float32 D), and the bias gradient from its epilogue is float32 too. The cast's node
-    // passes such a gradient on as it is (Node::takes_grad_dtype), and the parameter's
-    // accumulator takes it over when .grad is empty (zero_grad() sets it to none) or adds it
-    // in: no widening kernel per parameter, and no float16 rounding of the gradient on its way
-    // (a float16 weight gradient can also no longer overflow where the float32 one would not;
-    // activation gradients stay float16 and their overflows still reach the scaler).
-    // Megatron-LM's gradient-accumulation fusion does the same for its main_grad buffers.
-    const bool wide = is_reduced_float(w.dtype()) && need_w && autograd::takes_grad_dtype(w, kFloat32) &&
-                      (!has_bias || autograd::takes_grad_dtype(b, kFloat32));
-    autograd::record(kLinear, out, {x, w, b}, {x, w},
-                     [has_bias, need_x = x.requires_grad(), need_w, wide](const Tensor& g, const Saved& s) {
-      Tensor g2 = g.dim() == 2 ? g : g.reshape({-1, g.size(-1)});
-      Tensor x2 = s[0].dim() == 2 ? s[0] : s[0].reshape({-1, s[0].size(-1)});
-      Tensor gx = need_x ? mm(g2, s[1]).view(s[0].shape()) : Tensor();
-      Tensor gw, gb;
-      if (need_w) {
-        const Tensor g2t = transposed(g2);
-#if AMPGRAD_WITH_CUDA
-        if (g2.is_cuda() && g2.dtype() == x2.dtype() && g2.size(0) > 0 && (has_bias || wide)) {
-          const TensorOptions wo = TensorOptions(wide ? kFloat32 : g2.dtype()).device(g2.device());
-          gw = empty({g2t.size(0), x2.size(1)}, wo);
-          if (has_bias) {
-            // The bias gradient from the weight gradient's GEMM epilogue (Note [cuBLASLt GEMM]).
-            gb = empty({g2t.size(0)}, wo);
-            if (!cuda::gemm_bias_grad(batch1(g2t), batch1(x2), batch1(gw), gb)) gw = gb = Tensor();
-          } else {
-            kernel::gemm(batch1(g2t), batch1(x2), batch1(gw), 1, 0);
-          }
-        }
-#endif
-        if (!gw.defined()) gw = mm(g2t, x2);
-      }
-      if (has_bias && !gb.defined()) gb = sum(g2, {0});
-      return Grads{gx, gw, gb};
-    });
-  }
   return scope.finish(out);
 }
 

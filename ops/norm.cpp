@@ -18,6 +18,69 @@ const OpInfo kLayerNorm{"layer_norm", Category::fp32, true, "accumulation: mean 
 const OpInfo kDropout{"dropout", Category::passthrough, true, "a mask multiply: exact in any dtype"};
 
 Tensor as_float32(const Tensor& t) { return t.defined() && t.dtype() != kFloat32 && t.dtype() != kFloat64 ? t.to(kFloat32) : t; }
+
+// Note [Fused batch norm]
+// As a composite of differentiable ops, batch norm cost about fifteen kernels forward and
+// twenty backward per layer (mean, var, the running-statistic updates, the normalization's
+// products, their gradients), and under autocast two casts each way more, which made a
+// small CNN's AMP step slower than its float32 one. When x is NCHW-contiguous, channels-last
+// or 2-D and the per-channel tensors are in the accumulation dtype (float32, float64 for
+// float64 x; the usual case, also under autocast, where x is float16 and the layer's
+// parameters float32), it runs as kernels of its own: the statistics (shifted sums, so the
+// variance does not cancel) and the running-statistic update in one launch, the normalization
+// in one, written in x's dtype and layout; backward, the per-channel sums (grad_weight,
+// grad_bias) in one and the input gradient in one. Everything else takes the composite.
+struct BnGeometry {
+  int64_t outer = 0, inner = 0;
+  bool ok = false;
+};
+BnGeometry bn_geometry(const Tensor& x) {
+  int64_t spatial = 1;
+  for (int64_t d = 2; d < x.dim(); ++d) spatial *= x.size(d);
+  if (x.is_contiguous()) return {x.size(0), spatial, true};
+  if (x.dim() == 4 && is_channels_last(x)) return {x.size(0) * spatial, 1, true};
+  return {};
+}
+
+Tensor batch_norm_fused(const Tensor& x, const BnGeometry& geo, const Tensor& running_mean, const Tensor& running_var,
+                        const Tensor& weight, const Tensor& bias, bool training, double momentum, double eps) {
+  const DType acc = x.dtype() == kFloat64 ? kFloat64 : kFloat32;
+  const int64_t c = x.size(1);
+  Tensor mean, invstd;
+  if (training) {
+    mean = empty_as({c}, acc, x);
+    invstd = empty_as({c}, acc, x);
+    kernel::batch_norm_stats(x, geo.outer, geo.inner, eps, mean, invstd, running_mean, running_var, momentum);
+    if (running_mean.defined()) {
+      running_mean.bump_version();
+      running_var.bump_version();
+    }
+  } else {
+    NoGradGuard no_grad;
+    mean = running_mean.clone();
+    invstd = rsqrt(running_var + eps);
+  }
+  Tensor y = empty_preserving_layout(x);
+  kernel::batch_norm_apply(x, geo.outer, geo.inner, mean, invstd, weight, bias, y);
+  if (autograd::any_requires_grad({&x, &weight, &bias})) {
+    autograd::record(kBatchNorm, y, {x, weight, bias}, {x, weight, mean, invstd},
+                     [geo, training, need_x = x.requires_grad(), need_w = weight.defined() && weight.requires_grad(),
+                      need_b = bias.defined() && bias.requires_grad()](const Tensor& g, const std::vector<Tensor>& s) {
+                       const Tensor& xs = s[0];
+                       Tensor dy = g;
+                       if (dy.strides() != xs.strides()) {  // the kernels index dy as x
+                         dy = empty_preserving_layout(xs);
+                         dy.copy_(g);
+                       }
+                       Tensor gx = need_x ? empty_preserving_layout(xs) : Tensor();
+                       Tensor gw = need_w ? empty_like(s[2]) : Tensor(), gb = need_b ? empty_like(s[2]) : Tensor();
+                       kernel::batch_norm_backward(dy, xs, geo.outer, geo.inner, s[2], s[3], s[1], training, gx, gw,
+                                                   gb);
+                       return autograd::Grads{gx, gw, gb};
+                     });
+  }
+  return y;
+}
 }  // namespace
 
 Tensor batch_norm(const Tensor& x0, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight0,
@@ -34,6 +97,14 @@ Tensor batch_norm(const Tensor& x0, const Tensor& running_mean, const Tensor& ru
                "batch_norm: per-channel tensors must be [{}] on {}, got {}", c, x.device().str(), t->desc());
   AG_CHECK(training || (running_mean.defined() && running_var.defined()),
            "batch_norm: evaluation mode needs running_mean and running_var");
+  const DType acc = x.dtype() == kFloat64 ? kFloat64 : kFloat32;
+  bool fusable = true;
+  for (const Tensor* t : std::initializer_list<const Tensor*>{&running_mean, &running_var, &weight, &bias})
+    fusable = fusable && (!t->defined() || (t->dtype() == acc && t->is_contiguous()));
+  if (const BnGeometry geo = bn_geometry(x); fusable && geo.ok && x.numel() > 0 && (training || running_var.defined())) {
+    if (training) AG_CHECK(x.numel() / c > 1, "batch_norm: expected more than 1 value per channel when training, got input {}", x.desc());
+    return scope.finish(batch_norm_fused(x, geo, running_mean, running_var, weight, bias, training, momentum, eps));
+  }
   Shape dims{0}, bshape(x.dim(), 1);
   for (int64_t d = 2; d < x.dim(); ++d) dims.push_back(d);
   bshape[1] = c;

@@ -132,6 +132,8 @@ Tensor bmm(const Tensor& a, const Tensor& b);
 Tensor matmul(const Tensor& a, const Tensor& b);
 Tensor addmm(const Tensor& c, const Tensor& a, const Tensor& b, const Scalar& beta = 1, const Scalar& alpha = 1);
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+// relu(linear(x, weight, bias)) as one op: the relu in the GEMM's epilogue (Note [Linear + ReLU]).
+Tensor linear_relu(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
 
 // Casts and copies (ops/copy.cpp). `to` is differentiable: gradients flow back in the
 // source dtype.

@@ -4,7 +4,7 @@
 # compute-sanitizer memcheck (memory errors only: the tests provoke API errors on purpose,
 # an out-of-memory and a synchronization inside a graph capture), then the benchmarks. Logs go to $OUT when it is set.
 # "profile" prints host time per step part and a per-kernel device-time table (ncu) of one
-# training step of the small and the wide MLP (benchmarks/profile_step.cpp) and of conv2d
+# training step of the small MLP, the CNN and the wide MLP (benchmarks/profile_step.cpp) and of conv2d
 # forward + backward (benchmarks/profile_conv.cpp).
 # Usage: bash dist/gpu/gpu_run.sh [tests|memcheck|bench|train|profile|all]  (default: all)
 set -uo pipefail
@@ -56,7 +56,7 @@ if [ "$what" = all ] || [ "$what" = bench ]; then
 fi
 if [ "$what" = profile ]; then
   repo="$(cd "$here/../.." && pwd)"
-  for c in "mlp 64 fp32" "mlp 64 amp" "wide 4096 fp32" "wide 4096 amp"; do
+  for c in "mlp 64 fp32" "mlp 64 amp" "cnn 128 fp32" "cnn 128 amp" "wide 4096 fp32" "wide 4096 amp"; do
     set -- $c
     echo "=== profile_step $c"
     ncu --profile-from-start off --metrics gpu__time_duration.sum --csv "$here/profile_step" $c \

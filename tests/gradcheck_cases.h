@@ -348,6 +348,10 @@ inline const Table& gradcheck_table() {
         [](const V& v) { return ag::linear(v[0], v[1]); });
     add("linear", "3-D input, transposed weight", [] { return V{N({2, 3, 4}), N({2, 4}, kT), N({2})}; },
         [](const V& v) { return ag::linear(v[0], v[1], v[2]); });
+    add("linear_relu", "with bias", [] { return V{N({5, 4}), N({3, 4}), N({3})}; },
+        [](const V& v) { return ag::linear_relu(v[0], v[1], v[2]); });
+    add("linear_relu", "without bias, 3-D input", [] { return V{N({2, 3, 4}), N({3, 4})}; },
+        [](const V& v) { return ag::linear_relu(v[0], v[1]); });
 
     // Neural-network ops (ops/nn_ops.h).
     add("conv2d", "bias, stride 1", [] { return V{N({1, 2, 5, 5}), N({3, 2, 3, 3}), N({3})}; },

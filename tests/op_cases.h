@@ -76,6 +76,8 @@ inline const std::map<std::string, Case>& cases() {
       {"le", {[](D d) { return V{sym({4, 5}, d), sym({5}, d)}; }, [](const V& v) { return ag::le(v[0], v[1]); }}},
       {"linear", {[](D d) { return V{sym({2, 4, 3}, d), sym({5, 3}, d), sym({5}, d)}; },
                   [](const V& v) { return ag::linear(v[0], v[1], v[2]); }}},
+      {"linear_relu", {[](D d) { return V{sym({2, 4, 3}, d), sym({5, 3}, d), sym({5}, d)}; },
+                       [](const V& v) { return ag::linear_relu(v[0], v[1], v[2]); }}},
       {"log", {[](D d) { return V{pos({4, 5}, d)}; }, [](const V& v) { return ag::log(v[0]); }}},
       {"log1p", {[](D d) { return V{pos({4, 5}, d)}; }, [](const V& v) { return ag::log1p(v[0]); }}},
       {"log_softmax", {[](D d) { return V{sym({4, 5}, d)}; }, [](const V& v) { return ag::log_softmax(v[0], 1); }}},

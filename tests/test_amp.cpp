@@ -51,7 +51,7 @@ TEST_CASE("every registered op has an autocast case", "[amp]") {
 TEST_CASE("categories match PyTorch's CUDA autocast lists", "[amp]") {
   const std::map<std::string, Category> expected = {
       {"mm", Category::lower},          {"matmul", Category::lower},       {"bmm", Category::lower},
-      {"addmm", Category::lower},       {"linear", Category::lower},       {"exp", Category::fp32},
+      {"addmm", Category::lower},       {"linear", Category::lower},       {"linear_relu", Category::lower},       {"exp", Category::fp32},
       {"log", Category::fp32},          {"log1p", Category::fp32},         {"pow", Category::fp32},
       {"rsqrt", Category::fp32},        {"reciprocal", Category::fp32},    {"softplus", Category::fp32},
       {"sum", Category::fp32},          {"prod", Category::fp32},          {"softmax", Category::fp32},

@@ -96,9 +96,11 @@ TEST_CASE("ampgrad explain lists the ops that ran and the scaler's decision", "[
   json e = json::parse(r.out);
   std::vector<std::string> ops;
   for (const auto& o : e["ops"]) ops.push_back(o["op"].get<std::string>());
-  CHECK(ops == std::vector<std::string>{"reshape", "linear", "relu", "linear", "cross_entropy"});
+  // Linear + ReLU run as one op (Note [Linear + ReLU]).
+  CHECK(ops == std::vector<std::string>{"reshape", "linear_relu", "linear", "cross_entropy"});
   CHECK(e["ops"][1]["output_dtype"] == "float16");
-  CHECK(e["ops"][4]["output_dtype"] == "float32");
+  CHECK(e["ops"][3]["output_dtype"] == "float32");
+  CHECK(e["ops"][3]["read_16bit"] == 1);
   CHECK(e["scaler"]["found_inf"] == false);
   CHECK(e["scaler"]["step_taken"] == true);
   CHECK(e["gradients"].size() == 4);

@@ -188,6 +188,13 @@ const std::map<std::string, Case>& cuda_cases() {
                      [](const V& v) { return ag::addmm(v[0], v[1], v[2], 0.5, 2); }, K::sum}},
       {"linear", Case{kSizes, [](int64_t n) { return V{sym({2, 3, n}), sym({5, n}), sym({5})}; },
                       [](const V& v) { return ag::linear(v[0], v[1], v[2]); }, K::sum}},
+      // Biases of +-6 standard deviations of the product: every output far from relu's kink, some
+      // passed and some zeroed, so the CPU and the GPU agree on the mask.
+      {"linear_relu", Case{kSizes, [](int64_t n) {
+                             const double s = 2 * std::sqrt(static_cast<double>(n));
+                             return V{sym({2, 3, n}), sym({5, n}), ag::tensor(std::vector<double>{s, -s, s, -s, s}, {5}, ag::kFloat32)};
+                           },
+                           [](const V& v) { return ag::linear_relu(v[0], v[1], v[2]); }, K::sum}},
       // Neural-network ops.
       {"conv2d", Case{images, [](int64_t n) { return V{sym({2, 3, n, n}), sym({4, 3, 3, 3}), sym({4})}; },
                       [](const V& v) { return ag::conv2d(v[0], v[1], v[2], {1, 1}, {1, 1}); }, K::sum, false, {},

@@ -160,6 +160,97 @@ TEST_CASE("losses and norms match float64 references", "[nn]") {
   check_close(out, {-2 / std::sqrt(3.5 + 1e-5), -1 / std::sqrt(3.5 + 1e-5), 0, 3 / std::sqrt(3.5 + 1e-5)}, 1e-6, 1e-5);
 }
 
+// Note [Fused batch norm]: the fused kernels on every layout they take (NCHW, channels-last,
+// 2-D), float16 inputs with float32 parameters (autocast's case) and float32, forward, running
+// statistics, evaluation and backward, against float64 references; C = 37 is not a multiple of
+// the column kernel's 32 channels, and 2-D with 1500 rows spreads each channel over many blocks.
+TEST_CASE("batch_norm's fused kernels match float64 references on every layout", "[nn][cuda]") {
+  struct Shape4 {
+    std::string name;
+    ag::Shape shape;
+    bool channels_last;
+  };
+  const std::vector<Shape4> shapes{{"NCHW", {33, 37, 5, 6}, false}, {"NHWC", {33, 37, 5, 6}, true},
+                                   {"2-D", {1500, 37}, false}, {"NCL", {9, 5, 70}, false}};
+  for (ag::Device dev : devices()) {
+    for (const Shape4& sh : shapes) {
+      for (ag::DType dt : {ag::kFloat32, ag::kFloat16}) {
+        INFO(dev.str() << " " << sh.name << " " << ag::dtype_name(dt));
+        ag::manual_seed(21);
+        const int64_t c = sh.shape[1];
+        ag::Tensor x0 = (ag::randn(sh.shape) * 3.0 + 5.0).to(dt).to(dev);
+        if (sh.channels_last) x0 = x0.to_channels_last();  // on the device: to(device) packs
+        ag::Tensor x = x0.detach().requires_grad_();
+        if (sh.channels_last) REQUIRE(ag::is_channels_last(x));
+        ag::Tensor w = (ag::rand({c}) + 0.5).to(dev).requires_grad_(), b = ag::randn({c}).to(dev).requires_grad_();
+        ag::Tensor rm = ag::zeros({c}).to(dev), rv = ag::ones({c}).to(dev);
+        ag::Tensor y = ag::batch_norm(x, rm, rv, w, b, true, 0.1, 1e-5);
+        REQUIRE(y.dtype() == dt);
+        CHECK(y.strides() == x.strides());
+        ag::Tensor g = ag::randn(sh.shape).to(dt).to(dev);  // contiguous even for a channels-last x
+        ag::sum(y * g).backward();
+        // float64 references, from the values as stored; index (o, k, i) over [outer, C, inner].
+        const std::vector<double> xv = x.contiguous().to_vector<double>(), gv = g.contiguous().to_vector<double>();
+        const std::vector<double> wv = w.to_vector<double>(), bv = b.to_vector<double>();
+        const int64_t n = sh.shape[0], inner = static_cast<int64_t>(xv.size()) / (n * c);
+        const double m = static_cast<double>(n * inner);
+        std::vector<double> mu(c, 0), var(c, 0), sg(c, 0), sgx(c, 0);
+        auto at = [&](int64_t o, int64_t k, int64_t i) { return static_cast<size_t>((o * c + k) * inner + i); };
+        for (int64_t o = 0; o < n; ++o)
+          for (int64_t k = 0; k < c; ++k)
+            for (int64_t i = 0; i < inner; ++i) mu[k] += xv[at(o, k, i)] / m;
+        for (int64_t o = 0; o < n; ++o)
+          for (int64_t k = 0; k < c; ++k)
+            for (int64_t i = 0; i < inner; ++i) var[k] += (xv[at(o, k, i)] - mu[k]) * (xv[at(o, k, i)] - mu[k]) / m;
+        std::vector<double> yref(xv.size()), gxref(xv.size()), rmref(c), rvref(c);
+        for (int64_t o = 0; o < n; ++o)
+          for (int64_t k = 0; k < c; ++k)
+            for (int64_t i = 0; i < inner; ++i) {
+              const double xhat = (xv[at(o, k, i)] - mu[k]) / std::sqrt(var[k] + 1e-5);
+              yref[at(o, k, i)] = xhat * wv[k] + bv[k];
+              sg[k] += gv[at(o, k, i)];
+              sgx[k] += gv[at(o, k, i)] * xhat;
+            }
+        for (int64_t o = 0; o < n; ++o)
+          for (int64_t k = 0; k < c; ++k)
+            for (int64_t i = 0; i < inner; ++i) {
+              const double xhat = (xv[at(o, k, i)] - mu[k]) / std::sqrt(var[k] + 1e-5);
+              gxref[at(o, k, i)] =
+                  (gv[at(o, k, i)] - sg[k] / m - xhat * sgx[k] / m) * wv[k] / std::sqrt(var[k] + 1e-5);
+            }
+        for (int64_t k = 0; k < c; ++k) {
+          rmref[k] = 0.1 * mu[k];
+          rvref[k] = 0.9 + 0.1 * var[k] * m / (m - 1);
+        }
+        const double e = std::max(eps_of(dt), 5e-6);  // float32: sums of ~1000 terms in float32
+        check_close(y.contiguous(), yref, 4 * e, 4 * e);
+        check_close(rm, rmref, 1e-5, 1e-5);
+        check_close(rv, rvref, 1e-5, 1e-5);
+        REQUIRE(x.grad().dtype() == dt);
+        CHECK(x.grad().strides() == x.strides());
+        check_close(x.grad().contiguous(), gxref, 8 * e, 8 * e);
+        // Sums of up to 1500 terms of either sign, in float32.
+        double big_w = 0, big_b = 0;
+        for (int64_t k = 0; k < c; ++k) {
+          big_w = std::max(big_w, std::fabs(sgx[k]));
+          big_b = std::max(big_b, std::fabs(sg[k]));
+        }
+        check_close(w.grad(), sgx, 1e-4 * big_w, 1e-4);
+        check_close(b.grad(), sg, 1e-4 * big_b, 1e-4);
+        // Evaluation: the running statistics normalize.
+        ag::Tensor ye = ag::batch_norm(x.detach(), rm, rv, w.detach(), b.detach(), false, 0.1, 1e-5);
+        const std::vector<double> rmv = rm.to_vector<double>(), rvv = rv.to_vector<double>();
+        std::vector<double> yeref(xv.size());
+        for (int64_t o = 0; o < n; ++o)
+          for (int64_t k = 0; k < c; ++k)
+            for (int64_t i = 0; i < inner; ++i)
+              yeref[at(o, k, i)] = (xv[at(o, k, i)] - rmv[k]) / std::sqrt(rvv[k] + 1e-5) * wv[k] + bv[k];
+        check_close(ye.contiguous(), yeref, 4 * e, 4 * e);
+      }
+    }
+  }
+}
+
 TEST_CASE("dropout: rate, scale, training switch, same mask on CPU and CUDA", "[nn][cuda]") {
   ag::Tensor x = ag::ones({100000});
   ag::manual_seed(3);

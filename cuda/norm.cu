@@ -1,0 +1,306 @@
+// CUDA batch norm (Note [Fused batch norm] in ops/norm.cpp): per-channel statistics in one
+// launch, the normalization in one, and the backward in two (per-channel sums, then the input
+// gradient). x is viewed as [outer, C, inner]: NCHW (outer N, inner H*W) or channels-last and
+// 2-D inputs (outer N*H*W, inner 1). Sums run in the accumulation type A (float, double for
+// float64) in a fixed order, so results are deterministic.
+#include <algorithm>
+
+#include "cuda/common.cuh"
+#include "cuda/kernels.h"
+
+namespace ampgrad::cuda {
+
+namespace {
+
+// Each (channel, split) block writes two partial sums; the last block of the launch to finish
+// adds them per channel, in split order (the counter pattern of Note [Step counters in the
+// kernel] in fused.cu: these launches are serialized on the device's stream).
+__device__ unsigned int g_bn_stats_done = 0;
+__device__ unsigned int g_bn_grad_done = 0;
+
+constexpr int kCols = 32, kRows = 8;  // the column layout's block: 32 channels x 8 rows
+
+struct BnGeometry {
+  int64_t outer, c, inner;
+  int splits;  // blocks per channel (plane) or per 32 channels (columns)
+};
+
+// The rows [o0, o1) of split s.
+__device__ __forceinline__ void split_rows(int64_t outer, int splits, int s, int64_t& o0, int64_t& o1) {
+  const int64_t per = (outer + splits - 1) / splits;
+  o0 = min(outer, s * per);
+  o1 = min(outer, o0 + per);
+}
+
+// Sums over channel c's elements in the rows of split s of f(element index): the plane layout,
+// every thread of the block on one channel. Returns the block's sums in thread 0.
+template <class A, class F>
+__device__ void plane_sums(const BnGeometry& g, int64_t c, int s, F&& f, A& r1, A& r2) {
+  __shared__ A sh1[kBlockSize], sh2[kBlockSize];
+  int64_t o0, o1;
+  split_rows(g.outer, g.splits, s, o0, o1);
+  A s1 = 0, s2 = 0;
+  const int64_t n = (o1 - o0) * g.inner;
+  for (int64_t k = threadIdx.x; k < n; k += blockDim.x) {
+    const int64_t o = o0 + k / g.inner, i = k - (k / g.inner) * g.inner;
+    f((o * g.c + c) * g.inner + i, s1, s2);
+  }
+  sh1[threadIdx.x] = s1;
+  sh2[threadIdx.x] = s2;
+  __syncthreads();
+  for (int w = blockDim.x / 2; w > 0; w >>= 1) {
+    if (threadIdx.x < w) {
+      sh1[threadIdx.x] += sh1[threadIdx.x + w];
+      sh2[threadIdx.x] += sh2[threadIdx.x + w];
+    }
+    __syncthreads();
+  }
+  r1 = sh1[0];
+  r2 = sh2[0];
+}
+
+// The column layout (inner 1): threadIdx.x over 32 neighbouring channels, threadIdx.y over
+// rows. Returns channel (blockIdx.x * 32 + threadIdx.x)'s sums in the threads of row 0.
+template <class A, class F>
+__device__ void column_sums(const BnGeometry& g, int s, F&& f, A& r1, A& r2) {
+  __shared__ A sh1[kRows][kCols], sh2[kRows][kCols];
+  int64_t o0, o1;
+  split_rows(g.outer, g.splits, s, o0, o1);
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * kCols + threadIdx.x;
+  A s1 = 0, s2 = 0;
+  if (c < g.c)
+    for (int64_t o = o0 + threadIdx.y; o < o1; o += kRows) f(o * g.c + c, s1, s2);
+  sh1[threadIdx.y][threadIdx.x] = s1;
+  sh2[threadIdx.y][threadIdx.x] = s2;
+  __syncthreads();
+  r1 = 0;
+  r2 = 0;
+  if (threadIdx.y == 0)
+    for (int r = 0; r < kRows; ++r) {
+      r1 += sh1[r][threadIdx.x];
+      r2 += sh2[r][threadIdx.x];
+    }
+}
+
+// Runs the partial sums of this block and writes them to part[(c * splits + s) * 2]; true in
+// one thread of the last block of the launch to finish (after every block's partials).
+template <class A, class F>
+__device__ bool partial_sums(const BnGeometry& g, A* part, unsigned int* done, F&& f) {
+  const int s = blockIdx.y;
+  A r1, r2;
+  if (g.inner > 1) {
+    const int64_t c = blockIdx.x;
+    plane_sums<A>(g, c, s, f, r1, r2);
+    if (threadIdx.x == 0) {
+      part[(c * g.splits + s) * 2] = r1;
+      part[(c * g.splits + s) * 2 + 1] = r2;
+    }
+  } else {
+    column_sums<A>(g, s, f, r1, r2);
+    const int64_t c = static_cast<int64_t>(blockIdx.x) * kCols + threadIdx.x;
+    if (threadIdx.y == 0 && c < g.c) {
+      part[(c * g.splits + s) * 2] = r1;
+      part[(c * g.splits + s) * 2 + 1] = r2;
+    }
+  }
+  __shared__ bool last;
+  __syncthreads();
+  if (threadIdx.x == 0 && threadIdx.y == 0) {
+    __threadfence();
+    const unsigned int blocks = gridDim.x * gridDim.y;
+    last = atomicAdd(done, 1u) == blocks - 1;
+    if (last) *done = 0;
+  }
+  __syncthreads();
+  if (last) __threadfence();
+  return last;
+}
+
+// Channel c's sums over its splits, in split order.
+template <class A> __device__ void channel_total(const A* part, int splits, int64_t c, A& t1, A& t2) {
+  t1 = 0;
+  t2 = 0;
+  for (int s = 0; s < splits; ++s) {
+    t1 += part[(c * splits + s) * 2];
+    t2 += part[(c * splits + s) * 2 + 1];
+  }
+}
+
+__device__ __forceinline__ int linear_tid() { return threadIdx.y * blockDim.x + threadIdx.x; }
+__device__ __forceinline__ int block_threads() { return blockDim.x * blockDim.y; }
+
+// Sums of x - K and (x - K)^2 per channel, K the channel's first element (a shift that keeps
+// the variance E[(x-K)^2] - E[x-K]^2 free of cancellation for data far from 0); the last block
+// writes mean, invstd = 1 / sqrt(var + eps) (biased var) and updates the running statistics
+// (unbiased var, as PyTorch) when given.
+template <class T, class A>
+__global__ void bn_stats_kernel(const T* x, BnGeometry g, A* part, A* mean, A* invstd, A* running_mean,
+                                A* running_var, double momentum, double eps) {
+  const int64_t c_block = g.inner > 1 ? static_cast<int64_t>(blockIdx.x) : -1;
+  auto shift_of = [&](int64_t c) { return static_cast<A>(to_acc(x[c * g.inner])); };
+  A k_plane = c_block >= 0 ? shift_of(c_block) : A(0);
+  const int64_t c_col = static_cast<int64_t>(blockIdx.x) * kCols + threadIdx.x;
+  A k_col = g.inner == 1 && c_col < g.c ? shift_of(c_col) : A(0);
+  const A k = g.inner > 1 ? k_plane : k_col;
+  const bool last = partial_sums<A>(g, part, &g_bn_stats_done, [&](int64_t e, A& s1, A& s2) {
+    const A v = static_cast<A>(to_acc(x[e])) - k;
+    s1 += v;
+    s2 += v * v;
+  });
+  if (!last) return;
+  const A m = static_cast<A>(g.outer * g.inner);
+  for (int64_t c = linear_tid(); c < g.c; c += block_threads()) {
+    A t1, t2;
+    channel_total(part, g.splits, c, t1, t2);
+    const A d = t1 / m;
+    const A var = max(t2 / m - d * d, A(0));
+    const A mu = shift_of(c) + d;
+    mean[c] = mu;
+    invstd[c] = A(1) / sqrt(var + static_cast<A>(eps));
+    if (running_mean) {
+      const A mom = static_cast<A>(momentum);
+      running_mean[c] = (A(1) - mom) * running_mean[c] + mom * mu;
+      running_var[c] = (A(1) - mom) * running_var[c] + mom * var * m / (m - A(1));
+    }
+  }
+}
+
+// y = (x - mean) * invstd * weight + bias, weight and bias optional.
+template <class T, class A>
+__global__ void bn_apply_kernel(const T* x, BnGeometry g, const A* mean, const A* invstd, const A* weight, const A* bias,
+                                T* y, int64_t total) {
+  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < total;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t c = (e / g.inner) % g.c;
+    A v = (static_cast<A>(to_acc(x[e])) - mean[c]) * invstd[c];
+    if (weight) v *= weight[c];
+    if (bias) v += bias[c];
+    y[e] = from_acc<T>(v);
+  }
+}
+
+// Per channel: sum(dy) and sum(dy * (x - mean)); the last block writes grad_bias = sum(dy),
+// grad_weight = invstd * sum(dy * (x - mean)) (each when defined) and coef = the two means
+// over the channel's elements for the input gradient.
+template <class T, class A>
+__global__ void bn_grad_sums_kernel(const T* dy, const T* x, BnGeometry g, const A* mean, const A* invstd, A* part,
+                                    A* coef, A* grad_weight, A* grad_bias) {
+  const bool last = partial_sums<A>(g, part, &g_bn_grad_done, [&](int64_t e, A& s1, A& s2) {
+    const int64_t c = (e / g.inner) % g.c;
+    const A d = static_cast<A>(to_acc(dy[e]));
+    s1 += d;
+    s2 += d * (static_cast<A>(to_acc(x[e])) - mean[c]);
+  });
+  if (!last) return;
+  const A m = static_cast<A>(g.outer * g.inner);
+  for (int64_t c = linear_tid(); c < g.c; c += block_threads()) {
+    A t1, t2;
+    channel_total(part, g.splits, c, t1, t2);
+    if (grad_bias) grad_bias[c] = t1;
+    if (grad_weight) grad_weight[c] = t2 * invstd[c];
+    coef[2 * c] = t1 / m;                 // mean of dy
+    coef[2 * c + 1] = t2 * invstd[c] / m; // mean of dy * xhat
+  }
+}
+
+// dx = (dy - [training] (mean(dy) + xhat * mean(dy * xhat))) * invstd * weight.
+template <class T, class A>
+__global__ void bn_grad_input_kernel(const T* dy, const T* x, BnGeometry g, const A* mean, const A* invstd,
+                                     const A* weight, const A* coef, bool training, T* dx, int64_t total) {
+  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < total;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t c = (e / g.inner) % g.c;
+    A d = static_cast<A>(to_acc(dy[e]));
+    if (training) {
+      const A xhat = (static_cast<A>(to_acc(x[e])) - mean[c]) * invstd[c];
+      d -= coef[2 * c] + xhat * coef[2 * c + 1];
+    }
+    d *= invstd[c];
+    if (weight) d *= weight[c];
+    dx[e] = from_acc<T>(d);
+  }
+}
+
+// Blocks: about two per SM in all.
+BnGeometry geometry_of(const KernelContext& ctx, int64_t outer, int64_t c, int64_t inner) {
+  const int64_t target = 2 * static_cast<int64_t>(ctx.sm_count);
+  const int64_t across = inner > 1 ? c : (c + kCols - 1) / kCols;  // blocks per split
+  const int64_t rows = inner > 1 ? outer : (outer + kRows - 1) / kRows;
+  const int splits = static_cast<int>(std::clamp<int64_t>(target / std::max<int64_t>(across, 1), 1, std::max<int64_t>(rows, 1)));
+  return {outer, c, inner, splits};
+}
+
+dim3 grid_of(const BnGeometry& g) {
+  return dim3(static_cast<unsigned>(g.inner > 1 ? g.c : (g.c + kCols - 1) / kCols), static_cast<unsigned>(g.splits));
+}
+dim3 block_of(const BnGeometry& g) { return g.inner > 1 ? dim3(kBlockSize) : dim3(kCols, kRows); }
+
+template <class T> const T* ptr_or_null(const Tensor& t) { return t.defined() ? ptr<const T>(t) : nullptr; }
+template <class T> T* mut_or_null(const Tensor& t) { return t.defined() ? ptr<T>(t) : nullptr; }
+
+// Calls f(TypeTag<T>{}, TypeTag<A>{}): T x's dtype, A float (double for float64).
+template <class F> void dispatch_bn(DType t, F&& f) {
+  dispatch_floating(t, "batch_norm", [&](auto tt) {
+    using T = typename decltype(tt)::type;
+    if constexpr (std::is_same_v<T, double>) f(tt, TypeTag<double>{});
+    else f(tt, TypeTag<float>{});
+  });
+}
+
+}  // namespace
+
+void batch_norm_stats(const Tensor& x, int64_t outer, int64_t inner, double eps, const Tensor& mean,
+                      const Tensor& invstd, const Tensor& running_mean, const Tensor& running_var, double momentum) {
+  KernelContext ctx(mean);
+  const int64_t c = mean.numel();
+  const BnGeometry g = geometry_of(ctx, outer, c, inner);
+  Tensor part = empty({c * g.splits * 2}, mean.options());
+  dispatch_bn(x.dtype(), [&](auto tt, auto ta) {
+    using T = typename decltype(tt)::type;
+    using A = typename decltype(ta)::type;
+    bn_stats_kernel<T, A><<<grid_of(g), block_of(g), 0, ctx.stream>>>(
+        ptr<const T>(x), g, ptr<A>(part), ptr<A>(mean), ptr<A>(invstd), mut_or_null<A>(running_mean),
+        mut_or_null<A>(running_var), momentum, eps);
+    AG_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void batch_norm_apply(const Tensor& x, int64_t outer, int64_t inner, const Tensor& mean, const Tensor& invstd,
+                      const Tensor& weight, const Tensor& bias, const Tensor& y) {
+  if (y.numel() == 0) return;
+  KernelContext ctx(y);
+  const BnGeometry g{outer, mean.numel(), inner, 1};
+  dispatch_bn(x.dtype(), [&](auto tt, auto ta) {
+    using T = typename decltype(tt)::type;
+    using A = typename decltype(ta)::type;
+    bn_apply_kernel<T, A><<<ctx.grid_stride_blocks(y.numel()), kBlockSize, 0, ctx.stream>>>(
+        ptr<const T>(x), g, ptr<const A>(mean), ptr<const A>(invstd), ptr_or_null<A>(weight), ptr_or_null<A>(bias),
+        ptr<T>(y), y.numel());
+    AG_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void batch_norm_backward(const Tensor& dy, const Tensor& x, int64_t outer, int64_t inner, const Tensor& mean,
+                         const Tensor& invstd, const Tensor& weight, bool training, const Tensor& grad_x,
+                         const Tensor& grad_weight, const Tensor& grad_bias) {
+  KernelContext ctx(mean);
+  const int64_t c = mean.numel();
+  const BnGeometry g = geometry_of(ctx, outer, c, inner);
+  Tensor part = empty({c * g.splits * 2}, mean.options()), coef = empty({2 * c}, mean.options());
+  dispatch_bn(x.dtype(), [&](auto tt, auto ta) {
+    using T = typename decltype(tt)::type;
+    using A = typename decltype(ta)::type;
+    bn_grad_sums_kernel<T, A><<<grid_of(g), block_of(g), 0, ctx.stream>>>(
+        ptr<const T>(dy), ptr<const T>(x), g, ptr<const A>(mean), ptr<const A>(invstd), ptr<A>(part), ptr<A>(coef),
+        mut_or_null<A>(grad_weight), mut_or_null<A>(grad_bias));
+    AG_CUDA_CHECK_LAUNCH();
+    if (grad_x.defined() && grad_x.numel() > 0) {
+      bn_grad_input_kernel<T, A><<<ctx.grid_stride_blocks(grad_x.numel()), kBlockSize, 0, ctx.stream>>>(
+          ptr<const T>(dy), ptr<const T>(x), g, ptr<const A>(mean), ptr<const A>(invstd), ptr_or_null<A>(weight),
+          ptr<const A>(coef), training, ptr<T>(grad_x), grad_x.numel());
+      AG_CUDA_CHECK_LAUNCH();
+    }
+  });
+}
+
+}  // namespace ampgrad::cuda

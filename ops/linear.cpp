@@ -1,0 +1,144 @@
+// linear, and linear_relu: the same layer with its relu in the GEMM's epilogue (nn::Sequential
+// runs each Linear followed by a ReLU as one, Note [Linear + ReLU]).
+#include "autograd/node.h"
+#include "ops/dispatch.h"
+#include "ops/gemm.h"
+#include "ops/internal.h"
+#include "ops/op_scope.h"
+#include "ops/ops.h"
+
+namespace ampgrad {
+
+using autograd::Grads;
+using Saved = std::vector<Tensor>;
+using amp::Category;
+
+namespace {
+const OpInfo kLinear{"linear", Category::lower, true, "tensor cores: float16/bfloat16 inputs with float32 accumulation"};
+const OpInfo kLinearRelu{"linear_relu", Category::lower, true,
+                         "tensor cores, as linear; the relu rides in the GEMM's epilogue"};
+
+void check_linear(const OpInfo& op, const Tensor& x, const Tensor& w, const Tensor& b) {
+  check_defined(op, x, "input");
+  check_defined(op, w, "weight");
+  AG_CHECK(w.dim() == 2, "{}: weight must be 2-D [out_features, in_features], got {}", op.name, w.desc());
+  AG_CHECK(x.dim() >= 1 && x.size(-1) == w.size(1),
+           "{}: input {} has {} features but weight {} expects {} (in_features)", op.name, x.desc(),
+           x.dim() ? x.size(-1) : 0, shape_str(w.shape()), w.size(1));
+  check_matmul_dtypes(op, x, w);
+  if (b.defined()) {
+    check_matmul_dtypes(op, w, b);
+    AG_CHECK(b.dim() == 1 && b.size(0) == w.size(0), "{}: bias {} must be [{}] (out_features)", op.name, b.desc(),
+             w.size(0));
+  }
+}
+
+// The gradients of x @ w^T + b for the incoming gradient g2 ([rows, out_features]).
+Grads linear_grads(const Tensor& g2, const Tensor& x, const Tensor& w, bool has_bias, bool need_x, bool need_w,
+                   bool wide) {
+  Tensor x2 = x.dim() == 2 ? x : x.reshape({-1, x.size(-1)});
+  Tensor gx = need_x ? mm(g2, w).view(x.shape()) : Tensor();
+  Tensor gw, gb;
+  if (need_w) {
+    const Tensor g2t = transposed(g2);
+#if AMPGRAD_WITH_CUDA
+    if (g2.is_cuda() && g2.dtype() == x2.dtype() && g2.size(0) > 0 && (has_bias || wide)) {
+      const TensorOptions wo = TensorOptions(wide ? kFloat32 : g2.dtype()).device(g2.device());
+      gw = empty({g2t.size(0), x2.size(1)}, wo);
+      if (has_bias) {
+        // The bias gradient from the weight gradient's GEMM epilogue (Note [cuBLASLt GEMM]).
+        gb = empty({g2t.size(0)}, wo);
+        if (!cuda::gemm_bias_grad(batch1(g2t), batch1(x2), batch1(gw), gb)) gw = gb = Tensor();
+      } else {
+        kernel::gemm(batch1(g2t), batch1(x2), batch1(gw), 1, 0);
+      }
+    }
+#endif
+    if (!gw.defined()) gw = mm(g2t, x2);
+  }
+  if (has_bias && !gb.defined()) gb = sum(g2, {0});
+  return Grads{gx, gw, gb};
+}
+
+// Note [Linear + ReLU]
+// A small network's step is bound by host time, a launch each: a Linear followed by a ReLU
+// costs two launches forward. cuBLASLt applies the relu in the GEMM's epilogue
+// (EPILOGUE_RELU_BIAS), so linear_relu is one launch, and one autograd node instead of two.
+// The output is identical (relu commutes with rounding). Backward, the output saved for it
+// serves as the relu's mask (y > 0 exactly where x @ w^T + b > 0): one ReluBackward kernel,
+// then linear's gradients. nn::Sequential runs each Linear directly followed by a ReLU this
+// way; the trace (`ampgrad explain`) shows it as linear_relu. Elsewhere (the CPU, float64, a
+// GEMM cuBLASLt declines) the relu runs in place on linear's output.
+Tensor linear_impl(const OpInfo& op, const Tensor& x, const Tensor& w, const Tensor& b, bool relu) {
+  check_linear(op, x, w, b);
+  Tensor out;
+  {
+    NoGradGuard no_grad;
+    const Tensor x2 = x.dim() == 2 ? x : x.reshape({-1, x.size(-1)});
+    const int64_t rows = x2.size(0), n = w.size(0);
+    const Tensor wt = transposed(w);
+    bool fused = false;
+#if AMPGRAD_WITH_CUDA
+    if (relu && x2.is_cuda() && rows > 0 && x2.size(1) > 0) {
+      out = empty({rows, n}, x2.options());
+      fused = cuda::gemm_bias(batch1(x2), batch1(wt), b.defined() ? b.contiguous() : Tensor(), batch1(out), 1, true);
+    }
+#endif
+    if (!fused) {
+      // The bias as a [1, rows, n] broadcast row (Note [GEMM views]).
+      const Tensor bias =
+          b.defined() ? alias_with(b, {1, rows, n}, {0, 0, b.stride(0)}, b.storage_offset()) : Tensor();
+      out = gemm2d(x2, wt, bias);
+      if (relu && out.numel()) kernel::unary(UnaryKind::Relu, out, out);
+    }
+    if (x.dim() != 2) {
+      Shape os = x.shape();
+      os.back() = n;
+      out = out.view(os);
+    }
+  }
+  if (autograd::any_requires_grad({&x, &w, &b})) {
+    const bool has_bias = b.defined() && b.requires_grad(), need_w = w.requires_grad();
+    // Note [Wide weight gradients]
+    // Under autocast a float32 parameter reaches linear as its float16 copy (a cast), and its
+    // gradient ends in the parameter's float32 .grad. The weight-gradient GEMM accumulates in
+    // float32 anyway, so it writes float32 directly (cuBLASLt takes 16-bit A and B with a
+    // float32 D), and the bias gradient from its epilogue is float32 too. The copy passes
+    // such a gradient on as it is (Node::takes_grad_dtype, Note [Leaf casts]), and the
+    // parameter's accumulator takes it over when .grad is empty (zero_grad() sets it to none)
+    // or adds it in: no widening kernel per parameter, and no float16 rounding of the gradient
+    // on its way (a float16 weight gradient can also no longer overflow where the float32 one
+    // would not; activation gradients stay float16 and their overflows still reach the
+    // scaler). Megatron-LM's gradient-accumulation fusion does the same for its main_grad.
+    const bool wide = is_reduced_float(w.dtype()) && need_w && autograd::takes_grad_dtype(w, kFloat32) &&
+                      (!has_bias || autograd::takes_grad_dtype(b, kFloat32));
+    Saved saved{x, w};
+    if (relu) saved.push_back(out.detach());  // the relu's mask; detached: no cycle through out's node
+    autograd::record(op, out, {x, w, b}, std::move(saved),
+                     [has_bias, need_x = x.requires_grad(), need_w, wide, relu](const Tensor& g, const Saved& s) {
+                       Tensor gz = g;
+                       if (relu) {
+                         gz = empty(g.shape(), g.options());
+                         if (gz.numel()) kernel::binary(BinaryKind::ReluBackward, g, s[2], gz);
+                       }
+                       const Tensor g2 = gz.dim() == 2 ? gz : gz.reshape({-1, gz.size(-1)});
+                       return linear_grads(g2, s[0], s[1], has_bias, need_x, need_w, wide);
+                     });
+  }
+  return out;
+}
+}  // namespace
+
+Tensor linear(const Tensor& x0, const Tensor& w0, const Tensor& b0) {
+  Tensor x = x0, w = w0, b = b0;
+  OpScope scope(kLinear, x, w, b);
+  return scope.finish(linear_impl(kLinear, x, w, b, false));
+}
+
+Tensor linear_relu(const Tensor& x0, const Tensor& w0, const Tensor& b0) {
+  Tensor x = x0, w = w0, b = b0;
+  OpScope scope(kLinearRelu, x, w, b);
+  return scope.finish(linear_impl(kLinearRelu, x, w, b, true));
+}
+
+}  // namespace ampgrad
