@@ -31,6 +31,7 @@ def median_ms(fn, warmup=5, reps=30, calls=1):
 
 
 OP_CALLS = 10  # calls per sample for single-op cases, as ampgrad's kOpCalls
+STEP_CALLS = 10  # back-to-back steps per sample, as ampgrad's kStepCalls (cli/bench_step.cpp)
 
 DTYPES = {"f32": torch.float32, "tf32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
 
@@ -111,7 +112,7 @@ def torch_step(row, reps):
         scaler.update()
 
     if not graphed:
-        return {"ms": median_ms(step, 5, reps)}
+        return {"ms": median_ms(step, 5, reps, STEP_CALLS), "ms_single": median_ms(step, 5, reps, 1)}
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
@@ -121,7 +122,7 @@ def torch_step(row, reps):
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
         step()
-    return {"ms": median_ms(g.replay, 5, reps)}
+    return {"ms": median_ms(g.replay, 5, reps, STEP_CALLS), "ms_single": median_ms(g.replay, 5, reps, 1)}
 
 
 def torch_optim(row, reps):
@@ -171,13 +172,17 @@ def main():
                   f"{t['fwd_tflops']:.1f} | {r['fwd_tflops'] / t['fwd_tflops']:.2f} | {r['fwd_bwd_tflops']:.1f} | "
                   f"{t['fwd_bwd_tflops']:.1f} | {r['fwd_bwd_tflops'] / t['fwd_bwd_tflops']:.2f} |")
     if "step" in suites:
-        print("\n## Training step, ms (lower is better)\n\n| model | batch | precision | mode | ampgrad | PyTorch | PyTorch / ampgrad |\n|---|---|---|---|---|---|---|")
+        print("\n## Training step, ms (lower is better): mean of 10 back-to-back steps; one step: a single synchronized step\n\n"
+              "| model | batch | precision | mode | ampgrad | PyTorch | PyTorch / ampgrad | ampgrad, one step | PyTorch, one step | ratio |\n"
+              "|---|---|---|---|---|---|---|---|---|---|")
         for r in rows:
             if r["suite"] != "step":
                 continue
             t = torch_step(r, args.reps)
             note = " (PyTorch: no scaler)" if r["mode"] == "CUDA graph" and r["precision"] != "fp32" else ""
-            print(f"| {r['model']} | {r['batch']} | {r['precision']} | {r['mode']}{note} | {r['ms']:.3f} | {t['ms']:.3f} | {t['ms'] / r['ms']:.2f} |")
+            single = r.get("ms_single", float("nan"))
+            print(f"| {r['model']} | {r['batch']} | {r['precision']} | {r['mode']}{note} | {r['ms']:.3f} | {t['ms']:.3f} | "
+                  f"{t['ms'] / r['ms']:.2f} | {single:.3f} | {t['ms_single']:.3f} | {t['ms_single'] / single:.2f} |")
     if "optim" in suites:
         print("\n## Optimizer step (unscale + inf check + Adam), ms\n\n| parameters | ampgrad | PyTorch Adam(fused) + GradScaler | PyTorch / ampgrad | ampgrad GB/s | copy GB/s |\n|---|---|---|---|---|---|")
         for r in rows:
