@@ -34,16 +34,16 @@ __device__ __forceinline__ void split_rows(int64_t outer, int splits, int s, int
 
 // Sums over channel c's elements in the rows of split s of f(element index): the plane layout,
 // every thread of the block on one channel. Returns the block's sums in thread 0.
-template <class A, class F>
+template <class A, class I, class F>
 __device__ void plane_sums(const BnGeometry& g, int64_t c, int s, F&& f, A& r1, A& r2) {
   __shared__ A sh1[kBlockSize], sh2[kBlockSize];
   int64_t o0, o1;
   split_rows(g.outer, g.splits, s, o0, o1);
   A s1 = 0, s2 = 0;
-  const int64_t n = (o1 - o0) * g.inner;
-  for (int64_t k = threadIdx.x; k < n; k += blockDim.x) {
-    const int64_t o = o0 + k / g.inner, i = k - (k / g.inner) * g.inner;
-    f((o * g.c + c) * g.inner + i, s1, s2);
+  const I inner = static_cast<I>(g.inner), n = static_cast<I>((o1 - o0) * g.inner);
+  for (I k = threadIdx.x; k < n; k += blockDim.x) {
+    const I q = k / inner;
+    f((static_cast<int64_t>(o0 + q) * g.c + c) * g.inner + (k - q * inner), c, s1, s2);
   }
   sh1[threadIdx.x] = s1;
   sh2[threadIdx.x] = s2;
@@ -69,7 +69,7 @@ __device__ void column_sums(const BnGeometry& g, int s, F&& f, A& r1, A& r2) {
   const int64_t c = static_cast<int64_t>(blockIdx.x) * kCols + threadIdx.x;
   A s1 = 0, s2 = 0;
   if (c < g.c)
-    for (int64_t o = o0 + threadIdx.y; o < o1; o += kRows) f(o * g.c + c, s1, s2);
+    for (int64_t o = o0 + threadIdx.y; o < o1; o += kRows) f(o * g.c + c, c, s1, s2);
   sh1[threadIdx.y][threadIdx.x] = s1;
   sh2[threadIdx.y][threadIdx.x] = s2;
   __syncthreads();
@@ -84,13 +84,13 @@ __device__ void column_sums(const BnGeometry& g, int s, F&& f, A& r1, A& r2) {
 
 // Runs the partial sums of this block and writes them to part[(c * splits + s) * 2]; true in
 // one thread of the last block of the launch to finish (after every block's partials).
-template <class A, class F>
+template <class A, class I, class F>
 __device__ bool partial_sums(const BnGeometry& g, A* part, unsigned int* done, F&& f) {
   const int s = blockIdx.y;
   A r1, r2;
   if (g.inner > 1) {
     const int64_t c = blockIdx.x;
-    plane_sums<A>(g, c, s, f, r1, r2);
+    plane_sums<A, I>(g, c, s, f, r1, r2);
     if (threadIdx.x == 0) {
       part[(c * g.splits + s) * 2] = r1;
       part[(c * g.splits + s) * 2 + 1] = r2;
@@ -133,7 +133,7 @@ __device__ __forceinline__ int block_threads() { return blockDim.x * blockDim.y;
 // the variance E[(x-K)^2] - E[x-K]^2 free of cancellation for data far from 0); the last block
 // writes mean, invstd = 1 / sqrt(var + eps) (biased var) and updates the running statistics
 // (unbiased var, as PyTorch) when given.
-template <class T, class A>
+template <class T, class A, class I>
 __global__ void bn_stats_kernel(const T* x, BnGeometry g, A* part, A* mean, A* invstd, A* running_mean,
                                 A* running_var, double momentum, double eps) {
   const int64_t c_block = g.inner > 1 ? static_cast<int64_t>(blockIdx.x) : -1;
@@ -142,7 +142,7 @@ __global__ void bn_stats_kernel(const T* x, BnGeometry g, A* part, A* mean, A* i
   const int64_t c_col = static_cast<int64_t>(blockIdx.x) * kCols + threadIdx.x;
   A k_col = g.inner == 1 && c_col < g.c ? shift_of(c_col) : A(0);
   const A k = g.inner > 1 ? k_plane : k_col;
-  const bool last = partial_sums<A>(g, part, &g_bn_stats_done, [&](int64_t e, A& s1, A& s2) {
+  const bool last = partial_sums<A, I>(g, part, &g_bn_stats_done, [&](int64_t e, int64_t, A& s1, A& s2) {
     const A v = static_cast<A>(to_acc(x[e])) - k;
     s1 += v;
     s2 += v * v;
@@ -166,12 +166,13 @@ __global__ void bn_stats_kernel(const T* x, BnGeometry g, A* part, A* mean, A* i
 }
 
 // y = (x - mean) * invstd * weight + bias, weight and bias optional.
-template <class T, class A>
+template <class T, class A, class I>
 __global__ void bn_apply_kernel(const T* x, BnGeometry g, const A* mean, const A* invstd, const A* weight, const A* bias,
                                 T* y, int64_t total) {
+  const I inner = static_cast<I>(g.inner), channels = static_cast<I>(g.c);
   for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < total;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t c = (e / g.inner) % g.c;
+    const I c = (static_cast<I>(e) / inner) % channels;
     A v = (static_cast<A>(to_acc(x[e])) - mean[c]) * invstd[c];
     if (weight) v *= weight[c];
     if (bias) v += bias[c];
@@ -182,11 +183,10 @@ __global__ void bn_apply_kernel(const T* x, BnGeometry g, const A* mean, const A
 // Per channel: sum(dy) and sum(dy * (x - mean)); the last block writes grad_bias = sum(dy),
 // grad_weight = invstd * sum(dy * (x - mean)) (each when defined) and coef = the two means
 // over the channel's elements for the input gradient.
-template <class T, class A>
+template <class T, class A, class I>
 __global__ void bn_grad_sums_kernel(const T* dy, const T* x, BnGeometry g, const A* mean, const A* invstd, A* part,
                                     A* coef, A* grad_weight, A* grad_bias) {
-  const bool last = partial_sums<A>(g, part, &g_bn_grad_done, [&](int64_t e, A& s1, A& s2) {
-    const int64_t c = (e / g.inner) % g.c;
+  const bool last = partial_sums<A, I>(g, part, &g_bn_grad_done, [&](int64_t e, int64_t c, A& s1, A& s2) {
     const A d = static_cast<A>(to_acc(dy[e]));
     s1 += d;
     s2 += d * (static_cast<A>(to_acc(x[e])) - mean[c]);
@@ -204,12 +204,13 @@ __global__ void bn_grad_sums_kernel(const T* dy, const T* x, BnGeometry g, const
 }
 
 // dx = (dy - [training] (mean(dy) + xhat * mean(dy * xhat))) * invstd * weight.
-template <class T, class A>
+template <class T, class A, class I>
 __global__ void bn_grad_input_kernel(const T* dy, const T* x, BnGeometry g, const A* mean, const A* invstd,
                                      const A* weight, const A* coef, bool training, T* dx, int64_t total) {
+  const I inner = static_cast<I>(g.inner), channels = static_cast<I>(g.c);
   for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < total;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t c = (e / g.inner) % g.c;
+    const I c = (static_cast<I>(e) / inner) % channels;
     A d = static_cast<A>(to_acc(dy[e]));
     if (training) {
       const A xhat = (static_cast<A>(to_acc(x[e])) - mean[c]) * invstd[c];
@@ -238,12 +239,15 @@ dim3 block_of(const BnGeometry& g) { return g.inner > 1 ? dim3(kBlockSize) : dim
 template <class T> const T* ptr_or_null(const Tensor& t) { return t.defined() ? ptr<const T>(t) : nullptr; }
 template <class T> T* mut_or_null(const Tensor& t) { return t.defined() ? ptr<T>(t) : nullptr; }
 
-// Calls f(TypeTag<T>{}, TypeTag<A>{}): T x's dtype, A float (double for float64).
-template <class F> void dispatch_bn(DType t, F&& f) {
-  dispatch_floating(t, "batch_norm", [&](auto tt) {
+// Calls f(TypeTag<T>{}, TypeTag<A>{}, TypeTag<I>{}): T x's dtype, A float (double for
+// float64), I the index type: int32 when x's elements fit (64-bit division is emulated on the
+// GPU, and dominated these kernels), else int64.
+template <class F> void dispatch_bn(const Tensor& x, F&& f) {
+  dispatch_floating(x.dtype(), "batch_norm", [&](auto tt) {
     using T = typename decltype(tt)::type;
-    if constexpr (std::is_same_v<T, double>) f(tt, TypeTag<double>{});
-    else f(tt, TypeTag<float>{});
+    using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
+    if (x.numel() <= INT32_MAX) f(tt, TypeTag<A>{}, TypeTag<int32_t>{});
+    else f(tt, TypeTag<A>{}, TypeTag<int64_t>{});
   });
 }
 
@@ -255,10 +259,11 @@ void batch_norm_stats(const Tensor& x, int64_t outer, int64_t inner, double eps,
   const int64_t c = mean.numel();
   const BnGeometry g = geometry_of(ctx, outer, c, inner);
   Tensor part = empty({c * g.splits * 2}, mean.options());
-  dispatch_bn(x.dtype(), [&](auto tt, auto ta) {
+  dispatch_bn(x, [&](auto tt, auto ta, auto ti) {
     using T = typename decltype(tt)::type;
     using A = typename decltype(ta)::type;
-    bn_stats_kernel<T, A><<<grid_of(g), block_of(g), 0, ctx.stream>>>(
+    using I = typename decltype(ti)::type;
+    bn_stats_kernel<T, A, I><<<grid_of(g), block_of(g), 0, ctx.stream>>>(
         ptr<const T>(x), g, ptr<A>(part), ptr<A>(mean), ptr<A>(invstd), mut_or_null<A>(running_mean),
         mut_or_null<A>(running_var), momentum, eps);
     AG_CUDA_CHECK_LAUNCH();
@@ -270,10 +275,11 @@ void batch_norm_apply(const Tensor& x, int64_t outer, int64_t inner, const Tenso
   if (y.numel() == 0) return;
   KernelContext ctx(y);
   const BnGeometry g{outer, mean.numel(), inner, 1};
-  dispatch_bn(x.dtype(), [&](auto tt, auto ta) {
+  dispatch_bn(x, [&](auto tt, auto ta, auto ti) {
     using T = typename decltype(tt)::type;
     using A = typename decltype(ta)::type;
-    bn_apply_kernel<T, A><<<ctx.grid_stride_blocks(y.numel()), kBlockSize, 0, ctx.stream>>>(
+    using I = typename decltype(ti)::type;
+    bn_apply_kernel<T, A, I><<<ctx.grid_stride_blocks(y.numel()), kBlockSize, 0, ctx.stream>>>(
         ptr<const T>(x), g, ptr<const A>(mean), ptr<const A>(invstd), ptr_or_null<A>(weight), ptr_or_null<A>(bias),
         ptr<T>(y), y.numel());
     AG_CUDA_CHECK_LAUNCH();
@@ -287,15 +293,16 @@ void batch_norm_backward(const Tensor& dy, const Tensor& x, int64_t outer, int64
   const int64_t c = mean.numel();
   const BnGeometry g = geometry_of(ctx, outer, c, inner);
   Tensor part = empty({c * g.splits * 2}, mean.options()), coef = empty({2 * c}, mean.options());
-  dispatch_bn(x.dtype(), [&](auto tt, auto ta) {
+  dispatch_bn(x, [&](auto tt, auto ta, auto ti) {
     using T = typename decltype(tt)::type;
     using A = typename decltype(ta)::type;
-    bn_grad_sums_kernel<T, A><<<grid_of(g), block_of(g), 0, ctx.stream>>>(
+    using I = typename decltype(ti)::type;
+    bn_grad_sums_kernel<T, A, I><<<grid_of(g), block_of(g), 0, ctx.stream>>>(
         ptr<const T>(dy), ptr<const T>(x), g, ptr<const A>(mean), ptr<const A>(invstd), ptr<A>(part), ptr<A>(coef),
         mut_or_null<A>(grad_weight), mut_or_null<A>(grad_bias));
     AG_CUDA_CHECK_LAUNCH();
     if (grad_x.defined() && grad_x.numel() > 0) {
-      bn_grad_input_kernel<T, A><<<ctx.grid_stride_blocks(grad_x.numel()), kBlockSize, 0, ctx.stream>>>(
+      bn_grad_input_kernel<T, A, I><<<ctx.grid_stride_blocks(grad_x.numel()), kBlockSize, 0, ctx.stream>>>(
           ptr<const T>(dy), ptr<const T>(x), g, ptr<const A>(mean), ptr<const A>(invstd), ptr_or_null<A>(weight),
           ptr<const A>(coef), training, ptr<T>(grad_x), grad_x.numel());
       AG_CUDA_CHECK_LAUNCH();

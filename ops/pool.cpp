@@ -1,7 +1,10 @@
-// Pooling: max and average over windows (built on unfold), and adaptive average pooling.
+// Pooling: max (kernels of its own), average over windows (built on unfold), and adaptive
+// average pooling.
 #include <cmath>
 
+#include "autograd/node.h"
 #include "ops/dispatch.h"
+#include "ops/pool_kernels.h"
 #include "ops/internal.h"
 #include "ops/nn_ops.h"
 #include "ops/op_scope.h"
@@ -28,6 +31,22 @@ void check_pool_padding(std::string_view op, const Window2d& w) {
            w.pw, w.kh, w.kw);
 }
 
+// The max-pooling kernels of the tensors' device (ops/pool_kernels.h).
+void pool_forward(const Tensor& x, const Window2d& w, const Tensor& out, const Tensor& idx) {
+#if AMPGRAD_WITH_CUDA
+  if (x.is_cuda()) return cuda::max_pool2d_forward(x, w, out, idx);
+#endif
+  if (x.is_cuda()) kernel::no_cuda("max_pool2d");
+  cpu::max_pool2d_forward(x, w, out, idx);
+}
+void pool_backward(const Tensor& g, const Tensor& idx, const Window2d& w, const Tensor& gx) {
+#if AMPGRAD_WITH_CUDA
+  if (gx.is_cuda()) return cuda::max_pool2d_backward(g, idx, w, gx);
+#endif
+  if (gx.is_cuda()) kernel::no_cuda("max_pool2d");
+  cpu::max_pool2d_backward(g, idx, w, gx);
+}
+
 // [N, C, H, W] -> windows [N, C, kh*kw, oh*ow].
 Tensor windows(const Tensor& x, const Window2d& w, double pad_value) {
   return unfold(x, w, pad_value).view({x.size(0), x.size(1), w.kh * w.kw, -1});
@@ -42,8 +61,32 @@ Tensor max_pool2d(const Tensor& x0, std::array<int64_t, 2> kernel, std::array<in
   Window2d w = pool_window(kernel, stride, padding, dilation);
   check_pool_padding("max_pool2d", w);
   AG_CHECK(x.dim() == 4, "max_pool2d: expected a 4-D input [N, C, H, W], got {}", x.desc());
-  Tensor out = max(windows(x, w, -INFINITY), 2).first;
-  return scope.finish(out.view({x.size(0), x.size(1), w.out_h(x.size(2)), w.out_w(x.size(3))}));
+  const Shape os{x.size(0), x.size(1), w.out_h(x.size(2)), w.out_w(x.size(3))};
+  AG_CHECK(os[2] > 0 && os[3] > 0, "max_pool2d: input {} is smaller than the window {}x{}", x.desc(), w.kh, w.kw);
+  if (!is_floating(x.dtype()) || x.size(2) * x.size(3) > INT32_MAX) {
+    Tensor out = max(windows(x, w, -INFINITY), 2).first;
+    return scope.finish(out.view(os));
+  }
+  // Note [Max pooling]
+  // max_pool2d was unfold (a copy of every window) and a max reduction with indices; its
+  // backward, the max's scatter and unfold's adjoint: about 40 % of the CNN's step on the
+  // H200. It is one kernel each way now: each output finds its window's maximum (NaN wins,
+  // then the first of equal values, as the reduction did) and keeps its position in the
+  // plane (int32); backward, each input adds the gradients of the windows whose maximum it
+  // was (a gather: deterministic, no atomics). A channels-last input gives a channels-last
+  // output, as in PyTorch.
+  const bool cl = is_channels_last(x);
+  Tensor out = cl ? empty_channels_last(os, x.options()) : empty(os, x.options());
+  Tensor idx = cl ? empty_channels_last(os, x.options().dtype(kInt32)) : empty(os, x.options().dtype(kInt32));
+  pool_forward(x, w, out, idx);
+  if (autograd::any_requires_grad({&x})) {
+    autograd::record(kMaxPool2d, out, {x}, {idx}, [w, shape = x.shape(), cl](const Tensor& g, const std::vector<Tensor>& s) {
+      Tensor gx = cl ? empty_channels_last(shape, g.options()) : empty(shape, g.options());
+      pool_backward(g, s[0], w, gx);
+      return autograd::Grads{gx};
+    });
+  }
+  return scope.finish(out);
 }
 
 Tensor avg_pool2d(const Tensor& x0, std::array<int64_t, 2> kernel, std::array<int64_t, 2> stride,

@@ -251,6 +251,54 @@ TEST_CASE("batch_norm's fused kernels match float64 references on every layout",
   }
 }
 
+// Note [Max pooling]: the direct kernels against a float64 reference, channels-last in and
+// out, ties to the first maximum, NaN propagated, and the gradient gathered to the maxima.
+TEST_CASE("max_pool2d's kernels: values, layouts, ties, NaN and gradients", "[nn][cuda]") {
+  for (ag::Device dev : devices()) {
+    for (bool cl : {false, true}) {
+      INFO(dev.str() << (cl ? " channels-last" : " NCHW"));
+      ag::manual_seed(4);
+      // Values on a coarse grid, so windows hold ties.
+      ag::Tensor x = (ag::randn({2, 3, 7, 9}) * 2.0).to(ag::kInt64).to(ag::kFloat32).to(dev);
+      if (cl) x = x.to_channels_last();
+      x = x.detach().requires_grad_();
+      ag::Tensor y = ag::max_pool2d(x, {3, 3}, {2, 2}, {1, 1});
+      CHECK(y.shape() == ag::Shape{2, 3, 4, 5});
+      CHECK(ag::is_channels_last(y) == cl);
+      const std::vector<double> xv = x.contiguous().to_vector<double>();
+      std::vector<double> ref(2 * 3 * 4 * 5), gref(xv.size(), 0.0);
+      ag::Tensor g = ag::randn({2, 3, 4, 5}).to(dev);
+      const std::vector<double> gv = g.to_vector<double>();
+      for (int64_t p = 0; p < 6; ++p)
+        for (int64_t oy = 0; oy < 4; ++oy)
+          for (int64_t ox = 0; ox < 5; ++ox) {
+            double best = -INFINITY;
+            int64_t arg = -1;
+            for (int64_t i = 0; i < 3; ++i)
+              for (int64_t j = 0; j < 3; ++j) {
+                const int64_t iy = oy * 2 - 1 + i, ix = ox * 2 - 1 + j;
+                if (iy < 0 || iy >= 7 || ix < 0 || ix >= 9) continue;
+                const double v = xv[static_cast<size_t>(p * 63 + iy * 9 + ix)];
+                if (arg < 0 || v > best) {
+                  best = v;
+                  arg = p * 63 + iy * 9 + ix;
+                }
+              }
+            const size_t o = static_cast<size_t>(p * 20 + oy * 5 + ox);
+            ref[o] = best;
+            gref[static_cast<size_t>(arg)] += gv[o];
+          }
+      check_close(y.contiguous(), ref, 0, 0);
+      ag::sum(y * g).backward();
+      CHECK(ag::is_channels_last(x.grad()) == cl);
+      check_close(x.grad().contiguous(), gref, 1e-6, 1e-6);
+    }
+    // A NaN in a window is its maximum.
+    ag::Tensor n = ag::tensor(std::vector<double>{1, NAN, 3, 2}, {1, 1, 2, 2}, ag::kFloat32).to(dev);
+    CHECK(std::isnan(ag::max_pool2d(n, {2, 2}).item<double>()));
+  }
+}
+
 TEST_CASE("dropout: rate, scale, training switch, same mask on CPU and CUDA", "[nn][cuda]") {
   ag::Tensor x = ag::ones({100000});
   ag::manual_seed(3);
