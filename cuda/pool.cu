@@ -1,5 +1,7 @@
 // CUDA max pooling (Note [Max pooling] in ops/pool.cpp): one thread per output forward, one
 // per input backward (it gathers from the windows that hold it: deterministic, no atomics).
+#include <algorithm>
+
 #include "cuda/common.cuh"
 #include "ops/pool_kernels.h"
 
@@ -12,37 +14,40 @@ struct Dims4 {
 };
 struct Strides4 {
   int64_t n, c, h, w;
-  template <class I> __device__ __forceinline__ int64_t at(I a, I b, I y, I x) const {
-    return static_cast<int64_t>(a) * n + static_cast<int64_t>(b) * c + static_cast<int64_t>(y) * h +
-           static_cast<int64_t>(x) * w;
+  __device__ __forceinline__ int64_t at(int64_t a, int64_t b, int y, int x) const {
+    return a * n + b * c + static_cast<int64_t>(y) * h + static_cast<int64_t>(x) * w;
   }
 };
 Strides4 strides_of(const Tensor& t) { return {t.stride(0), t.stride(1), t.stride(2), t.stride(3)}; }
 
-// Index arithmetic in I: int32 when every index fits (64-bit division is emulated on the GPU
-// and dominated these kernels), int64 otherwise.
-template <class T, class I>
-__global__ void max_pool2d_forward_kernel(const T* x, Dims4 in, Strides4 xs, Window2d w, int64_t oh, int64_t ow,
-                                          T* out, int32_t* indices, Strides4 os, int64_t total) {
+// blockIdx.y (striding by gridDim.y) picks the plane (n, c); the threads of blockIdx.x cover its
+// positions, so a thread divides once to find its row and column. Integer division is emulated
+// on the GPU, and per-element decompositions and window searches dominated these kernels.
+template <class T>
+__global__ void max_pool2d_forward_kernel(const T* x, Dims4 in, Strides4 xs, Window2d w, int oh, int ow, T* out,
+                                          int32_t* indices, Strides4 os) {
   using A = dacc_t<T>;
-  const I OW = static_cast<I>(ow), OH = static_cast<I>(oh), C = static_cast<I>(in.c), H = static_cast<I>(in.h),
-          W = static_cast<I>(in.w);
-  for (int64_t e64 = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e64 < total;
-       e64 += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const I e = static_cast<I>(e64);
-    const I ox = e % OW, oy = (e / OW) % OH, c = (e / (OW * OH)) % C, n = e / (OW * OH * C);
+  const int H = static_cast<int>(in.h), W = static_cast<int>(in.w), kh = static_cast<int>(w.kh),
+            kw = static_cast<int>(w.kw), sh = static_cast<int>(w.sh), sw = static_cast<int>(w.sw),
+            ph = static_cast<int>(w.ph), pw = static_cast<int>(w.pw), dh = static_cast<int>(w.dh),
+            dw = static_cast<int>(w.dw);
+  const int pos = blockIdx.x * blockDim.x + threadIdx.x;
+  if (pos >= oh * ow) return;
+  const int oy = pos / ow, ox = pos - oy * ow;
+  for (int64_t plane = blockIdx.y; plane < in.n * in.c; plane += gridDim.y) {
+    const int64_t n = plane / in.c, c = plane - n * in.c;
     A best = 0;
     int32_t arg = -1;
-    for (I i = 0; i < static_cast<I>(w.kh); ++i) {
-      const I iy = oy * static_cast<I>(w.sh) - static_cast<I>(w.ph) + i * static_cast<I>(w.dh);
+    for (int i = 0; i < kh; ++i) {
+      const int iy = oy * sh - ph + i * dh;
       if (iy < 0 || iy >= H) continue;
-      for (I j = 0; j < static_cast<I>(w.kw); ++j) {
-        const I ix = ox * static_cast<I>(w.sw) - static_cast<I>(w.pw) + j * static_cast<I>(w.dw);
+      for (int j = 0; j < kw; ++j) {
+        const int ix = ox * sw - pw + j * dw;
         if (ix < 0 || ix >= W) continue;
         const A v = to_acc(x[xs.at(n, c, iy, ix)]);
         if (arg < 0 || v > best || (v != v && best == best)) {  // NaN wins, then the first maximum
           best = v;
-          arg = static_cast<int32_t>(iy * W + ix);
+          arg = iy * W + ix;
         }
       }
     }
@@ -51,31 +56,46 @@ __global__ void max_pool2d_forward_kernel(const T* x, Dims4 in, Strides4 xs, Win
   }
 }
 
-template <class T, class I>
+// The outputs whose windows hold input row iy: oy * s - p + i * d == iy for a tap i in [0, k).
+__device__ __forceinline__ void window_range(int iy, int k, int s, int p, int d, int out, int& lo, int& hi) {
+  const int t = iy + p;
+  hi = min(t / s, out - 1);
+  const int first = t - (k - 1) * d;
+  lo = first <= 0 ? 0 : (first + s - 1) / s;
+}
+
+template <class T>
 __global__ void max_pool2d_backward_kernel(const T* g, const int32_t* indices, Strides4 gs, Strides4 is, Window2d w,
-                                           int64_t oh, int64_t ow, Dims4 in, T* gx, Strides4 xs, int64_t total) {
+                                           int oh, int ow, Dims4 in, T* gx, Strides4 xs) {
   using A = dacc_t<T>;
-  const I OW = static_cast<I>(ow), OH = static_cast<I>(oh), C = static_cast<I>(in.c), H = static_cast<I>(in.h),
-          W = static_cast<I>(in.w);
-  const I sh = static_cast<I>(w.sh), sw = static_cast<I>(w.sw), ph = static_cast<I>(w.ph), pw = static_cast<I>(w.pw),
-          dh = static_cast<I>(w.dh), dw = static_cast<I>(w.dw);
-  for (int64_t e64 = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e64 < total;
-       e64 += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const I e = static_cast<I>(e64);
-    const I ix = e % W, iy = (e / W) % H, c = (e / (W * H)) % C, n = e / (W * H * C);
+  const int H = static_cast<int>(in.h), W = static_cast<int>(in.w);
+  const int pos = blockIdx.x * blockDim.x + threadIdx.x;
+  if (pos >= H * W) return;
+  const int iy = pos / W, ix = pos - iy * W;
+  int ylo, yhi, xlo, xhi;
+  window_range(iy, static_cast<int>(w.kh), static_cast<int>(w.sh), static_cast<int>(w.ph), static_cast<int>(w.dh), oh,
+               ylo, yhi);
+  window_range(ix, static_cast<int>(w.kw), static_cast<int>(w.sw), static_cast<int>(w.pw), static_cast<int>(w.dw), ow,
+               xlo, xhi);
+  const int dh = static_cast<int>(w.dh), dw = static_cast<int>(w.dw), sh = static_cast<int>(w.sh),
+            sw = static_cast<int>(w.sw), ph = static_cast<int>(w.ph), pw = static_cast<int>(w.pw);
+  for (int64_t plane = blockIdx.y; plane < in.n * in.c; plane += gridDim.y) {
+    const int64_t n = plane / in.c, c = plane - n * in.c;
     A sum = 0;
-    const int32_t me = static_cast<int32_t>(iy * W + ix);
-    for (I i = 0; i < static_cast<I>(w.kh); ++i) {
-      const I ty = iy + ph - i * dh;
-      if (ty < 0 || ty % sh != 0 || ty / sh >= OH) continue;
-      for (I j = 0; j < static_cast<I>(w.kw); ++j) {
-        const I tx = ix + pw - j * dw;
-        if (tx < 0 || tx % sw != 0 || tx / sw >= OW) continue;
-        if (indices[is.at(n, c, ty / sh, tx / sw)] == me) sum += to_acc(g[gs.at(n, c, ty / sh, tx / sw)]);
+    for (int oy = ylo; oy <= yhi; ++oy) {
+      if (dh != 1 && (iy + ph - oy * sh) % dh != 0) continue;
+      for (int ox = xlo; ox <= xhi; ++ox) {
+        if (dw != 1 && (ix + pw - ox * sw) % dw != 0) continue;
+        if (indices[is.at(n, c, oy, ox)] == pos) sum += to_acc(g[gs.at(n, c, oy, ox)]);
       }
     }
     gx[xs.at(n, c, iy, ix)] = from_acc<T>(sum);
   }
+}
+
+dim3 plane_grid(int64_t positions, int64_t planes) {
+  return dim3(static_cast<unsigned>((positions + kBlockSize - 1) / kBlockSize),
+              static_cast<unsigned>(std::min<int64_t>(planes, 65535)));
 }
 
 }  // namespace
@@ -84,17 +104,12 @@ void max_pool2d_forward(const Tensor& x, const Window2d& w, const Tensor& out, c
   if (out.numel() == 0) return;
   KernelContext ctx(out);
   const Dims4 in{x.size(0), x.size(1), x.size(2), x.size(3)};
-  const bool narrow = x.numel() <= INT32_MAX && out.numel() <= INT32_MAX;
+  const int oh = static_cast<int>(out.size(2)), ow = static_cast<int>(out.size(3));
   dispatch_floating(x.dtype(), "max_pool2d", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    auto launch = [&](auto kernel) {
-      kernel<<<ctx.grid_stride_blocks(out.numel()), kBlockSize, 0, ctx.stream>>>(
-          ptr<const T>(x), in, strides_of(x), w, out.size(2), out.size(3), ptr<T>(out), ptr<int32_t>(indices),
-          strides_of(out), out.numel());
-      AG_CUDA_CHECK_LAUNCH();
-    };
-    if (narrow) launch(max_pool2d_forward_kernel<T, int32_t>);
-    else launch(max_pool2d_forward_kernel<T, int64_t>);
+    max_pool2d_forward_kernel<T><<<plane_grid(int64_t{oh} * ow, in.n * in.c), kBlockSize, 0, ctx.stream>>>(
+        ptr<const T>(x), in, strides_of(x), w, oh, ow, ptr<T>(out), ptr<int32_t>(indices), strides_of(out));
+    AG_CUDA_CHECK_LAUNCH();
   });
 }
 
@@ -102,17 +117,12 @@ void max_pool2d_backward(const Tensor& g, const Tensor& indices, const Window2d&
   if (grad_x.numel() == 0) return;
   KernelContext ctx(grad_x);
   const Dims4 in{grad_x.size(0), grad_x.size(1), grad_x.size(2), grad_x.size(3)};
-  const bool narrow = grad_x.numel() <= INT32_MAX && g.numel() <= INT32_MAX;
   dispatch_floating(g.dtype(), "max_pool2d backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    auto launch = [&](auto kernel) {
-      kernel<<<ctx.grid_stride_blocks(grad_x.numel()), kBlockSize, 0, ctx.stream>>>(
-          ptr<const T>(g), ptr<const int32_t>(indices), strides_of(g), strides_of(indices), w, g.size(2), g.size(3),
-          in, ptr<T>(grad_x), strides_of(grad_x), grad_x.numel());
-      AG_CUDA_CHECK_LAUNCH();
-    };
-    if (narrow) launch(max_pool2d_backward_kernel<T, int32_t>);
-    else launch(max_pool2d_backward_kernel<T, int64_t>);
+    max_pool2d_backward_kernel<T><<<plane_grid(in.h * in.w, in.n * in.c), kBlockSize, 0, ctx.stream>>>(
+        ptr<const T>(g), ptr<const int32_t>(indices), strides_of(g), strides_of(indices), w,
+        static_cast<int>(g.size(2)), static_cast<int>(g.size(3)), in, ptr<T>(grad_x), strides_of(grad_x));
+    AG_CUDA_CHECK_LAUNCH();
   });
 }
 
