@@ -136,9 +136,9 @@ void run_explain(const ExplainArgs& a) {
     read16 += r.read_16bit;
     bytes += r.bytes_converted;
   }
-  std::printf("   lower ops ran in %s on the cast inputs; fp32 ops widened theirs first, except that %lld 16-bit\n"
-              "   inputs were read as they are by ops that compute in float32 anyway (\"read 16b\": no cast kernel,\n"
-              "   and their backward writes the 16-bit gradient directly). %lld casts wrote %lld bytes;\n"
+  std::printf("   lower ops ran in %s on the cast inputs; fp32 ops computed in float32, reading 16-bit inputs as\n"
+              "   they are (\"read 16b\", %lld here: no cast kernel, and their backward writes the 16-bit gradient\n"
+              "   directly). %lld casts wrote %lld bytes;\n"
               "   %lld of them are parameter copies (the step's %s working weights): reused for the rest of the\n"
               "   region, then kept, and refreshed by the optimizer step in its own pass, so the next step casts\n"
               "   only its input (%lld working copies are current after this step).\n\n",
