@@ -195,13 +195,21 @@ bool lt_gemm(const LtGemm& g, void* workspace, size_t workspace_bytes) {
                 g.batch > 1 ? g.stride_c : 0, g.batch, g.beta == 0, epilogue, alignment(g.a),
                 alignment(g.b), alignment(g.c)};
   const cublasLtHandle_t h = lt_handle(g.device);
+  // The last geometry this thread ran, checked first: a loop of one GEMM skips the lock and
+  // the map (plans are never freed, so the pointer stays valid).
+  thread_local Key last_key{};
+  thread_local const Plan* last_plan = nullptr;
   const Plan* plan = nullptr;
-  {
+  if (last_plan && key == last_key) {
+    plan = last_plan;
+  } else {
     PlanCache& cache = plan_cache();
     std::lock_guard<std::mutex> lock(cache.mu);
     auto it = cache.plans.find(key);
     if (it == cache.plans.end()) it = cache.plans.emplace(key, make_plan(g, key, h, workspace_bytes)).first;
     plan = it->second.get();
+    last_key = key;
+    last_plan = plan;
   }
   if (!plan->ok) return false;
   // The descriptor is shared by calls of this geometry; ampgrad issues device work from one

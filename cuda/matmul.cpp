@@ -91,11 +91,23 @@ Tensor contiguous_copy(const Tensor& t) {
 
 namespace {
 
+// A [batch, rows, cols] operand's sizes and strides; a 2-D one is a batch of 1 (mm passes its
+// matrices as they are: no alias tensors on its host path, Note [GEMM views]).
+struct Operand3 {
+  int64_t batch, rows, cols, sb, sr, sc;
+};
+Operand3 operand3(const Tensor& t) {
+  if (t.dim() == 3) return {t.size(0), t.size(1), t.size(2), t.stride(0), t.stride(1), t.stride(2)};
+  return {1, t.size(0), t.size(1), 0, t.stride(0), t.stride(1)};
+}
+
 // out = alpha * a @ bm + beta * out, or (bias defined, beta 0) alpha * a @ bm + bias[col];
-// false only for a bias call cuBLASLt declines (nothing ran).
+// false only for a bias call cuBLASLt declines (nothing ran). Operands are [B, M, K], [B, K, N]
+// and [B, M, N], or all 2-D.
 bool run_gemm(const Tensor& a, const Tensor& bm, const Tensor& out, double alpha, double beta, const Tensor& bias,
               const Tensor& bias_grad = Tensor(), bool relu = false) {
-  const int64_t batch = out.size(0), m = out.size(1), n = out.size(2), k = a.size(2);
+  const Operand3 vo = operand3(out);
+  const int64_t batch = vo.batch, m = vo.rows, n = vo.cols, k = operand3(a).cols;
   if (out.numel() == 0) return true;
   // A float32 output of 16-bit inputs is the one mixed case (Note [Wide weight gradients]).
   const bool wide = out.dtype() == DType::Float32 && is_reduced_float(a.dtype());
@@ -113,15 +125,18 @@ bool run_gemm(const Tensor& a, const Tensor& bm, const Tensor& out, double alpha
   BlasState& blas = blas_state(device);
 
   Tensor ta = a, tb = bm;
-  BlasOperand oa = as_blas_operand(m, k, a.stride(1), a.stride(2));
+  Operand3 va = operand3(a), vb = operand3(bm);
+  BlasOperand oa = as_blas_operand(m, k, va.sr, va.sc);
   if (!oa.ok) {
     ta = contiguous_copy(a);
-    oa = as_blas_operand(m, k, ta.stride(1), ta.stride(2));
+    va = operand3(ta);
+    oa = as_blas_operand(m, k, va.sr, va.sc);
   }
-  BlasOperand ob = as_blas_operand(k, n, bm.stride(1), bm.stride(2));
+  BlasOperand ob = as_blas_operand(k, n, vb.sr, vb.sc);
   if (!ob.ok) {
     tb = contiguous_copy(bm);
-    ob = as_blas_operand(k, n, tb.stride(1), tb.stride(2));
+    vb = operand3(tb);
+    ob = as_blas_operand(k, n, vb.sr, vb.sc);
   }
   AG_INTERNAL_ASSERT(oa.ok && ob.ok, "gemm: a contiguous operand has no cuBLAS layout");
 
@@ -146,10 +161,10 @@ bool run_gemm(const Tensor& a, const Tensor& bm, const Tensor& out, double alpha
     g.k = k;
     g.a = tb.data_ptr();
     g.lda = ob.ld;
-    g.stride_a = tb.stride(0);
+    g.stride_a = vb.sb;
     g.b = ta.data_ptr();
     g.ldb = oa.ld;
-    g.stride_b = ta.stride(0);
+    g.stride_b = va.sb;
     g.c = out.data_ptr();
     g.ldc = n;
     g.stride_c = m * n;
@@ -166,7 +181,7 @@ bool run_gemm(const Tensor& a, const Tensor& bm, const Tensor& out, double alpha
   const void* beta_p = f64 ? static_cast<const void*>(&beta) : static_cast<const void*>(&beta_f);
 
   AG_CUBLAS_CHECK(cublasGemmStridedBatchedEx_64(blas.handle, ob.op, oa.op, n, m, k, alpha_p, tb.data_ptr(), type, ob.ld,
-                                                tb.stride(0), ta.data_ptr(), type, oa.ld, ta.stride(0), beta_p,
+                                                vb.sb, ta.data_ptr(), type, oa.ld, va.sb, beta_p,
                                                 out.data_ptr(), out_type, n, m * n, batch, compute, CUBLAS_GEMM_DEFAULT));
   return true;
 }
