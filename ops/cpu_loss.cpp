@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/kernels.h"
+#include "ops/cpu_values.h"
 
 namespace ampgrad::cpu {
 
@@ -57,30 +58,12 @@ void nll_loss_backward(const Tensor& grad, const Tensor& target, const Tensor& c
   });
 }
 
-namespace {
-std::vector<double> as_doubles(const Tensor& t) {
-  std::vector<double> v(static_cast<size_t>(t.numel()));
-  visit_dtype(t.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    const T* p = static_cast<const T*>(t.data_ptr());
-    for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<double>(static_cast<acc_t<T>>(p[i]));
-  });
-  return v;
-}
-// Writes v into a floating tensor, rounded as the CUDA kernels round.
-void store(const Tensor& t, int64_t i, double v) {
-  visit_dtype(t.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    if constexpr (std::is_floating_point_v<acc_t<T>>) static_cast<T*>(t.data_ptr())[i] = from_double<T>(v);
-  });
-}
-}  // namespace
 
 void cross_entropy_forward(const Tensor& x, const Tensor& target, int64_t ignore_index, const Tensor& lse,
                            const Tensor& loss, const Tensor& count) {
   const int64_t n = x.size(0), c = x.size(1);
   const int64_t* t = static_cast<const int64_t*>(target.data_ptr());
-  const std::vector<double> v = as_doubles(x);
+  const std::vector<double> v = read_doubles(x);
   double total = 0, counted = 0;
   for (int64_t i = 0; i < n; ++i) {
     double m = -std::numeric_limits<double>::infinity();
@@ -88,12 +71,12 @@ void cross_entropy_forward(const Tensor& x, const Tensor& target, int64_t ignore
     double s = 0;
     for (int64_t j = 0; j < c; ++j) s += std::exp(v[i * c + j] - m);
     const double l = m + std::log(s);
-    store(lse, i, l);
+    store_double(lse, i, l);
     if (t[i] == ignore_index) continue;
     counted += 1;
     if (in_range(t[i], c)) total += l - v[i * c + t[i]];
   }
-  store(loss, 0, total / counted);
+  store_double(loss, 0, total / counted);
   *static_cast<float*>(count.data_ptr()) = static_cast<float>(counted);
 }
 
@@ -101,13 +84,13 @@ void cross_entropy_backward(const Tensor& grad, const Tensor& x, const Tensor& t
                             const Tensor& count, int64_t ignore_index, const Tensor& grad_x) {
   const int64_t n = x.size(0), c = x.size(1);
   const int64_t* t = static_cast<const int64_t*>(target.data_ptr());
-  const std::vector<double> v = as_doubles(x), l = as_doubles(lse);
-  const double scale = as_doubles(grad)[0] / static_cast<double>(*static_cast<const float*>(count.data_ptr()));
+  const std::vector<double> v = read_doubles(x), l = read_doubles(lse);
+  const double scale = read_doubles(grad)[0] / static_cast<double>(*static_cast<const float*>(count.data_ptr()));
   for (int64_t i = 0; i < n; ++i) {
     const bool counted = t[i] != ignore_index && in_range(t[i], c);
     for (int64_t j = 0; j < c; ++j) {
       const double p = std::exp(v[i * c + j] - l[i]);
-      store(grad_x, i * c + j, counted ? scale * (p - (j == t[i] ? 1.0 : 0.0)) : 0.0);
+      store_double(grad_x, i * c + j, counted ? scale * (p - (j == t[i] ? 1.0 : 0.0)) : 0.0);
     }
   }
 }

@@ -5,28 +5,11 @@
 #include <vector>
 
 #include "core/kernels.h"
+#include "ops/cpu_values.h"
 
 namespace ampgrad::cpu {
 
 namespace {
-std::vector<double> read_all(const Tensor& t) {
-  std::vector<double> v(static_cast<size_t>(t.numel()));
-  visit_dtype(t.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    const T* p = static_cast<const T*>(t.data_ptr());
-    for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<double>(static_cast<acc_t<T>>(p[i]));
-  });
-  return v;
-}
-void write_all(const Tensor& t, const std::vector<double>& v) {
-  visit_dtype(t.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    if constexpr (std::is_floating_point_v<acc_t<T>>) {
-      T* p = static_cast<T*>(t.data_ptr());
-      for (size_t i = 0; i < v.size(); ++i) p[i] = static_cast<T>(static_cast<acc_t<T>>(v[i]));
-    }
-  });
-}
 // Calls f(o, c, i, flat) over every element.
 template <class F> void each(int64_t outer, int64_t c, int64_t inner, F&& f) {
   for (int64_t o = 0; o < outer; ++o)
@@ -38,7 +21,7 @@ template <class F> void each(int64_t outer, int64_t c, int64_t inner, F&& f) {
 void batch_norm_stats(const Tensor& x, int64_t outer, int64_t inner, double eps, const Tensor& mean,
                       const Tensor& invstd, const Tensor& running_mean, const Tensor& running_var, double momentum) {
   const int64_t c = mean.numel();
-  const std::vector<double> v = read_all(x);
+  const std::vector<double> v = read_doubles(x);
   std::vector<double> s1(c, 0.0), s2(c, 0.0);
   each(outer, c, inner, [&](int64_t k, int64_t e) { s1[k] += v[e]; });
   const double m = static_cast<double>(outer * inner);
@@ -49,43 +32,43 @@ void batch_norm_stats(const Tensor& x, int64_t outer, int64_t inner, double eps,
     var[k] = s2[k] / m;
     inv[k] = 1.0 / std::sqrt(var[k] + eps);
   }
-  write_all(mean, mu);
-  write_all(invstd, inv);
+  write_doubles(mean, mu);
+  write_doubles(invstd, inv);
   if (running_mean.defined()) {
-    std::vector<double> rm = read_all(running_mean), rv = read_all(running_var);
+    std::vector<double> rm = read_doubles(running_mean), rv = read_doubles(running_var);
     for (int64_t k = 0; k < c; ++k) {
       rm[k] = (1 - momentum) * rm[k] + momentum * mu[k];
       rv[k] = (1 - momentum) * rv[k] + momentum * var[k] * m / (m - 1);
     }
-    write_all(running_mean, rm);
-    write_all(running_var, rv);
+    write_doubles(running_mean, rm);
+    write_doubles(running_var, rv);
   }
 }
 
 void batch_norm_apply(const Tensor& x, int64_t outer, int64_t inner, const Tensor& mean, const Tensor& invstd,
                       const Tensor& weight, const Tensor& bias, const Tensor& y) {
   const int64_t c = mean.numel();
-  const std::vector<double> v = read_all(x), mu = read_all(mean), inv = read_all(invstd);
-  const std::vector<double> w = weight.defined() ? read_all(weight) : std::vector<double>(c, 1.0);
-  const std::vector<double> b = bias.defined() ? read_all(bias) : std::vector<double>(c, 0.0);
+  const std::vector<double> v = read_doubles(x), mu = read_doubles(mean), inv = read_doubles(invstd);
+  const std::vector<double> w = weight.defined() ? read_doubles(weight) : std::vector<double>(c, 1.0);
+  const std::vector<double> b = bias.defined() ? read_doubles(bias) : std::vector<double>(c, 0.0);
   std::vector<double> out(v.size());
   each(outer, c, inner, [&](int64_t k, int64_t e) { out[e] = (v[e] - mu[k]) * inv[k] * w[k] + b[k]; });
-  write_all(y, out);
+  write_doubles(y, out);
 }
 
 void batch_norm_backward(const Tensor& dy, const Tensor& x, int64_t outer, int64_t inner, const Tensor& mean,
                          const Tensor& invstd, const Tensor& weight, bool training, const Tensor& grad_x,
                          const Tensor& grad_weight, const Tensor& grad_bias) {
   const int64_t c = mean.numel();
-  const std::vector<double> d = read_all(dy), v = read_all(x), mu = read_all(mean), inv = read_all(invstd);
-  const std::vector<double> w = weight.defined() ? read_all(weight) : std::vector<double>(c, 1.0);
+  const std::vector<double> d = read_doubles(dy), v = read_doubles(x), mu = read_doubles(mean), inv = read_doubles(invstd);
+  const std::vector<double> w = weight.defined() ? read_doubles(weight) : std::vector<double>(c, 1.0);
   std::vector<double> sd(c, 0.0), sdx(c, 0.0);
   each(outer, c, inner, [&](int64_t k, int64_t e) {
     sd[k] += d[e];
     sdx[k] += d[e] * (v[e] - mu[k]) * inv[k];
   });
-  if (grad_bias.defined()) write_all(grad_bias, sd);
-  if (grad_weight.defined()) write_all(grad_weight, sdx);
+  if (grad_bias.defined()) write_doubles(grad_bias, sd);
+  if (grad_weight.defined()) write_doubles(grad_weight, sdx);
   if (grad_x.defined()) {
     const double m = static_cast<double>(outer * inner);
     std::vector<double> gx(d.size());
@@ -94,7 +77,7 @@ void batch_norm_backward(const Tensor& dy, const Tensor& x, int64_t outer, int64
       if (training) g -= sd[k] / m + (v[e] - mu[k]) * inv[k] * sdx[k] / m;
       gx[e] = g * inv[k] * w[k];
     });
-    write_all(grad_x, gx);
+    write_doubles(grad_x, gx);
   }
 }
 

@@ -4,6 +4,7 @@
 #include <type_traits>
 
 #include "core/kernels.h"
+#include "ops/cpu_values.h"
 
 namespace ampgrad::cpu {
 
@@ -95,48 +96,12 @@ void reduce(ReduceKind k, const Tensor& x, const Tensor& out, const Tensor& indi
   });
 }
 
-namespace {
-// Element i of a floating tensor as a double, whatever its dtype.
-struct Reader {
-  const Tensor& t;
-  template <class F> void visit(F&& f) const {
-    visit_dtype(t.dtype(), [&](auto tag) {
-      using T = decltype(tag);
-      if constexpr (std::is_integral_v<T>) {
-        AG_INTERNAL_ASSERT(false, "cpu softmax on integers");
-      } else {
-        f(static_cast<const T*>(t.data_ptr()));
-      }
-    });
-  }
-};
-template <class T> double read(const T* p, int64_t i) { return static_cast<double>(p[i]); }
-// Writes v, rounded through the dtype's accumulation type as the CUDA kernels do.
-void write_all(const Tensor& out, const std::vector<double>& v) {
-  visit_dtype(out.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    if constexpr (std::is_integral_v<T>) {
-      AG_INTERNAL_ASSERT(false, "cpu softmax on integers");
-    } else {
-      T* po = static_cast<T*>(out.data_ptr());
-      for (size_t i = 0; i < v.size(); ++i) po[i] = static_cast<T>(static_cast<acc_t<T>>(v[i]));
-    }
-  });
-}
-std::vector<double> read_all(const Tensor& t) {
-  std::vector<double> v(static_cast<size_t>(t.numel()));
-  Reader{t}.visit([&](auto* p) {
-    for (size_t i = 0; i < v.size(); ++i) v[i] = read(p, static_cast<int64_t>(i));
-  });
-  return v;
-}
-}  // namespace
 
 // The reference: everything in double, rounded once into out's dtype (x's, or float32 for a
 // 16-bit x read into float32).
 void softmax(const Tensor& x, const Tensor& out, bool log) {
   const int64_t outer = x.size(0), r = x.size(1), inner = x.size(2);
-  const std::vector<double> px = read_all(x);
+  const std::vector<double> px = read_doubles(x);
   std::vector<double> po(px.size());
   for (int64_t o = 0; o < outer; ++o) {
     for (int64_t i = 0; i < inner; ++i) {
@@ -151,12 +116,12 @@ void softmax(const Tensor& x, const Tensor& out, bool log) {
       }
     }
   }
-  write_all(out, po);
+  write_doubles(out, po);
 }
 
 void softmax_backward(const Tensor& g, const Tensor& y, const Tensor& grad_x, bool log) {
   const int64_t outer = y.size(0), r = y.size(1), inner = y.size(2);
-  const std::vector<double> pg = read_all(g), py = read_all(y);
+  const std::vector<double> pg = read_doubles(g), py = read_doubles(y);
   std::vector<double> px(pg.size());
   for (int64_t o = 0; o < outer; ++o) {
     for (int64_t i = 0; i < inner; ++i) {
@@ -169,7 +134,7 @@ void softmax_backward(const Tensor& g, const Tensor& y, const Tensor& grad_x, bo
       }
     }
   }
-  write_all(grad_x, px);
+  write_doubles(grad_x, px);
 }
 
 }  // namespace ampgrad::cpu
