@@ -60,9 +60,15 @@ Grads FunctionNode::apply(const Tensor& grad) {
     }
     if (g.shape() != inputs[i].shape) g = sum_to(g, inputs[i].shape);
     // A narrower gradient for a leaf's accumulator is widened there, exactly, in the kernel
-    // that adds it (Note [Gradient accumulation]), and a cast takes its source's dtype; anything
-    // else is cast here.
-    if (g.dtype() != inputs[i].dtype && !next[i].node->takes_grad_dtype(g.dtype())) g = g.to(inputs[i].dtype);
+    // that adds it (Note [Gradient accumulation]). A wider one is rounded to the input's dtype
+    // here, as PyTorch does (an float16 tensor's gradient is float16, and overflows to inf where
+    // the scaler sees it), unless the op marked it wide on purpose and the next node takes it
+    // (a cast, or the accumulator of the cast's leaf). Anything else is cast here.
+    const DType want = inputs[i].dtype;
+    if (g.dtype() != want) {
+      const bool narrower = promote_types(want, g.dtype()) == want;
+      if (!((narrower || inputs[i].wide_grad) && next[i].node->takes_grad_dtype(g.dtype()))) g = g.to(want);
+    }
   }
   return grads;
 }

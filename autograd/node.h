@@ -78,6 +78,10 @@ class FunctionNode final : public Node {
   struct InputMeta {
     Shape shape;
     DType dtype;
+    // Set by the op when its gradient for this input is deliberately wider than the input
+    // (linear's float32 weight gradient of a float16 copy: Note [Wide weight gradients]); such
+    // a gradient is passed on unrounded where the next node takes it (takes_grad_dtype).
+    bool wide_grad = false;
   };
   std::vector<InputMeta> inputs;
   std::vector<SavedTensor> saved;

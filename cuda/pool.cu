@@ -1,6 +1,7 @@
 // CUDA max pooling (Note [Max pooling] in ops/pool.cpp): one thread per output forward, one
 // per input backward (it gathers from the windows that hold it: deterministic, no atomics).
 #include <algorithm>
+#include <cuda/std/limits>
 
 #include "cuda/common.cuh"
 #include "ops/pool_kernels.h"
@@ -36,7 +37,7 @@ __global__ void max_pool2d_forward_kernel(const T* x, Dims4 in, Strides4 xs, Win
   const int oy = pos / ow, ox = pos - oy * ow;
   for (int64_t plane = blockIdx.y; plane < in.n * in.c; plane += gridDim.y) {
     const int64_t n = plane / in.c, c = plane - n * in.c;
-    A best = 0;
+    A best = -::cuda::std::numeric_limits<A>::infinity();  // a window of padding only: -inf, as on the CPU
     int32_t arg = -1;
     for (int i = 0; i < kh; ++i) {
       const int iy = oy * sh - ph + i * dh;

@@ -64,7 +64,9 @@ Grads linear_grads(const Tensor& g2, const Tensor& x, const Tensor& w, bool has_
 // A small network's step is bound by host time, a launch each: a Linear followed by a ReLU
 // costs two launches forward. cuBLASLt applies the relu in the GEMM's epilogue
 // (EPILOGUE_RELU_BIAS), so linear_relu is one launch, and one autograd node instead of two.
-// The output is identical (relu commutes with rounding). Backward, the output saved for it
+// The output is identical (relu commutes with rounding), NaN aside: relu keeps a NaN, as
+// PyTorch's does, and cuBLASLt's epilogue is documented as max(x, 0), which may not (not
+// checked on the H200). Backward, the output saved for it
 // serves as the relu's mask (y > 0 exactly where x @ w^T + b > 0): one ReluBackward kernel,
 // then linear's gradients. nn::Sequential runs each Linear directly followed by a ReLU this
 // way; the trace (`ampgrad explain`) shows it as linear_relu. Elsewhere (the CPU, float64, a
@@ -124,6 +126,11 @@ Tensor linear_impl(const OpInfo& op, const Tensor& x, const Tensor& w, const Ten
                        const Tensor g2 = gz.dim() == 2 ? gz : gz.reshape({-1, gz.size(-1)});
                        return linear_grads(g2, s[0], s[1], has_bias, need_x, need_w, wide);
                      });
+    if (wide) {  // the weight and bias gradients leave float32 on purpose
+      auto& node = static_cast<autograd::FunctionNode&>(*out.grad_fn());
+      node.inputs[1].wide_grad = true;
+      node.inputs[2].wide_grad = true;
+    }
   }
   return out;
 }

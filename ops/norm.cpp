@@ -97,6 +97,9 @@ Tensor batch_norm(const Tensor& x0, const Tensor& running_mean, const Tensor& ru
                "batch_norm: per-channel tensors must be [{}] on {}, got {}", c, x.device().str(), t->desc());
   AG_CHECK(training || (running_mean.defined() && running_var.defined()),
            "batch_norm: evaluation mode needs running_mean and running_var");
+  AG_CHECK(running_mean.defined() == running_var.defined(),
+           "batch_norm: running_mean and running_var come together; got {} and {}",
+           running_mean.defined() ? running_mean.desc() : "none", running_var.defined() ? running_var.desc() : "none");
   const DType acc = x.dtype() == kFloat64 ? kFloat64 : kFloat32;
   bool fusable = true;
   for (const Tensor* t : std::initializer_list<const Tensor*>{&running_mean, &running_var, &weight, &bias})

@@ -75,7 +75,7 @@ Tensor max_pool2d(const Tensor& x0, std::array<int64_t, 2> kernel, std::array<in
   // plane (int32); backward, each input adds the gradients of the windows whose maximum it
   // was (a gather: deterministic, no atomics). A channels-last input gives a channels-last
   // output, as in PyTorch.
-  const bool cl = is_channels_last(x);
+  const bool cl = !x.is_contiguous() && is_channels_last(x);  // ambiguous strides (1x1 maps) are NCHW
   Tensor out = cl ? empty_channels_last(os, x.options()) : empty(os, x.options());
   Tensor idx = cl ? empty_channels_last(os, x.options().dtype(kInt32)) : empty(os, x.options().dtype(kInt32));
   pool_forward(x, w, out, idx);

@@ -210,6 +210,17 @@ TEST_CASE("to: gradients flow back in the source dtype", "[autograd][to]") {
     // A cast of a non-leaf keeps its node.
     ag::Tensor y = (x * 2.0).to(ag::kFloat16);
     CHECK(y.grad_fn()->name() == "to");
+    // The gradient of a float16 copy is float16, as in PyTorch, even when a mixed op computes it
+    // in float32: rounded (1/3 -> 0.33325), and 1e5 overflows to inf where the scaler sees it.
+    ag::Tensor z = ag::tensor(std::vector<double>{1, 2}, {2}, ag::kFloat32).requires_grad_();
+    ag::Tensor c = ag::tensor(std::vector<double>{1.0 / 3, 1e5}, {2}, ag::kFloat32);
+    ag::sum(z.to(ag::kFloat16) * c).backward();
+    const std::vector<double> gz = z.grad().to_vector<double>();
+    CHECK(gz[0] == 0.333251953125);
+    CHECK(std::isinf(gz[1]));
+    ag::Tensor u = ag::tensor(std::vector<double>{1, 2}, {2}, ag::kFloat32).requires_grad_();
+    ag::sum((u * 1.0).to(ag::kFloat16) * c).backward();
+    CHECK(u.grad().to_vector<double>()[0] == 0.333251953125);
   }
   SECTION("a cast to the same dtype is the identity and keeps the graph") {
     ag::Tensor x = ag::randn({3}, ag::kFloat64).requires_grad_();

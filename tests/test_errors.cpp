@@ -76,6 +76,9 @@ TEST_CASE("errors: wrong rank", "[errors]") {
   REQUIRE_THROWS_WITH(ag::matmul(ag::tensor(1.f), ag::rand({3})), StartsWith("matmul") && Contains("at least 1"));
   REQUIRE_THROWS_WITH(ag::t(ag::rand({2, 3, 4})), StartsWith("t:") && Contains("[2, 3, 4]"));
   REQUIRE_THROWS_WITH(ag::rand({2, 3}).permute({1, 0, 2}), StartsWith("permute") && Contains("[2, 3]"));
+  // Running statistics come in pairs (a CUDA kernel would otherwise write through a null one).
+  REQUIRE_THROWS_WITH(ag::batch_norm(ag::rand({4, 3}), ag::zeros({3}), ag::Tensor(), ag::Tensor(), ag::Tensor(), true),
+                      StartsWith("batch_norm: running_mean and running_var come together") && Contains("none"));
   still_works();
 }
 

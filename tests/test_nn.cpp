@@ -293,6 +293,11 @@ TEST_CASE("max_pool2d's kernels: values, layouts, ties, NaN and gradients", "[nn
       CHECK(ag::is_channels_last(x.grad()) == cl);
       check_close(x.grad().contiguous(), gref, 1e-6, 1e-6);
     }
+    // A 1x1 map (ambiguous strides) pooled with padding stays NCHW-contiguous, as in PyTorch.
+    ag::Tensor one = ag::randn({2, 3, 1, 1}).to(dev);
+    ag::Tensor p1 = ag::max_pool2d(one, {2, 2}, {1, 1}, {1, 1});
+    CHECK(p1.is_contiguous());
+    CHECK(p1.view({2, -1}).shape() == ag::Shape{2, 12});
     // A NaN in a window is its maximum.
     ag::Tensor n = ag::tensor(std::vector<double>{1, NAN, 3, 2}, {1, 1, 2, 2}, ag::kFloat32).to(dev);
     CHECK(std::isnan(ag::max_pool2d(n, {2, 2}).item<double>()));
