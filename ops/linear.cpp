@@ -105,8 +105,10 @@ Tensor linear_impl(const OpInfo& op, const Tensor& x, const Tensor& w, const Ten
     // Under autocast a float32 parameter reaches linear as its float16 copy (a cast), and its
     // gradient ends in the parameter's float32 .grad. The weight-gradient GEMM accumulates in
     // float32 anyway, so it writes float32 directly (cuBLASLt takes 16-bit A and B with a
-    // float32 D), and the bias gradient from its epilogue is float32 too. The copy passes
-    // such a gradient on as it is (Node::takes_grad_dtype, Note [Leaf casts]), and the
+    // float32 D), and the bias gradient from its epilogue is float32 too. The node marks those
+    // inputs wide_grad, so the engine does not round them to the copy's float16 (it rounds
+    // every other op's gradient of a float16 tensor, as PyTorch does); the copy passes them on
+    // as they are (Node::takes_grad_dtype, Note [Leaf casts]), and the
     // parameter's accumulator takes it over when .grad is empty (zero_grad() sets it to none)
     // or adds it in: no widening kernel per parameter, and no float16 rounding of the gradient
     // on its way (a float16 weight gradient can also no longer overflow where the float32 one
