@@ -28,8 +28,8 @@ namespace ampgrad::autograd {
 // Two nodes take other dtypes as they are (takes_grad_dtype): a leaf's accumulator widens a
 // narrower gradient itself, so a float16 gradient of a float32 parameter adds into its .grad
 // in one kernel (Note [Gradient accumulation]); and a cast takes a gradient already in its
-// source's dtype, which linear computes for an autocast weight copy (Note [Wide weight
-// gradients] in ops/matmul.cpp).
+// source's dtype, which linear computes for an autocast weight copy (InputMeta::wide_grad,
+// Note [Wide weight gradients] in ops/linear.cpp).
 
 class Node;
 

@@ -94,5 +94,12 @@ void col2im(const Tensor& cols, const Tensor& out, const Window2d& w);
 // with probability p_keep by the counter-based hash of core/kernel_kinds.h (same bits on
 // every device).
 void dropout_mask(const Tensor& out, double p_keep, double scale, uint64_t seed, uint64_t offset);
+// out [N, C, oh, ow] (any strides) = the max of each window of x [N, C, H, W] (any strides;
+// padding excluded; NaN wins, then the first of equal values), indices (Int32, out's strides)
+// = its position y * W + x in the plane (Note [Max pooling] in ops/pool.cpp).
+void max_pool2d_forward(const Tensor& x, const Window2d& w, const Tensor& out, const Tensor& indices);
+// grad_x [N, C, H, W] (any strides) = the sum of the gradients g (indices' shape, any strides)
+// of the outputs whose max it was; deterministic (each input gathers).
+void max_pool2d_backward(const Tensor& g, const Tensor& indices, const Window2d& w, const Tensor& grad_x);
 
 }  // namespace ampgrad::cpu

@@ -103,6 +103,22 @@ template <class F> decltype(auto) dispatch_floating(DType t, const char* op, F&&
   return f(TypeTag<float>{});  // unreachable: AG_CHECK threw
 }
 
+// Calls f(TypeTag<T>{}, TypeTag<O>{}) for a floating `narrow` dtype T and `wide` O, which is T
+// or float32 for a 16-bit T: the kernels that read a 16-bit tensor as it is into float32
+// (Note [Reading 16-bit inputs] in ops/softmax.cpp).
+template <class F> void dispatch_widened(DType narrow, DType wide, const char* op, F&& f) {
+  dispatch_floating(narrow, op, [&](auto tn) {
+    using T = typename decltype(tn)::type;
+    if (wide == narrow) {
+      f(tn, tn);
+    } else {
+      AG_INTERNAL_ASSERT(wide == DType::Float32 && is_reduced_float(narrow), "{}: {} read into {}", op,
+                         dtype_name(narrow), dtype_name(wide));
+      if constexpr (is_reduced_v<T>) f(tn, TypeTag<float>{});
+    }
+  });
+}
+
 // Unsigned integer of the given byte size: kernels that only move elements dispatch on size.
 template <size_t N> struct Bits;
 template <> struct Bits<1> { using type = uint8_t; };

@@ -52,6 +52,8 @@ namespace ampgrad::cuda {
 void im2col(const Tensor& x, const Tensor& cols, const Window2d& w, double pad_value);
 void col2im(const Tensor& cols, const Tensor& out, const Window2d& w);
 void dropout_mask(const Tensor& out, double p_keep, double scale, uint64_t seed, uint64_t offset);
+void max_pool2d_forward(const Tensor& x, const Window2d& w, const Tensor& out, const Tensor& indices);
+void max_pool2d_backward(const Tensor& g, const Tensor& indices, const Window2d& w, const Tensor& grad_x);
 
 // cuDNN convolution (cuda/conv.cpp). x [N, C, H, W], weight [K, C/groups, kh, kw], out
 // [N, K, oh, ow]; each in NCHW or channels-last (NHWC) strides as given (out is allocated by

@@ -146,20 +146,6 @@ __global__ void cross_entropy_backward_kernel(const O* grad, const T* x, const i
   }
 }
 
-// Calls f(TypeTag<T>{}, TypeTag<O>{}): T the logits' dtype, O the loss's (T, or float32 for
-// 16-bit logits read as they are).
-template <class F> void dispatch_ce(DType t, DType o, F&& f) {
-  dispatch_floating(t, "cross_entropy", [&](auto tt) {
-    using T = typename decltype(tt)::type;
-    if (o == t) {
-      f(tt, tt);
-    } else {
-      AG_INTERNAL_ASSERT(o == DType::Float32 && is_reduced_float(t), "cross_entropy: {} logits with a {} loss",
-                         dtype_name(t), dtype_name(o));
-      if constexpr (is_reduced_v<T>) f(tt, TypeTag<float>{});
-    }
-  });
-}
 
 }  // namespace
 
@@ -197,7 +183,7 @@ void cross_entropy_forward(const Tensor& x, const Tensor& target, int64_t ignore
   const unsigned grid = static_cast<unsigned>(
       std::clamp<int64_t>((n + by - 1) / by, 1, 2 * static_cast<int64_t>(ctx.sm_count)));
   Tensor partial = empty({2 * static_cast<int64_t>(grid)}, TensorOptions(lse.dtype()).device(loss.device()));
-  dispatch_ce(x.dtype(), loss.dtype(), [&](auto tt, auto to) {
+  dispatch_widened(x.dtype(), loss.dtype(), "cross_entropy", [&](auto tt, auto to) {
     using T = typename decltype(tt)::type;
     using O = typename decltype(to)::type;
     using A = dacc_t<O>;
@@ -212,7 +198,7 @@ void cross_entropy_backward(const Tensor& grad, const Tensor& x, const Tensor& t
                             const Tensor& count, int64_t ignore_index, const Tensor& grad_x) {
   if (grad_x.numel() == 0) return;
   KernelContext ctx(grad_x);
-  dispatch_ce(x.dtype(), grad.dtype(), [&](auto tt, auto to) {
+  dispatch_widened(x.dtype(), grad.dtype(), "cross_entropy backward", [&](auto tt, auto to) {
     using T = typename decltype(tt)::type;
     using O = typename decltype(to)::type;
     using A = dacc_t<O>;

@@ -4,7 +4,7 @@
 #include <cuda/std/limits>
 
 #include "cuda/common.cuh"
-#include "ops/pool_kernels.h"
+#include "cuda/kernels.h"
 
 namespace ampgrad::cuda {
 

@@ -155,24 +155,6 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 unsigned grid_of(int64_t blocks) { return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(blocks, INT32_MAX))); }
 
-}  // namespace
-
-namespace {
-// Calls f(TypeTag<T>{}, TypeTag<O>{}) for a floating `narrow` dtype T and `wide` O, which is T
-// or Float32 (a 16-bit tensor read into float32).
-template <class F> void dispatch_pair(DType narrow, DType wide, const char* op, F&& f) {
-  dispatch_floating(narrow, op, [&](auto tn) {
-    using T = typename decltype(tn)::type;
-    if (wide == narrow) {
-      f(tn, tn);
-    } else {
-      AG_INTERNAL_ASSERT(wide == DType::Float32 && (narrow == DType::Float16 || narrow == DType::BFloat16),
-                         "{}: {} read into {}", op, dtype_name(narrow), dtype_name(wide));
-      if constexpr (is_half_v<T> || is_bf16_v<T>) f(tn, TypeTag<float>{});
-    }
-  });
-}
-
 struct Launch {
   dim3 grid, block;
 };
@@ -194,7 +176,7 @@ void softmax(const Tensor& x, const Tensor& out, bool log) {
   KernelContext ctx(out);
   const int64_t outer = x.size(0), r = x.size(1), inner = x.size(2);
   const Launch l = launch_of(outer, r, inner);
-  dispatch_pair(x.dtype(), out.dtype(), "softmax", [&](auto tt, auto to) {
+  dispatch_widened(x.dtype(), out.dtype(), "softmax", [&](auto tt, auto to) {
     using T = typename decltype(tt)::type;
     using O = typename decltype(to)::type;
     const T* xp = ptr<const T>(x);
@@ -213,7 +195,7 @@ void softmax_backward(const Tensor& g, const Tensor& y, const Tensor& grad_x, bo
   KernelContext ctx(grad_x);
   const int64_t outer = y.size(0), r = y.size(1), inner = y.size(2);
   const Launch l = launch_of(outer, r, inner);
-  dispatch_pair(grad_x.dtype(), y.dtype(), "softmax_backward", [&](auto tt, auto to) {
+  dispatch_widened(grad_x.dtype(), y.dtype(), "softmax_backward", [&](auto tt, auto to) {
     using T = typename decltype(tt)::type;
     using O = typename decltype(to)::type;
     const O* gp = ptr<const O>(g);

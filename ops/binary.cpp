@@ -110,8 +110,9 @@ Tensor scalar_like(const Tensor& a, const Scalar& s) {
 // out == x is safe. Otherwise the two-kernel path runs. Both bump self's version.
 //
 // Note [Mixed-dtype accumulation]
-// Under autocast a float32 parameter's gradient arrives in float16 (the backward of the
-// weight's cast) and is added into its float32 .grad every step. a.add_(b) with b of a
+// Under autocast a float32 parameter's gradient may arrive in float16 (an mm's or conv's
+// gradient of the weight's 16-bit copy; linear's comes in float32 already) and is added into
+// its float32 .grad every step. a.add_(b) with b of a
 // narrower floating dtype (float16 or bfloat16 into float32, anything into float64) runs
 // kernel::accumulate, which reads b in its own dtype: one kernel, no float32 temporary.
 // Widening is exact, so the sums are bit-identical to casting b first.

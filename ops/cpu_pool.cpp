@@ -1,9 +1,8 @@
-// CPU reference kernels of max pooling (ops/pool_kernels.h).
+// CPU reference kernels of max pooling (core/kernels.h; Note [Max pooling] in ops/pool.cpp).
 #include <cmath>
 #include <type_traits>
 
-#include "core/dtype.h"
-#include "ops/pool_kernels.h"
+#include "core/kernels.h"
 
 namespace ampgrad::cpu {
 

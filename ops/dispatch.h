@@ -86,6 +86,12 @@ inline void col2im(const Tensor& cols, const Tensor& out, const Window2d& w) {
 inline void dropout_mask(const Tensor& out, double p_keep, double scale, uint64_t seed, uint64_t offset) {
   AG_KERNEL_ON(out.device(), dropout_mask, out, p_keep, scale, seed, offset);
 }
+inline void max_pool2d_forward(const Tensor& x, const Window2d& w, const Tensor& out, const Tensor& indices) {
+  AG_KERNEL_ON(out.device(), max_pool2d_forward, x, w, out, indices);
+}
+inline void max_pool2d_backward(const Tensor& g, const Tensor& indices, const Window2d& w, const Tensor& grad_x) {
+  AG_KERNEL_ON(grad_x.device(), max_pool2d_backward, g, indices, w, grad_x);
+}
 #undef AG_KERNEL_ON
 
 }  // namespace ampgrad::kernel

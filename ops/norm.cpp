@@ -100,12 +100,15 @@ Tensor batch_norm(const Tensor& x0, const Tensor& running_mean, const Tensor& ru
   AG_CHECK(running_mean.defined() == running_var.defined(),
            "batch_norm: running_mean and running_var come together; got {} and {}",
            running_mean.defined() ? running_mean.desc() : "none", running_var.defined() ? running_var.desc() : "none");
+  const int64_t count = c > 0 ? x.numel() / c : 0;  // values per channel
+  if (training)
+    AG_CHECK(count > 1, "batch_norm: expected more than 1 value per channel when training, got input {}", x.desc());
   const DType acc = x.dtype() == kFloat64 ? kFloat64 : kFloat32;
   bool fusable = true;
   for (const Tensor* t : std::initializer_list<const Tensor*>{&running_mean, &running_var, &weight, &bias})
     fusable = fusable && (!t->defined() || (t->dtype() == acc && t->is_contiguous()));
-  if (const BnGeometry geo = bn_geometry(x); fusable && geo.ok && x.numel() > 0 && (training || running_var.defined())) {
-    if (training) AG_CHECK(x.numel() / c > 1, "batch_norm: expected more than 1 value per channel when training, got input {}", x.desc());
+  // (Evaluation mode has both running statistics: checked above.)
+  if (const BnGeometry geo = bn_geometry(x); fusable && geo.ok && x.numel() > 0) {
     return scope.finish(batch_norm_fused(x, geo, running_mean, running_var, weight, bias, training, momentum, eps));
   }
   Shape dims{0}, bshape(x.dim(), 1);
@@ -114,8 +117,6 @@ Tensor batch_norm(const Tensor& x0, const Tensor& running_mean, const Tensor& ru
   Tensor xf = as_float32(x);
   Tensor mu, var;
   if (training) {
-    const int64_t count = x.numel() / c;
-    AG_CHECK(count > 1, "batch_norm: expected more than 1 value per channel when training, got input {}", x.desc());
     mu = mean(xf, dims, true);
     var = ampgrad::var(xf, dims, 0.0, true);
     if (running_mean.defined()) {

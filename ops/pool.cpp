@@ -4,7 +4,6 @@
 
 #include "autograd/node.h"
 #include "ops/dispatch.h"
-#include "ops/pool_kernels.h"
 #include "ops/internal.h"
 #include "ops/nn_ops.h"
 #include "ops/op_scope.h"
@@ -29,22 +28,6 @@ Window2d pool_window(std::array<int64_t, 2> k, std::array<int64_t, 2> s, std::ar
 void check_pool_padding(std::string_view op, const Window2d& w) {
   AG_CHECK(w.ph * 2 <= w.kh && w.pw * 2 <= w.kw, "{}: padding {}x{} must be at most half the kernel {}x{}", op, w.ph,
            w.pw, w.kh, w.kw);
-}
-
-// The max-pooling kernels of the tensors' device (ops/pool_kernels.h).
-void pool_forward(const Tensor& x, const Window2d& w, const Tensor& out, const Tensor& idx) {
-#if AMPGRAD_WITH_CUDA
-  if (x.is_cuda()) return cuda::max_pool2d_forward(x, w, out, idx);
-#endif
-  if (x.is_cuda()) kernel::no_cuda("max_pool2d");
-  cpu::max_pool2d_forward(x, w, out, idx);
-}
-void pool_backward(const Tensor& g, const Tensor& idx, const Window2d& w, const Tensor& gx) {
-#if AMPGRAD_WITH_CUDA
-  if (gx.is_cuda()) return cuda::max_pool2d_backward(g, idx, w, gx);
-#endif
-  if (gx.is_cuda()) kernel::no_cuda("max_pool2d");
-  cpu::max_pool2d_backward(g, idx, w, gx);
 }
 
 // [N, C, H, W] -> windows [N, C, kh*kw, oh*ow].
@@ -78,11 +61,11 @@ Tensor max_pool2d(const Tensor& x0, std::array<int64_t, 2> kernel, std::array<in
   const bool cl = !x.is_contiguous() && is_channels_last(x);  // ambiguous strides (1x1 maps) are NCHW
   Tensor out = cl ? empty_channels_last(os, x.options()) : empty(os, x.options());
   Tensor idx = cl ? empty_channels_last(os, x.options().dtype(kInt32)) : empty(os, x.options().dtype(kInt32));
-  pool_forward(x, w, out, idx);
+  kernel::max_pool2d_forward(x, w, out, idx);
   if (autograd::any_requires_grad({&x})) {
     autograd::record(kMaxPool2d, out, {x}, {idx}, [w, shape = x.shape(), cl](const Tensor& g, const std::vector<Tensor>& s) {
       Tensor gx = cl ? empty_channels_last(shape, g.options()) : empty(shape, g.options());
-      pool_backward(g, s[0], w, gx);
+      kernel::max_pool2d_backward(g, s[0], w, gx);
       return autograd::Grads{gx};
     });
   }
