@@ -44,55 +44,89 @@ nlohmann::json bench_step(const BenchOptions& o) {
   nlohmann::json rows = nlohmann::json::array();
   std::printf("\n## Training step: forward, backward, SGD(momentum 0.9) step; AMP = fp16 autocast + GradScaler\n\n"
               "ms/step: the mean of %d back-to-back steps, as a training loop runs them (median of the samples);\n"
-              "one step: a single step between two synchronizations (its latency, host time included).\n\n",
+              "one step: a single step between two synchronizations (its latency, host time included);\n"
+              "fp32 and AMP samples are taken in turns (Note [Interleaved samples] in cli/bench_timer.h).\n\n",
               kStepCalls);
   std::printf("| model | batch | precision | mode | ms/step | images/s | ms, one step |\n|---|---|---|---|---|---|---|\n");
+  // One setup per precision; fp32 and AMP are timed in turns (Note [Interleaved samples] in
+  // cli/bench_timer.h), eager first, then graphed.
+  struct Setup {
+    std::shared_ptr<nn::Sequential> net;
+    Tensor x, y, loss;
+    std::unique_ptr<optim::SGD> opt;
+    std::unique_ptr<amp::GradScaler> scaler;
+    std::function<void()> step;
+#if AMPGRAD_WITH_CUDA
+    std::unique_ptr<cuda::CudaGraph> graph;
+#endif
+  };
+  auto make_setup = [&](const StepCase& c, bool amp_on, bool graphed) {
+    auto st = std::make_unique<Setup>();
+    Setup& s = *st;
+    manual_seed(0);
+    s.net = c.model == "wide" ? wide_mlp(o.device) : make_model(c.model, o.device);
+    const int64_t classes = c.model == "wide" ? 4096 : 10;
+    s.x = c.model == "wide" ? randn({c.batch, 4096}, TensorOptions().device(o.device))
+                            : randn({c.batch, 1, 28, 28}, TensorOptions().device(o.device));
+    s.y = (rand({c.batch}, TensorOptions().device(o.device)) * static_cast<double>(classes)).to(kInt64);
+    s.opt = std::make_unique<optim::SGD>(s.net->parameters(), optim::SGDOptions(0.01).momentum(0.9));
+    s.scaler = std::make_unique<amp::GradScaler>(amp::GradScalerOptions().enabled(amp_on));
+    const DeviceType type = o.device.type;
+    s.step = [&s, type, amp_on, graphed] {
+      // Eager: the default, set_to_none (as PyTorch 2), so each gradient comes out of its GEMM
+      // as the parameter's .grad. Graphed: kept gradients, whose memory the graph rewrites
+      // (Note [CUDA graphs]). benchmarks/compare_torch.py does the same on PyTorch's side.
+      s.opt->zero_grad(/*set_to_none=*/!graphed);
+      {
+        amp::AutocastGuard autocast(type, kFloat16, amp_on);
+        s.loss = cross_entropy((*s.net)(s.x), s.y);
+      }
+      s.scaler->scale(s.loss).backward();
+      s.scaler->step(*s.opt);
+      s.scaler->update();
+    };
+#if AMPGRAD_WITH_CUDA
+    if (graphed) {
+      for (int i = 0; i < 3; ++i) s.step();
+      s.graph = std::make_unique<cuda::CudaGraph>();
+      s.graph->capture(s.step);
+    }
+#endif
+    return st;
+  };
   for (const StepCase& c : cases) {
+    double ms[2][2] = {}, ms_single[2][2] = {};  // [amp][graphed]
+    for (bool graphed : {false, true}) {
+      if (graphed && !o.device.is_cuda()) continue;
+      std::unique_ptr<Setup> s32 = make_setup(c, false, graphed), s16 = make_setup(c, true, graphed);
+      std::vector<std::function<void()>> fns;
+      for (Setup* s : {s32.get(), s16.get()}) {
+#if AMPGRAD_WITH_CUDA
+        if (graphed) {
+          fns.push_back([s] { s->graph->replay(); });
+          continue;
+        }
+#endif
+        fns.push_back(s->step);
+      }
+      const std::vector<double> many = median_ms_interleaved(o.device, fns, 5, o.reps, kStepCalls);
+      const std::vector<double> one = median_ms_interleaved(o.device, fns, 5, o.reps, 1);
+      for (int a = 0; a < 2; ++a) {
+        ms[a][graphed] = many[a];
+        ms_single[a][graphed] = one[a];
+      }
+    }
     for (bool amp_on : {false, true}) {
       for (bool graphed : {false, true}) {
         if (graphed && !o.device.is_cuda()) continue;
-        manual_seed(0);
-        auto net = c.model == "wide" ? wide_mlp(o.device) : make_model(c.model, o.device);
-        const int64_t classes = c.model == "wide" ? 4096 : 10;
-        Tensor x = c.model == "wide" ? randn({c.batch, 4096}, TensorOptions().device(o.device))
-                                     : randn({c.batch, 1, 28, 28}, TensorOptions().device(o.device));
-        Tensor y = (rand({c.batch}, TensorOptions().device(o.device)) * static_cast<double>(classes)).to(kInt64);
-        optim::SGD opt(net->parameters(), optim::SGDOptions(0.01).momentum(0.9));
-        amp::GradScaler scaler(amp::GradScalerOptions().enabled(amp_on));
-        Tensor loss;
-        auto step = [&] {
-          // Eager: the default, set_to_none (as PyTorch 2), so each gradient comes out of its GEMM
-          // as the parameter's .grad. Graphed: kept gradients, whose memory the graph rewrites
-          // (Note [CUDA graphs]). benchmarks/compare_torch.py does the same on PyTorch's side.
-          opt.zero_grad(/*set_to_none=*/!graphed);
-          {
-            amp::AutocastGuard autocast(o.device.type, kFloat16, amp_on);
-            loss = cross_entropy((*net)(x), y);
-          }
-          scaler.scale(loss).backward();
-          scaler.step(opt);
-          scaler.update();
-        };
-        double ms = 0, ms_single = 0;
-        if (graphed) {
-#if AMPGRAD_WITH_CUDA
-          for (int i = 0; i < 3; ++i) step();
-          cuda::CudaGraph graph;
-          graph.capture(step);
-          ms = median_ms(o.device, [&] { graph.replay(); }, 5, o.reps, kStepCalls);
-          ms_single = median_ms(o.device, [&] { graph.replay(); }, 5, o.reps, 1);
-#endif
-        } else {
-          ms = median_ms(o.device, step, 5, o.reps, kStepCalls);
-          ms_single = median_ms(o.device, step, 5, o.reps, 1);
-        }
+        const double t = ms[amp_on][graphed], t1 = ms_single[amp_on][graphed];
         const char* prec = amp_on ? "AMP fp16" : "fp32";
         const char* mode = graphed ? "CUDA graph" : "eager";
         std::printf("| %s | %lld | %s | %s | %.3f | %.0f | %.3f |\n", c.name.c_str(), static_cast<long long>(c.batch),
-                    prec, mode, ms, c.batch / (ms * 1e-3), ms_single);
+                    prec, mode, t, c.batch / (t * 1e-3), t1);
         std::fflush(stdout);
         rows.push_back({{"suite", "step"}, {"model", c.name}, {"batch", c.batch}, {"precision", prec}, {"mode", mode},
-                        {"ms", ms}, {"ms_single", ms_single}, {"images_per_s", c.batch / (ms * 1e-3)},
+                        {"ms", t}, {"ms_single", t1}, {"images_per_s", c.batch / (t * 1e-3)},
                         {"device", o.device.str()}});
       }
     }

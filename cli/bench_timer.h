@@ -26,38 +26,64 @@ namespace ampgrad::cli {
 // Calls per sample of the single-op benchmarks (see above).
 inline constexpr int kOpCalls = 10;
 
-inline double median_ms(Device dev, const std::function<void()>& fn, int warmup = 5, int reps = 30,
-                        int calls = 1) {
-  for (int i = 0; i < warmup; ++i) fn();
-  std::vector<double> ms;
+// Note [Interleaved samples]
+// The machine that runs the benchmarks is shared, and a host-bound case (a small network's
+// eager step, a 1024 GEMM) runs as fast as the host queues launches: its speed drifts by
+// 10-30 % over seconds as other tenants come and go. Timed one after the other, two
+// variants of a case (fp32 and AMP) can each land in a fast or a slow stretch, and their
+// medians then compare the host's moods rather than the code. median_ms_interleaved takes
+// sample r of every variant in turn (starting with a different variant each round), so
+// drift slows all of them alike and their medians compare like with like.
+inline std::vector<double> median_ms_interleaved(Device dev, const std::vector<std::function<void()>>& fns,
+                                                 int warmup = 5, int reps = 30, int calls = 1) {
+  const size_t n = fns.size();
+  for (const auto& fn : fns)
+    for (int i = 0; i < warmup; ++i) fn();
+  std::vector<std::vector<double>> ms(n);
 #if AMPGRAD_WITH_CUDA
   if (dev.is_cuda()) {
     cudaStream_t s = cuda::current_stream(dev.index);
     cudaEvent_t a, b;
     AG_CUDA_CHECK(cudaEventCreate(&a));
     AG_CUDA_CHECK(cudaEventCreate(&b));
-    for (int i = 0; i < reps; ++i) {
-      AG_CUDA_CHECK(cudaEventRecord(a, s));
-      for (int c = 0; c < calls; ++c) fn();
-      AG_CUDA_CHECK(cudaEventRecord(b, s));
-      AG_CUDA_CHECK(cudaEventSynchronize(b));
-      float t = 0;
-      AG_CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
-      ms.push_back(static_cast<double>(t) / calls);
+    AG_CUDA_CHECK(cudaStreamSynchronize(s));  // warm-up work must not leak into the first sample
+    for (int r = 0; r < reps; ++r) {
+      for (size_t j = 0; j < n; ++j) {
+        const size_t v = (static_cast<size_t>(r) + j) % n;
+        AG_CUDA_CHECK(cudaEventRecord(a, s));
+        for (int c = 0; c < calls; ++c) fns[v]();
+        AG_CUDA_CHECK(cudaEventRecord(b, s));
+        AG_CUDA_CHECK(cudaEventSynchronize(b));
+        float t = 0;
+        AG_CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
+        ms[v].push_back(static_cast<double>(t) / calls);
+      }
     }
     AG_CUDA_CHECK(cudaEventDestroy(a));
     AG_CUDA_CHECK(cudaEventDestroy(b));
   }
 #endif
   if (dev.is_cpu()) {
-    for (int i = 0; i < reps; ++i) {
-      auto t0 = std::chrono::steady_clock::now();
-      for (int c = 0; c < calls; ++c) fn();
-      ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / calls);
+    for (int r = 0; r < reps; ++r) {
+      for (size_t j = 0; j < n; ++j) {
+        const size_t v = (static_cast<size_t>(r) + j) % n;
+        auto t0 = std::chrono::steady_clock::now();
+        for (int c = 0; c < calls; ++c) fns[v]();
+        ms[v].push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() /
+                        calls);
+      }
     }
   }
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
+  std::vector<double> med(n);
+  for (size_t v = 0; v < n; ++v) {
+    std::sort(ms[v].begin(), ms[v].end());
+    med[v] = ms[v][ms[v].size() / 2];
+  }
+  return med;
+}
+
+inline double median_ms(Device dev, const std::function<void()>& fn, int warmup = 5, int reps = 30, int calls = 1) {
+  return median_ms_interleaved(dev, {fn}, warmup, reps, calls)[0];
 }
 
 }  // namespace ampgrad::cli
