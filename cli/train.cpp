@@ -60,6 +60,8 @@ double evaluate(nn::Module& net, const data::Dataset& ds, Device dev, bool use_a
 
 struct StepLog {
   std::vector<Tensor> loss, scale, found_inf;  // device tensors, read once per epoch
+  size_t counted = 0;                          // found_inf flags counted into skipped so far
+  int64_t skipped = 0;
 };
 
 void write_metrics(std::ofstream& f, bool csv, int epoch, int64_t first_step, const std::vector<double>& loss,
@@ -233,7 +235,13 @@ void run_train(const TrainArgs& a) {
         st.loss = loss.item<double>();
         st.scale = scaler.is_enabled() ? scaler.get_scale() : 0;
         st.skipped = skipped_total;
-        if (!log.found_inf.empty()) st.skipped += sum(ne(stack(log.found_inf, 0), 0.0)).item<int64_t>();
+        if (log.counted < log.found_inf.size()) {  // only the flags since the last line: a stack copies each
+          const std::vector<Tensor> fresh(log.found_inf.begin() + static_cast<std::ptrdiff_t>(log.counted),
+                                          log.found_inf.end());
+          log.skipped += sum(ne(stack(fresh, 0), 0.0)).item<int64_t>();
+          log.counted = log.found_inf.size();
+        }
+        st.skipped += log.skipped;
         progress.update(st);
       }
     }
