@@ -76,20 +76,15 @@ __global__ void cross_entropy_forward_kernel(const T* x, const int64_t* target, 
   __shared__ A rows_sum[kBlockSize];
   __shared__ float rows_cnt[kBlockSize];
   const Op op{};
-  const int tx = threadIdx.x, ty = threadIdx.y, bx = blockDim.x, by = blockDim.y;
+  const int tx = threadIdx.x, ty = threadIdx.y, by = blockDim.y;
   A my_sum = 0;
   float my_cnt = 0;
   for (int64_t base = static_cast<int64_t>(blockIdx.x) * by; base < n; base += static_cast<int64_t>(gridDim.x) * by) {
     const int64_t row = base + ty;
-    State* mine = smem + ty * bx;
-    mine[tx] = row < n ? accumulate_row(op, x + row * c, 0, c) : op.identity();
-    __syncthreads();
-    for (int s = bx / 2; s > 0; s >>= 1) {
-      if (tx < s) mine[tx] = op.combine(mine[tx], mine[tx + s]);
-      __syncthreads();
-    }
+    const State st = combine_row(smem, row < n ? accumulate_row(op, x + row * c, 0, c) : op.identity(),
+                                 [&](State a, State b) { return op.combine(a, b); });
     if (tx == 0 && row < n) {
-      const A l = static_cast<A>(mine[0].m) + static_cast<A>(math::log(mine[0].s));
+      const A l = static_cast<A>(st.m) + static_cast<A>(math::log(st.s));
       lse[row] = l;
       const int64_t t = target[row];
       if (t != ignore) {

@@ -32,7 +32,7 @@ __global__ void reduce_rows_kernel(Op op, const typename Op::Elem* x, ReduceShap
   using State = typename Op::State;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   State* smem = reinterpret_cast<State*>(smem_raw);
-  const int tx = threadIdx.x, ty = threadIdx.y, bx = blockDim.x;
+  const int tx = threadIdx.x, ty = threadIdx.y;
   const int64_t slots = sh.outer * sh.splits;
   for (int64_t base = static_cast<int64_t>(blockIdx.x) * blockDim.y; base < slots;
        base += static_cast<int64_t>(gridDim.x) * blockDim.y) {
@@ -43,16 +43,10 @@ __global__ void reduce_rows_kernel(Op op, const typename Op::Elem* x, ReduceShap
       const int64_t begin = part * sh.chunk;
       acc = accumulate_row(op, x + row * sh.r, begin, min(sh.r, begin + sh.chunk));
     }
-    State* mine = smem + ty * bx;
-    mine[tx] = acc;
-    __syncthreads();
-    for (int s = bx / 2; s > 0; s >>= 1) {
-      if (tx < s) mine[tx] = op.combine(mine[tx], mine[tx + s]);
-      __syncthreads();
-    }
+    const State total = combine_row(smem, acc, [&](State a, State b) { return op.combine(a, b); });
     if (tx == 0 && slot < slots) {
-      if (partial) partial[slot] = mine[0];
-      else op.write(mine[0], out, indices, slot);  // one chunk per row: slot is the row
+      if (partial) partial[slot] = total;
+      else op.write(total, out, indices, slot);  // one chunk per row: slot is the row
     }
     __syncthreads();  // smem is reused by the next slots
   }

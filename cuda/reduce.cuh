@@ -172,4 +172,21 @@ __device__ typename Op::State accumulate_row(const Op& op, const typename Op::El
   return acc;
 }
 
+// Combines the blockDim.x partial values of block row threadIdx.y (each thread's `acc`)
+// through smem (blockDim.x * blockDim.y entries), pairwise in a fixed order, and returns the row's total to
+// every thread of the row. Every thread of the block calls it; a caller that reuses smem
+// afterwards (a next batch of rows) synchronizes first.
+template <class S, class Combine>
+__device__ S combine_row(S* smem, S acc, Combine combine) {
+  const int tx = threadIdx.x, bx = blockDim.x;
+  S* mine = smem + threadIdx.y * bx;
+  mine[tx] = acc;
+  __syncthreads();
+  for (int s = bx / 2; s > 0; s >>= 1) {
+    if (tx < s) mine[tx] = combine(mine[tx], mine[tx + s]);
+    __syncthreads();
+  }
+  return mine[0];
+}
+
 }  // namespace ampgrad::cuda

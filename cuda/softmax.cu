@@ -27,14 +27,8 @@ template <class T, class O> __global__ void softmax_rows_kernel(const T* x, O* o
   for (int64_t base = static_cast<int64_t>(blockIdx.x) * blockDim.y; base < outer;
        base += static_cast<int64_t>(gridDim.x) * blockDim.y) {
     const int64_t row = base + ty;
-    State* mine = smem + ty * bx;
-    mine[tx] = row < outer ? accumulate_row(op, x + row * r, 0, r) : op.identity();
-    __syncthreads();
-    for (int s = bx / 2; s > 0; s >>= 1) {
-      if (tx < s) mine[tx] = op.combine(mine[tx], mine[tx + s]);
-      __syncthreads();
-    }
-    const State st = mine[0];
+    const State st = combine_row(smem, row < outer ? accumulate_row(op, x + row * r, 0, r) : op.identity(),
+                                 [&](State a, State b) { return op.combine(a, b); });
     if (row < outer) {
       const A log_s = math::log(st.s);
       const T* px = x + row * r;
@@ -100,14 +94,7 @@ __global__ void softmax_backward_rows_kernel(const O* g, const O* y, T* gx, int6
         acc += log ? gv : gv * to_acc(y[row * r + j]);
       }
     }
-    A* mine = smem + ty * bx;
-    mine[tx] = acc;
-    __syncthreads();
-    for (int s = bx / 2; s > 0; s >>= 1) {
-      if (tx < s) mine[tx] += mine[tx + s];
-      __syncthreads();
-    }
-    const A sum = mine[0];
+    const A sum = combine_row(smem, acc, [](A a, A b) { return a + b; });
     if (row < outer) {
       for (int64_t j = tx; j < r; j += bx)
         gx[row * r + j] = from_acc<T>(softmax_grad(to_acc(g[row * r + j]), to_acc(y[row * r + j]), sum, log));
