@@ -2,22 +2,9 @@
 #include <type_traits>
 
 #include "core/kernels.h"
+#include "ops/cpu_values.h"
 
 namespace ampgrad::cpu {
-
-namespace {
-template <class F> void visit_floating(const Tensor& t, const char* what, F&& f) {
-  visit_dtype(t.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, Half> ||
-                  std::is_same_v<T, BFloat16>) {
-      f(tag);
-    } else {
-      AG_INTERNAL_ASSERT(false, "{} on a non-floating tensor {}", what, t.desc());
-    }
-  });
-}
-}  // namespace
 
 void im2col(const Tensor& x, const Tensor& cols, const Window2d& w, double pad_value) {
   visit_floating(x, "im2col", [&](auto tag) {

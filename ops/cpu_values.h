@@ -1,41 +1,56 @@
-// The CPU reference kernels that compute in double (softmax, cross-entropy, batch norm): a
-// floating tensor's elements read as doubles and written back rounded, in memory order (the
-// caller's tensors are dense; their layout is the caller's business).
+// Helpers of the CPU reference kernels: a visit of the floating dtypes, and values read as
+// doubles and written back rounded through the dtype's accumulation type, as the CUDA kernels
+// round. read_doubles / write_doubles go in memory order (the caller's tensors are dense; their
+// layout is the caller's business).
 #pragma once
 
 #include <type_traits>
 #include <vector>
 
+#include "core/error.h"
 #include "core/tensor.h"
 
 namespace ampgrad::cpu {
 
-inline std::vector<double> read_doubles(const Tensor& t) {
-  std::vector<double> v(static_cast<size_t>(t.numel()));
+// Calls f(T{}) for t's element type T, which must be floating: the ops check dtypes before
+// their kernels run, so anything else is an internal error.
+template <class F> void visit_floating(const Tensor& t, const char* what, F&& f) {
   visit_dtype(t.dtype(), [&](auto tag) {
     using T = decltype(tag);
+    if constexpr (std::is_floating_point_v<acc_t<T>>) {
+      f(tag);
+    } else {
+      AG_INTERNAL_ASSERT(false, "{} on a non-floating tensor {}", what, t.desc());
+    }
+  });
+}
+
+template <class T> double to_double(T v) { return static_cast<double>(static_cast<acc_t<T>>(v)); }
+template <class T> T from_double(double v) { return static_cast<T>(static_cast<acc_t<T>>(v)); }
+
+inline std::vector<double> read_doubles(const Tensor& t) {
+  std::vector<double> v(static_cast<size_t>(t.numel()));
+  visit_floating(t, "read_doubles", [&](auto tag) {
+    using T = decltype(tag);
     const T* p = static_cast<const T*>(t.data_ptr());
-    for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<double>(static_cast<acc_t<T>>(p[i]));
+    for (size_t i = 0; i < v.size(); ++i) v[i] = to_double(p[i]);
   });
   return v;
 }
 
-// Element i of a floating tensor = v, rounded through the dtype's accumulation type as the
-// CUDA kernels round.
+// Element i of a floating tensor = v, rounded.
 inline void store_double(const Tensor& t, int64_t i, double v) {
-  visit_dtype(t.dtype(), [&](auto tag) {
+  visit_floating(t, "store_double", [&](auto tag) {
     using T = decltype(tag);
-    if constexpr (std::is_floating_point_v<acc_t<T>>) static_cast<T*>(t.data_ptr())[i] = static_cast<T>(static_cast<acc_t<T>>(v));
+    static_cast<T*>(t.data_ptr())[i] = from_double<T>(v);
   });
 }
 
 inline void write_doubles(const Tensor& t, const std::vector<double>& v) {
-  visit_dtype(t.dtype(), [&](auto tag) {
+  visit_floating(t, "write_doubles", [&](auto tag) {
     using T = decltype(tag);
-    if constexpr (std::is_floating_point_v<acc_t<T>>) {
-      T* p = static_cast<T*>(t.data_ptr());
-      for (size_t i = 0; i < v.size(); ++i) p[i] = static_cast<T>(static_cast<acc_t<T>>(v[i]));
-    }
+    T* p = static_cast<T*>(t.data_ptr());
+    for (size_t i = 0; i < v.size(); ++i) p[i] = from_double<T>(v[i]);
   });
 }
 
