@@ -295,4 +295,29 @@ inline unsigned blocks_for(uint32_t n, int block = kBlockSize) {
   return static_cast<unsigned>((static_cast<uint64_t>(n) + block - 1) / block);
 }
 
+// ---- last block ---------------------------------------------------------------------------
+
+// Note [Last block]
+// A kernel whose blocks each write a partial result finishes the reduction in the same launch:
+// every block, once its writes are done, counts itself on a counter of the kernel's, and the
+// block that completes the count (which then sees every other block's writes) combines the
+// partials and resets the counter for the next launch. Launches on a device are serialized
+// on its one stream (Note [CUDA stream]), also inside CUDA graphs, so one counter per kernel
+// (a zero-initialized __device__ variable of its file) suffices. The fused optimizers' step
+// counters, batch norm's statistics and cross-entropy's loss finish this way.
+// Every thread of the block calls it, after the block's writes; it returns true in every
+// thread of the last block, with the other blocks' writes visible.
+__device__ inline bool last_block_done(unsigned int* counter) {
+  __shared__ bool last;
+  __syncthreads();
+  if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {
+    __threadfence();
+    last = atomicAdd(counter, 1u) == gridDim.x * gridDim.y * gridDim.z - 1;
+    if (last) *counter = 0;
+  }
+  __syncthreads();
+  if (last) __threadfence();
+  return last;
+}
+
 }  // namespace ampgrad::cuda

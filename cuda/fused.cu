@@ -39,23 +39,15 @@ template <class F> __device__ __forceinline__ void for_each_element(int64_t n, F
 // An optimizer's step counters (Adam's bias correction, SGD's first momentum step) used to
 // advance in a launch of their own after the update kernel: on a small network's step, one
 // launch in forty. The update kernel now advances them itself, in its last block to finish:
-// every block reads its tensor's counter first, counts itself done (an atomic on a counter
-// of the device's), and the block that completes the count, so after every read, adds 1 to
-// each counter of the launch and resets the count. A skipped step (found_inf set) returns
-// from every block before counting, so nothing advances. Launches of these kernels on a
-// device are serialized on its one stream (Note [CUDA stream]), also inside CUDA graphs, so
-// one counter per device suffices.
+// every block reads its tensor's counter first, and the last block to finish (Note [Last
+// block] in cuda/common.cuh), so after every read, adds 1 to each counter of the launch. A
+// skipped step (found_inf set) returns from every block before counting, so nothing
+// advances. The SGD and Adam kernels share the counter: their launches are serialized too.
 __device__ unsigned int g_blocks_done = 0;
 
 template <int L> __device__ __forceinline__ void advance_steps_if_last(const TensorLists<L>& lists) {
-  __syncthreads();  // this block's threads are past their reads
-  if (threadIdx.x != 0) return;
-  __threadfence();
-  const unsigned int blocks = gridDim.x * gridDim.y;
-  if (atomicAdd(&g_blocks_done, 1u) != blocks - 1) return;
-  __threadfence();  // the other blocks' work is visible before the counters move
+  if (!last_block_done(&g_blocks_done) || threadIdx.x != 0) return;
   for (unsigned int t = 0; t < gridDim.y; ++t) *lists.step[t] += 1.0f;
-  g_blocks_done = 0;
 }
 
 template <class G>

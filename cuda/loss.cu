@@ -61,9 +61,8 @@ __global__ void nll_loss_backward_kernel(const T* grad, const int64_t* target, c
 // Rows of [n, c] logits: blockDim.x threads per row, blockDim.y rows per block, blocks
 // striding over the rows. Each row's logsumexp goes to lse; each block sums its counted rows'
 // lse - x[target] (in row order, deterministically) into partial[block], and the last block
-// to finish adds the partials in block order into loss = sum / count (the counter pattern of
-// Note [Step counters in the kernel] in fused.cu; one launch of this kernel at a time per
-// device, on its stream).
+// to finish adds the partials in block order into loss = sum / count (Note [Last block] in
+// cuda/common.cuh).
 __device__ unsigned int g_ce_blocks_done = 0;
 
 template <class T, class O>
@@ -84,7 +83,7 @@ __global__ void cross_entropy_forward_kernel(const T* x, const int64_t* target, 
     const State st = combine_row(smem, row < n ? accumulate_row(op, x + row * c, 0, c) : op.identity(),
                                  [&](State a, State b) { return op.combine(a, b); });
     if (tx == 0 && row < n) {
-      const A l = static_cast<A>(st.m) + static_cast<A>(math::log(st.s));
+      const A l = static_cast<A>(Op::result(st));
       lse[row] = l;
       const int64_t t = target[row];
       if (t != ignore) {
@@ -100,18 +99,17 @@ __global__ void cross_entropy_forward_kernel(const T* x, const int64_t* target, 
     rows_cnt[ty] = my_cnt;
   }
   __syncthreads();
-  if (tx != 0 || ty != 0) return;
-  A block_sum = 0;
-  float block_cnt = 0;
-  for (int r = 0; r < by; ++r) {
-    block_sum += rows_sum[r];
-    block_cnt += rows_cnt[r];
+  if (tx == 0 && ty == 0) {
+    A block_sum = 0;
+    float block_cnt = 0;
+    for (int r = 0; r < by; ++r) {
+      block_sum += rows_sum[r];
+      block_cnt += rows_cnt[r];
+    }
+    partial[2 * blockIdx.x] = block_sum;
+    partial[2 * blockIdx.x + 1] = static_cast<A>(block_cnt);
   }
-  partial[2 * blockIdx.x] = block_sum;
-  partial[2 * blockIdx.x + 1] = static_cast<A>(block_cnt);
-  __threadfence();
-  if (atomicAdd(&g_ce_blocks_done, 1u) != gridDim.x - 1) return;
-  __threadfence();
+  if (!last_block_done(&g_ce_blocks_done) || tx != 0 || ty != 0) return;
   A total = 0, counted = 0;
   for (unsigned int b = 0; b < gridDim.x; ++b) {
     total += partial[2 * b];
@@ -119,7 +117,6 @@ __global__ void cross_entropy_forward_kernel(const T* x, const int64_t* target, 
   }
   *loss = from_acc<O>(total / counted);
   *count = static_cast<float>(counted);
-  g_ce_blocks_done = 0;
 }
 
 // grad_x[i, j] = grad / count * (exp(x[i, j] - lse[i]) - [j == target[i]]) for counted rows
@@ -173,7 +170,7 @@ void cross_entropy_forward(const Tensor& x, const Tensor& target, int64_t ignore
                            const Tensor& loss, const Tensor& count) {
   KernelContext ctx(loss);
   const int64_t n = x.size(0), c = x.size(1);
-  const int bx = c <= 256 ? 32 : (c <= 2048 ? 128 : 256), by = kBlockSize / bx;
+  const int bx = row_threads(c), by = kBlockSize / bx;
   // Two blocks per SM at most: the last block adds one partial per block, serially.
   const unsigned grid = static_cast<unsigned>(
       std::clamp<int64_t>((n + by - 1) / by, 1, 2 * static_cast<int64_t>(ctx.sm_count)));

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "cuda/common.cuh"
+#include "cuda/reduce.cuh"
 #include "cuda/kernels.h"
 
 namespace ampgrad::cuda {
@@ -13,8 +14,7 @@ namespace ampgrad::cuda {
 namespace {
 
 // Each (channel, split) block writes two partial sums; the last block of the launch to finish
-// adds them per channel, in split order (the counter pattern of Note [Step counters in the
-// kernel] in fused.cu: these launches are serialized on the device's stream).
+// adds them per channel, in split order (Note [Last block] in cuda/common.cuh).
 __device__ unsigned int g_bn_stats_done = 0;
 __device__ unsigned int g_bn_grad_done = 0;
 
@@ -32,11 +32,15 @@ __device__ __forceinline__ void split_rows(int64_t outer, int splits, int s, int
   o1 = min(outer, o0 + per);
 }
 
+template <class A> struct Sums2 {
+  A s1, s2;
+};
+
 // Sums over channel c's elements in the rows of split s of f(element index): the plane layout,
-// every thread of the block on one channel. Returns the block's sums in thread 0.
+// every thread of the (one-row) block on one channel. Returns the block's sums in every thread.
 template <class A, class I, class F>
 __device__ void plane_sums(const BnGeometry& g, int64_t c, int s, F&& f, A& r1, A& r2) {
-  __shared__ A sh1[kBlockSize], sh2[kBlockSize];
+  __shared__ Sums2<A> sh[kBlockSize];
   int64_t o0, o1;
   split_rows(g.outer, g.splits, s, o0, o1);
   A s1 = 0, s2 = 0;
@@ -45,18 +49,11 @@ __device__ void plane_sums(const BnGeometry& g, int64_t c, int s, F&& f, A& r1, 
     const I q = k / inner;
     f((static_cast<int64_t>(o0 + q) * g.c + c) * g.inner + (k - q * inner), c, s1, s2);
   }
-  sh1[threadIdx.x] = s1;
-  sh2[threadIdx.x] = s2;
-  __syncthreads();
-  for (int w = blockDim.x / 2; w > 0; w >>= 1) {
-    if (threadIdx.x < w) {
-      sh1[threadIdx.x] += sh1[threadIdx.x + w];
-      sh2[threadIdx.x] += sh2[threadIdx.x + w];
-    }
-    __syncthreads();
-  }
-  r1 = sh1[0];
-  r2 = sh2[0];
+  const Sums2<A> t = combine_row(sh, Sums2<A>{s1, s2}, [](Sums2<A> a, Sums2<A> b) {
+    return Sums2<A>{a.s1 + b.s1, a.s2 + b.s2};
+  });
+  r1 = t.s1;
+  r2 = t.s2;
 }
 
 // The column layout (inner 1): threadIdx.x over 32 neighbouring channels, threadIdx.y over
@@ -83,7 +80,7 @@ __device__ void column_sums(const BnGeometry& g, int s, F&& f, A& r1, A& r2) {
 }
 
 // Runs the partial sums of this block and writes them to part[(c * splits + s) * 2]; true in
-// one thread of the last block of the launch to finish (after every block's partials).
+// every thread of the last block of the launch to finish (after every block's partials).
 template <class A, class I, class F>
 __device__ bool partial_sums(const BnGeometry& g, A* part, unsigned int* done, F&& f) {
   const int s = blockIdx.y;
@@ -103,17 +100,7 @@ __device__ bool partial_sums(const BnGeometry& g, A* part, unsigned int* done, F
       part[(c * g.splits + s) * 2 + 1] = r2;
     }
   }
-  __shared__ bool last;
-  __syncthreads();
-  if (threadIdx.x == 0 && threadIdx.y == 0) {
-    __threadfence();
-    const unsigned int blocks = gridDim.x * gridDim.y;
-    last = atomicAdd(done, 1u) == blocks - 1;
-    if (last) *done = 0;
-  }
-  __syncthreads();
-  if (last) __threadfence();
-  return last;
+  return last_block_done(done);
 }
 
 // Channel c's sums over its splits, in split order.
@@ -136,12 +123,10 @@ __device__ __forceinline__ int block_threads() { return blockDim.x * blockDim.y;
 template <class T, class A, class I>
 __global__ void bn_stats_kernel(const T* x, BnGeometry g, A* part, A* mean, A* invstd, A* running_mean,
                                 A* running_var, double momentum, double eps) {
-  const int64_t c_block = g.inner > 1 ? static_cast<int64_t>(blockIdx.x) : -1;
   auto shift_of = [&](int64_t c) { return static_cast<A>(to_acc(x[c * g.inner])); };
-  A k_plane = c_block >= 0 ? shift_of(c_block) : A(0);
+  // This thread's channel: the block's (plane layout) or its column's (column layout).
   const int64_t c_col = static_cast<int64_t>(blockIdx.x) * kCols + threadIdx.x;
-  A k_col = g.inner == 1 && c_col < g.c ? shift_of(c_col) : A(0);
-  const A k = g.inner > 1 ? k_plane : k_col;
+  const A k = g.inner > 1 ? shift_of(blockIdx.x) : (c_col < g.c ? shift_of(c_col) : A(0));
   const bool last = partial_sums<A, I>(g, part, &g_bn_stats_done, [&](int64_t e, int64_t, A& s1, A& s2) {
     const A v = static_cast<A>(to_acc(x[e])) - k;
     s1 += v;
@@ -292,19 +277,26 @@ void batch_norm_backward(const Tensor& dy, const Tensor& x, int64_t outer, int64
   KernelContext ctx(mean);
   const int64_t c = mean.numel();
   const BnGeometry g = geometry_of(ctx, outer, c, inner);
-  Tensor part = empty({c * g.splits * 2}, mean.options()), coef = empty({2 * c}, mean.options());
+  const bool want_x = grad_x.defined() && grad_x.numel() > 0;
+  // The sums feed grad_weight, grad_bias and, in training, the input gradient; in eval mode
+  // the input gradient alone needs none.
+  const bool sums = grad_weight.defined() || grad_bias.defined() || (training && want_x);
+  Tensor coef = sums ? empty({2 * c}, mean.options()) : Tensor();
   dispatch_bn(x, [&](auto tt, auto ta, auto ti) {
     using T = typename decltype(tt)::type;
     using A = typename decltype(ta)::type;
     using I = typename decltype(ti)::type;
-    bn_grad_sums_kernel<T, A, I><<<grid_of(g), block_of(g), 0, ctx.stream>>>(
-        ptr<const T>(dy), ptr<const T>(x), g, ptr<const A>(mean), ptr<const A>(invstd), ptr<A>(part), ptr<A>(coef),
-        mut_or_null<A>(grad_weight), mut_or_null<A>(grad_bias));
-    AG_CUDA_CHECK_LAUNCH();
-    if (grad_x.defined() && grad_x.numel() > 0) {
+    if (sums) {
+      Tensor part = empty({c * g.splits * 2}, mean.options());
+      bn_grad_sums_kernel<T, A, I><<<grid_of(g), block_of(g), 0, ctx.stream>>>(
+          ptr<const T>(dy), ptr<const T>(x), g, ptr<const A>(mean), ptr<const A>(invstd), ptr<A>(part), ptr<A>(coef),
+          mut_or_null<A>(grad_weight), mut_or_null<A>(grad_bias));
+      AG_CUDA_CHECK_LAUNCH();
+    }
+    if (want_x) {
       bn_grad_input_kernel<T, A, I><<<ctx.grid_stride_blocks(grad_x.numel()), kBlockSize, 0, ctx.stream>>>(
           ptr<const T>(dy), ptr<const T>(x), g, ptr<const A>(mean), ptr<const A>(invstd), ptr_or_null<A>(weight),
-          ptr<const A>(coef), training, ptr<T>(grad_x), grad_x.numel());
+          ptr_or_null<A>(coef), training, ptr<T>(grad_x), grad_x.numel());
       AG_CUDA_CHECK_LAUNCH();
     }
   });

@@ -86,29 +86,15 @@ __global__ void reduce_cols_kernel(Op op, const std::conditional_t<kRaw, typenam
       for (; j < end; j += by) acc4[0] = add(acc4[0], j);
       acc = op.combine(op.combine(acc4[0], acc4[1]), op.combine(acc4[2], acc4[3]));
     }
-    smem[ty * bx + tx] = acc;
-    __syncthreads();
-    for (int s = by / 2; s > 0; s >>= 1) {
-      if (ty < s) smem[ty * bx + tx] = op.combine(smem[ty * bx + tx], smem[(ty + s) * bx + tx]);
-      __syncthreads();
-    }
+    const State total = combine_col(smem, acc, [&](State a, State b) { return op.combine(a, b); });
     if (ty == 0 && i < sh.inner) {
-      if (partial) partial[(o * sh.splits + part) * sh.inner + i] = smem[tx];
-      else op.write(smem[tx], out, indices, o * sh.inner + i);
+      if (partial) partial[(o * sh.splits + part) * sh.inner + i] = total;
+      else op.write(total, out, indices, o * sh.inner + i);
     }
     __syncthreads();
   }
 }
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-int pow2_at_least(int64_t v, int cap) {
-  int p = 1;
-  while (p < v && p < cap) p *= 2;
-  return p;
-}
-
-unsigned grid_of(int64_t blocks) { return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(blocks, INT32_MAX))); }
 
 template <class Op>
 void run_reduce(const KernelContext& ctx, const Op& op, const Tensor& x, const Tensor& out, const Tensor& indices) {
@@ -134,7 +120,7 @@ void run_reduce(const KernelContext& ctx, const Op& op, const Tensor& x, const T
   };
 
   if (inner == 1) {
-    const int bx = r <= 256 ? 32 : (r <= 2048 ? 128 : 256), by = kBlockSize / bx;
+    const int bx = row_threads(r), by = kBlockSize / bx;
     const int64_t blocks = ceil_div(outer, by);
     int64_t splits = 1, chunk = r;
     if (blocks < target_blocks && r >= 8192) {

@@ -2,6 +2,8 @@
 // element joins it, how two states combine (deterministically), and how the result is written.
 #pragma once
 
+#include <algorithm>
+#include <cstdint>
 #include <cuda/std/limits>
 
 #include "cuda/common.cuh"
@@ -173,9 +175,9 @@ __device__ typename Op::State accumulate_row(const Op& op, const typename Op::El
 }
 
 // Combines the blockDim.x partial values of block row threadIdx.y (each thread's `acc`)
-// through smem (blockDim.x * blockDim.y entries), pairwise in a fixed order, and returns the row's total to
-// every thread of the row. Every thread of the block calls it; a caller that reuses smem
-// afterwards (a next batch of rows) synchronizes first.
+// through smem (blockDim.x * blockDim.y entries), pairwise in a fixed order, and returns the
+// row's total to every thread of the row. Every thread of the block calls it; a caller that
+// reuses smem afterwards (a next batch of rows) synchronizes first.
 template <class S, class Combine>
 __device__ S combine_row(S* smem, S acc, Combine combine) {
   const int tx = threadIdx.x, bx = blockDim.x;
@@ -188,5 +190,32 @@ __device__ S combine_row(S* smem, S acc, Combine combine) {
   }
   return mine[0];
 }
+
+// The same down block column threadIdx.x: the blockDim.y values of the column combined
+// pairwise in a fixed order, the total returned to every thread of the column.
+template <class S, class Combine>
+__device__ S combine_col(S* smem, S acc, Combine combine) {
+  const int tx = threadIdx.x, ty = threadIdx.y, bx = blockDim.x;
+  smem[ty * bx + tx] = acc;
+  __syncthreads();
+  for (int s = blockDim.y / 2; s > 0; s >>= 1) {
+    if (ty < s) smem[ty * bx + tx] = combine(smem[ty * bx + tx], smem[(ty + s) * bx + tx]);
+    __syncthreads();
+  }
+  return smem[tx];
+}
+
+// Launch shapes of the row and column kernels (reduce, softmax, cross-entropy).
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+inline int pow2_at_least(int64_t v, int cap) {
+  int p = 1;
+  while (p < v && p < cap) p *= 2;
+  return p;
+}
+inline unsigned grid_of(int64_t blocks) {
+  return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(blocks, INT32_MAX)));
+}
+// Threads per row (blockDim.x) for rows of r contiguous elements; kBlockSize / it rows per block.
+inline int row_threads(int64_t r) { return r <= 256 ? 32 : (r <= 2048 ? 128 : 256); }
 
 }  // namespace ampgrad::cuda

@@ -56,13 +56,7 @@ __global__ void softmax_cols_kernel(const T* x, O* out, int64_t outer, int64_t r
     if (i < inner) {
       for (int64_t j = ty; j < r; j += by) acc = op.accumulate(acc, to_acc(x[first + j * inner]), j);
     }
-    smem[ty * bx + tx] = acc;
-    __syncthreads();
-    for (int s = by / 2; s > 0; s >>= 1) {
-      if (ty < s) smem[ty * bx + tx] = op.combine(smem[ty * bx + tx], smem[(ty + s) * bx + tx]);
-      __syncthreads();
-    }
-    const State st = smem[tx];
+    const State st = combine_col(smem, acc, [&](State a, State b) { return op.combine(a, b); });
     if (i < inner) {
       const A log_s = math::log(st.s);
       for (int64_t j = ty; j < r; j += by) out[first + j * inner] = softmax_value<O>(to_acc(x[first + j * inner]), st, log_s, log);
@@ -121,13 +115,7 @@ __global__ void softmax_backward_cols_kernel(const O* g, const O* y, T* gx, int6
         acc += log ? gv : gv * to_acc(y[first + j * inner]);
       }
     }
-    smem[ty * bx + tx] = acc;
-    __syncthreads();
-    for (int s = by / 2; s > 0; s >>= 1) {
-      if (ty < s) smem[ty * bx + tx] += smem[(ty + s) * bx + tx];
-      __syncthreads();
-    }
-    const A sum = smem[tx];
+    const A sum = combine_col(smem, acc, [](A a, A b) { return a + b; });
     if (i < inner) {
       for (int64_t j = ty; j < r; j += by) {
         const int64_t k = first + j * inner;
@@ -138,9 +126,7 @@ __global__ void softmax_backward_cols_kernel(const O* g, const O* y, T* gx, int6
   }
 }
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-unsigned grid_of(int64_t blocks) { return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(blocks, INT32_MAX))); }
 
 struct Launch {
   dim3 grid, block;
@@ -149,11 +135,10 @@ struct Launch {
 // columns: up to 32 neighbouring inner positions, the block's other threads split r.
 Launch launch_of(int64_t outer, int64_t r, int64_t inner) {
   if (inner == 1) {
-    const int bx = r <= 256 ? 32 : (r <= 2048 ? 128 : 256), by = kBlockSize / bx;
+    const int bx = row_threads(r), by = kBlockSize / bx;
     return {dim3(grid_of(ceil_div(outer, by))), dim3(bx, by)};
   }
-  int bx = 1;
-  while (bx < inner && bx < 32) bx *= 2;
+  const int bx = pow2_at_least(inner, 32);
   return {dim3(grid_of(outer * ceil_div(inner, bx))), dim3(bx, kBlockSize / bx)};
 }
 }  // namespace

@@ -246,6 +246,16 @@ TEST_CASE("batch_norm's fused kernels match float64 references on every layout",
             for (int64_t i = 0; i < inner; ++i)
               yeref[at(o, k, i)] = (xv[at(o, k, i)] - rmv[k]) / std::sqrt(rvv[k] + 1e-5) * wv[k] + bv[k];
         check_close(ye.contiguous(), yeref, 4 * e, 4 * e);
+        // Evaluation's input gradient alone, with no parameter gradient to sum for:
+        // g * weight / sqrt(running_var + eps).
+        ag::Tensor xe = x.detach().requires_grad_();
+        ag::sum(ag::batch_norm(xe, rm, rv, w.detach(), b.detach(), false, 0.1, 1e-5) * g).backward();
+        std::vector<double> gxeref(xv.size());
+        for (int64_t o = 0; o < n; ++o)
+          for (int64_t k = 0; k < c; ++k)
+            for (int64_t i = 0; i < inner; ++i)
+              gxeref[at(o, k, i)] = gv[at(o, k, i)] * wv[k] / std::sqrt(rvv[k] + 1e-5);
+        check_close(xe.grad().contiguous(), gxeref, 4 * e, 4 * e);
       }
     }
   }
