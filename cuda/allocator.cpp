@@ -103,7 +103,8 @@ size_t reserved_bytes(int device) {
 // not freed then: its pointer waits here until the capture ends.
 struct CaptureState {
   std::mutex mu;
-  bool capturing = false;
+  // Written under mu; read without it by cuda::capturing (autograd and autocast ask per step).
+  std::atomic<bool> capturing{false};
   std::unordered_set<void*> graph_allocs;
   std::vector<void*> deferred;
   std::unordered_set<void*> graph_owned;  // allocated by a capture and not yet freed
@@ -275,9 +276,7 @@ void allocator_capture_end(int device) {
 
 bool allocator_capturing(int device) {
   if (device < 0 || device >= kMaxDevices) return false;
-  CaptureState& cs = capture_state(device);
-  std::lock_guard<std::mutex> lock(cs.mu);
-  return cs.capturing;
+  return capture_state(device).capturing.load();
 }
 
 MemoryStats memory_stats(int device) {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cuda/check.h"
+#include "cuda/graph.h"
 #include "cuda/kernels.h"
 #include "cuda/runtime.h"
 
@@ -418,12 +419,6 @@ void store(const ConvGeometry& g, bool timed, const Entry& e) {
 Entry no_engine(const PlanSource& src) {
   return {nullptr, src.configs() == 0 ? "cuDNN's heuristics propose no engine with the required numerics"
                                       : fmt::format("none of the {} proposed engines builds a plan", src.configs())};
-}
-
-bool capturing(int device) {
-  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
-  AG_CUDA_CHECK(cudaStreamIsCapturing(current_stream(device), &st));
-  return st != cudaStreamCaptureStatusNone;
 }
 
 }  // namespace

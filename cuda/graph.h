@@ -9,7 +9,8 @@ struct CUgraphExec_st;
 
 namespace ampgrad::cuda {
 
-// Whether a CudaGraph is capturing device `device`'s stream now.
+// Whether a CudaGraph is capturing device `device`'s stream now (a capture ampgrad did not
+// start is not supported: the allocator must know of it, Note [Frees during capture]).
 bool capturing(int device);
 // How many times any CudaGraph has been replayed in this process. A replay rewrites tensors
 // on the device with no host-side trace (no version bump): host caches of device values
