@@ -84,6 +84,9 @@ void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph) {
              root.desc());
     AG_CHECK(g.device() == root.device(), "backward: gradient {} is on another device than the output {}",
              g.desc(), root.desc());
+    // Every formula reads its incoming gradient in its output's dtype (FunctionNode::apply
+    // keeps that true between nodes); a seed of another dtype is cast here, as PyTorch does.
+    if (g.dtype() != root.dtype()) g = g.to(root.dtype());
   }
   NoGradGuard no_grad;  // formulas build no graph of their own (no double backward)
   amp::AutocastSuspend no_autocast;  // nor are they recast

@@ -15,7 +15,7 @@
 namespace ampgrad {
 
 enum class UnaryKind : uint8_t {
-  Neg, Exp, Log, Log1p, Sqrt, Rsqrt, Reciprocal, Abs, Sign, Relu, ReluMask, Gelu, GeluGrad,
+  Neg, Exp, Log, Log1p, Sqrt, Rsqrt, Reciprocal, Abs, Sign, Relu, Gelu, GeluGrad,
   Tanh, Sigmoid, Softplus, Clamp, ClampMask, PowScalar, AddScalar, MulScalar, RSubScalar,
   RDivScalar, NotEqualZero,
 };
@@ -64,7 +64,6 @@ template <UnaryKind K, class T> AG_HOST_DEVICE inline T unary_op(T x, T a, T b) 
   else if constexpr (K == UnaryKind::Abs) return math::abs(x);
   else if constexpr (K == UnaryKind::Sign) return T((x > T(0)) - (x < T(0)));
   else if constexpr (K == UnaryKind::Relu) return (x > T(0) || math::isnan(x)) ? x : T(0);  // NaN propagates (PyTorch)
-  else if constexpr (K == UnaryKind::ReluMask) return x > T(0) ? T(1) : T(0);
   else if constexpr (K == UnaryKind::Gelu) return T(0.5) * x * (T(1) + math::erf(x * T(0.70710678118654752440)));
   else if constexpr (K == UnaryKind::GeluGrad) {  // d/dx gelu(x) = Phi(x) + x * phi(x)
     T cdf = T(0.5) * (T(1) + math::erf(x * T(0.70710678118654752440)));

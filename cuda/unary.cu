@@ -21,7 +21,6 @@ template <class F> void visit_unary_kind(UnaryKind k, F&& f) {
     case U::Abs: return f(UnaryConst<U::Abs>{});
     case U::Sign: return f(UnaryConst<U::Sign>{});
     case U::Relu: return f(UnaryConst<U::Relu>{});
-    case U::ReluMask: return f(UnaryConst<U::ReluMask>{});
     case U::Gelu: return f(UnaryConst<U::Gelu>{});
     case U::GeluGrad: return f(UnaryConst<U::GeluGrad>{});
     case U::Tanh: return f(UnaryConst<U::Tanh>{});

@@ -71,7 +71,7 @@ void unary(UnaryKind k, const Tensor& x, const Tensor& out, double a, double b) 
   case UnaryKind::K: return unary_kind<UnaryKind::K>(x, out, a, b);
     AG_UNARY_CASE(Neg) AG_UNARY_CASE(Exp) AG_UNARY_CASE(Log) AG_UNARY_CASE(Log1p) AG_UNARY_CASE(Sqrt)
     AG_UNARY_CASE(Rsqrt) AG_UNARY_CASE(Reciprocal) AG_UNARY_CASE(Abs) AG_UNARY_CASE(Sign) AG_UNARY_CASE(Relu)
-    AG_UNARY_CASE(ReluMask) AG_UNARY_CASE(Gelu) AG_UNARY_CASE(GeluGrad) AG_UNARY_CASE(Tanh) AG_UNARY_CASE(Sigmoid)
+    AG_UNARY_CASE(Gelu) AG_UNARY_CASE(GeluGrad) AG_UNARY_CASE(Tanh) AG_UNARY_CASE(Sigmoid)
     AG_UNARY_CASE(Softplus) AG_UNARY_CASE(Clamp) AG_UNARY_CASE(ClampMask) AG_UNARY_CASE(PowScalar)
     AG_UNARY_CASE(AddScalar) AG_UNARY_CASE(MulScalar) AG_UNARY_CASE(RSubScalar) AG_UNARY_CASE(RDivScalar)
     AG_UNARY_CASE(NotEqualZero)

@@ -118,7 +118,6 @@ Tensor sign(const Tensor& a0) {
 }
 Tensor relu(const Tensor& a) {
   return unary_op_with_grad(kRelu, UnaryKind::Relu, a, Needs::x, [](const Tensor& g, const Tensor& x, const Tensor&) {
-    if (g.dtype() != x.dtype() || g.shape() != x.shape()) return g * unary_kernel(UnaryKind::ReluMask, x);
     // One kernel, x > 0 ? g : 0, where the mask and the product took two.
     Tensor out = empty(x.shape(), x.options());
     if (out.numel()) kernel::binary(BinaryKind::ReluBackward, g, x, out);

@@ -671,3 +671,13 @@ TEST_CASE("engine: the implicit seed of backward is reused safely", "[autograd][
   check_close(w.grad(), {9.0, -12.0}, 0, 0);
   CHECK(c.item<double>() == 3.0);
 }
+
+TEST_CASE("engine: a backward seed of another dtype is cast to the output's", "[autograd][engine]") {
+  // relu's fused backward reads its gradient in the output's dtype: a float32 seed for a
+  // float16 output is cast first (as PyTorch does), not read as float16 bytes.
+  ag::Tensor x = ag::tensor(std::vector<double>{1.5, -2.0, 0.25, 3.0}, {4}, ag::kFloat16).requires_grad_();
+  ag::Tensor y = ag::relu(x);
+  y.backward(ag::tensor(std::vector<double>{0.5, 7.0, -1.25, 2.0}, {4}, ag::kFloat32));
+  REQUIRE(x.grad().dtype() == ag::kFloat16);
+  check_close(x.grad(), {0.5, 0.0, -1.25, 2.0}, 0, 0);
+}
