@@ -63,6 +63,7 @@ struct FusedStep {
   // parameters of master weights, or autocast's kept copies, Note [Working copies]); an
   // undefined entry has none.
   std::vector<Tensor> working;
+  bool masters = false;  // working holds the 16-bit parameters of float32 masters
   Tensor found_inf;
   Tensor inv_scale;
 };

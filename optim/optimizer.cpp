@@ -99,6 +99,7 @@ FusedStep Optimizer::gather(Group& g, const Tensor& found_inf, const Tensor& inv
   s.found_inf = found_inf;
   s.inv_scale = inv_scale;
   const bool masters = !g.masters.empty();
+  s.masters = masters;
   for (size_t i = 0; i < g.params.size(); ++i) {
     const Tensor& p = g.params[i];
     Tensor grad = p.grad();
@@ -139,9 +140,9 @@ void Optimizer::step_written(const FusedStep& s) {
   for (const Tensor& p : s.params) p.bump_version();
   for (const Tensor& w : s.working)
     if (w.defined()) w.bump_version();
-  // Marks autocast's kept copies current; a master-weight step's 16-bit parameters are no
-  // kept copies, so it finds nothing to mark.
-  if (!s.working.empty()) amp::detail::working_copies_written(s.params, s.working);
+  // Marks autocast's kept copies current; a master-weight step's working tensors are the
+  // 16-bit parameters themselves, no kept copies, so there is nothing to look up.
+  if (!s.masters && !s.working.empty()) amp::detail::working_copies_written(s.params, s.working);
 }
 
 std::vector<Tensor> Optimizer::state_at(Group& g, const std::string& name, const std::vector<size_t>& idx) {
