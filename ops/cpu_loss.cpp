@@ -57,10 +57,8 @@ void cross_entropy_forward(const Tensor& x, const Tensor& target, int64_t ignore
   const std::vector<double> v = read_doubles(x);
   double total = 0, counted = 0;
   for (int64_t i = 0; i < n; ++i) {
-    double m = -std::numeric_limits<double>::infinity();
-    for (int64_t j = 0; j < c; ++j) m = std::max(m, v[i * c + j]);
-    double s = 0;
-    for (int64_t j = 0; j < c; ++j) s += std::exp(v[i * c + j] - m);
+    double m, s;
+    max_and_sum_exp(v, static_cast<size_t>(i * c), c, 1, m, s);
     const double l = m + std::log(s);
     store_double(lse, i, l);
     if (t[i] == ignore_index) continue;

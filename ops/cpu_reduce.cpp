@@ -106,10 +106,8 @@ void softmax(const Tensor& x, const Tensor& out, bool log) {
   for (int64_t o = 0; o < outer; ++o) {
     for (int64_t i = 0; i < inner; ++i) {
       auto idx = [&](int64_t j) { return static_cast<size_t>((o * r + j) * inner + i); };
-      double m = -std::numeric_limits<double>::infinity();
-      for (int64_t j = 0; j < r; ++j) m = std::max(m, px[idx(j)]);
-      double s = 0;
-      for (int64_t j = 0; j < r; ++j) s += std::exp(px[idx(j)] - m);
+      double m, s;
+      max_and_sum_exp(px, idx(0), r, inner, m, s);
       for (int64_t j = 0; j < r; ++j) {
         const double v = px[idx(j)] - m;
         po[idx(j)] = log ? v - std::log(s) : std::exp(v) / s;

@@ -4,6 +4,9 @@
 // layout is the caller's business).
 #pragma once
 
+#include <algorithm>
+#include <cmath>
+#include <limits>
 #include <type_traits>
 #include <vector>
 
@@ -27,6 +30,17 @@ template <class F> void visit_floating(const Tensor& t, const char* what, F&& f)
 
 template <class T> double to_double(T v) { return static_cast<double>(static_cast<acc_t<T>>(v)); }
 template <class T> T from_double(double v) { return static_cast<T>(static_cast<acc_t<T>>(v)); }
+
+// The largest m of the r values v[first], v[first + stride], ..., and s = the sum of
+// exp(v - m): the stable pieces of a softmax (logsumexp = m + log(s)).
+inline void max_and_sum_exp(const std::vector<double>& v, size_t first, int64_t r, int64_t stride, double& m,
+                            double& s) {
+  auto at = [&](int64_t j) { return v[first + static_cast<size_t>(j * stride)]; };
+  m = -std::numeric_limits<double>::infinity();
+  for (int64_t j = 0; j < r; ++j) m = std::max(m, at(j));
+  s = 0;
+  for (int64_t j = 0; j < r; ++j) s += std::exp(at(j) - m);
+}
 
 inline std::vector<double> read_doubles(const Tensor& t) {
   std::vector<double> v(static_cast<size_t>(t.numel()));
