@@ -75,8 +75,9 @@ Grads FunctionNode::apply(const Tensor& grad) {
 
 void FunctionNode::release() {
   // A node that saved no tensor has nothing to free, and a second backward through it is
-  // fine, as in PyTorch: two losses that share a cast (one autocast region's weight copy)
-  // can each run backward.
+  // fine, as in PyTorch: two losses that share such a node (one autocast region's cast of an
+  // activation, say) can each run backward. (A parameter's cast has no node of its own: Note
+  // [Leaf casts] in ops/copy.cpp.)
   bool any = false;
   for (const SavedTensor& s : saved) any = any || s.tensor.defined();
   if (!any) return;

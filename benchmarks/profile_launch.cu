@@ -16,8 +16,9 @@ __global__ void empty_kernel(int) {}
 
 #define CK(x)                                                                   \
   do {                                                                          \
-    if (static_cast<int>(x) != 0) {                                             \
-      std::fprintf(stderr, "%s failed (%d) line %d\n", #x, static_cast<int>(x), __LINE__); \
+    auto s_ = (x);                                                              \
+    if (static_cast<int>(s_) != 0) {                                            \
+      std::fprintf(stderr, "%s failed (%d) line %d\n", #x, static_cast<int>(s_), __LINE__); \
       return 1;                                                                 \
     }                                                                           \
   } while (0)

@@ -37,6 +37,8 @@ void softmax(const Tensor& x, const Tensor& out, bool log);
 void softmax_backward(const Tensor& g, const Tensor& y, const Tensor& grad_x, bool log);
 // out[b] = alpha * a[b] @ bm[b] + beta * out[b]; a [B, M, K], bm [B, K, N] of out's dtype,
 // any strides (a batch stride may be 0); out contiguous [B, M, N]. beta == 0 ignores out.
+// The CUDA kernel also takes 2-D operands (a batch of one, ops/matmul.cpp's gemm2d) and 16-bit
+// a and bm with a float32 out (Note [Wide weight gradients] in ops/linear.cpp).
 void gemm(const Tensor& a, const Tensor& bm, const Tensor& out, double alpha, double beta);
 // x contiguous [outer, d, inner], index Int64 contiguous [n] -> out contiguous [outer, n, inner].
 void index_select(const Tensor& x, const Tensor& index, const Tensor& out);

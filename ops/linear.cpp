@@ -114,6 +114,9 @@ Tensor linear_impl(const OpInfo& op, const Tensor& x, const Tensor& w, const Ten
     // on its way (a float16 weight gradient can also no longer overflow where the float32 one
     // would not; activation gradients stay float16 and their overflows still reach the
     // scaler). Megatron-LM's gradient-accumulation fusion does the same for its main_grad.
+    // Only the CUDA GEMM writes the wide gradient: on the CPU (and where cuBLASLt declines) the
+    // weight gradient is computed in the copy's dtype and widened exactly by the accumulator,
+    // i.e. rounded once through float16, as PyTorch's is everywhere.
     const bool wide = is_reduced_float(w.dtype()) && need_w && autograd::takes_grad_dtype(w, kFloat32) &&
                       (!has_bias || autograd::takes_grad_dtype(b, kFloat32));
     Saved saved{x, w};

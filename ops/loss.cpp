@@ -102,14 +102,10 @@ Tensor cross_entropy(const Tensor& logits0, const Tensor& target0, double label_
       is_reduced_float(logits.dtype()) ? scope.autocast_dtype() : std::optional<DType>();
   if (label_smoothing == 0) return scope.finish(cross_entropy_fused(logits, target, ignore_index, wide));
   Tensor lp = log_softmax(logits, 1, wide);
-  Tensor loss = nll_mean(lp, target, ignore_index);
-  {
-    // (1 - e) * nll + e * mean over classes of -log p, over the valid rows.
-    Tensor validf = ne(target, ignore_index).to(lp.dtype());
-    Tensor smooth = -sum(sum(lp, {1}) * validf) / (sum(validf) * static_cast<double>(logits.size(1)));
-    loss = loss * (1 - label_smoothing) + smooth * label_smoothing;
-  }
-  return scope.finish(loss);
+  // (1 - e) * nll + e * mean over classes of -log p, over the valid rows.
+  Tensor validf = ne(target, ignore_index).to(lp.dtype());
+  Tensor smooth = -sum(sum(lp, {1}) * validf) / (sum(validf) * static_cast<double>(logits.size(1)));
+  return scope.finish(nll_mean(lp, target, ignore_index) * (1 - label_smoothing) + smooth * label_smoothing);
 }
 
 Tensor mse_loss(const Tensor& input0, const Tensor& target0) {

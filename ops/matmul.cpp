@@ -79,8 +79,8 @@ Tensor gemm2d(const Tensor& a, const Tensor& b, const Tensor& bias_row) {
   const int64_t m = a.size(0), n = b.size(1);
   Tensor out = empty({m, n}, a.options());
   // The CUDA GEMM takes 2-D operands as they are: no alias at all on mm's host path.
-  if (out.is_cuda() && !bias_row.defined() && a.size(1) > 0) {
-    if (out.numel()) kernel::gemm(a, b, out, 1, 0);
+  if (out.is_cuda() && !bias_row.defined()) {
+    kernel::gemm(a, b, out, 1, 0);  // empty outputs and empty sums included
     return out;
   }
   batched_gemm(batch1(a), batch1(b), bias_row, 1, bias_row.defined() ? 1 : 0, batch1(out));

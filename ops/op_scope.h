@@ -30,11 +30,11 @@ class OpScope {
   OpScope(const OpScope&) = delete;
   OpScope& operator=(const OpScope&) = delete;
 
-  // Returns `out`, logging it to the trace when one records this call.
   // The dtype autocast chose for this call (nothing when it did not act): an fp32 op that
   // reads 16-bit inputs as they are (OpInfo::reads_16bit) computes in it.
   std::optional<DType> autocast_dtype() const { return autocast_dtype_; }
 
+  // Returns `out`, logging it to the trace when one records this call.
   Tensor finish(Tensor out) {
     if (record_) {
       record_->output_dtype = out.dtype();
