@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 
+#include "cuda/call_graph.h"
 #include "cuda/check.h"
 #include "cuda/runtime.h"
 
@@ -26,7 +27,8 @@ namespace ampgrad::cuda {
 // ops/matmul.cpp) is the same GEMM with a float32 C and D. The heuristic's first algorithm
 // is cached per geometry (dtype, TF32, transposes, sizes, leading dims, batch strides, beta,
 // bias epilogue, pointer alignment) with its descriptors, so a call costs a map lookup and
-// cublasLtMatmul. linear's bias rides in the epilogue (EPILOGUE_BIAS) instead of being
+// cublasLtMatmul, or, once the call repeats with the same pointers, a graph launch (Note [Call
+// graphs] in cuda/call_graph.h). linear's bias rides in the epilogue (EPILOGUE_BIAS) instead of being
 // copied into the output for a beta = 1 GEMM, as PyTorch's addmm does, and a relu after it in
 // the same epilogue (EPILOGUE_RELU_BIAS, linear_relu); in backward, the bias
 // gradient (the column sums of the incoming gradient) comes out of the weight-gradient GEMM's
@@ -212,14 +214,28 @@ bool lt_gemm(const LtGemm& g, void* workspace, size_t workspace_bytes) {
     last_plan = plan;
   }
   if (!plan->ok) return false;
-  // The descriptor is shared by calls of this geometry; ampgrad issues device work from one
-  // thread at a time (Note [CUDA stream]), so setting this call's bias here is safe.
-  if (g.bias || g.bias_grad) {
-    const void* vec = g.bias ? g.bias : g.bias_grad;
-    AG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &vec, sizeof(vec)));
-  }
-  AG_CUBLAS_CHECK(cublasLtMatmul(h, plan->desc, &g.alpha, g.a, plan->a, g.b, plan->b, &g.beta, g.c, plan->c, g.c,
-                                 plan->c, &plan->algo, workspace, plan->workspace, current_stream(g.device)));
+  const void* vec = g.bias ? g.bias : g.bias_grad;
+  cudaStream_t stream = current_stream(g.device);
+  // Everything the call below depends on besides the plan's fixed descriptors (Note [Call graphs]).
+  CallKey call;
+  call.add(uint64_t{1})  // cuBLASLt
+      .add(plan)
+      .add(g.a)
+      .add(g.b)
+      .add(g.c)
+      .add(vec)
+      .add(workspace)
+      .add_bits(g.alpha)
+      .add_bits(g.beta)
+      .add(stream);
+  run_call(g.device, stream, call, [&] {
+    // The descriptor is shared by calls of this geometry; ampgrad issues device work from one
+    // thread at a time (Note [CUDA stream]), so setting this call's bias here is safe.
+    if (vec)
+      AG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &vec, sizeof(vec)));
+    AG_CUBLAS_CHECK(cublasLtMatmul(h, plan->desc, &g.alpha, g.a, plan->a, g.b, plan->b, &g.beta, g.c, plan->c, g.c,
+                                   plan->c, &plan->algo, workspace, plan->workspace, stream));
+  });
   return true;
 }
 

@@ -11,6 +11,7 @@
 #include <set>
 #include <vector>
 
+#include "cuda/call_graph.h"
 #include "cuda/check.h"
 #include "cuda/graph.h"
 #include "cuda/kernels.h"
@@ -38,7 +39,8 @@ namespace dnn {
 // to the old algorithm enums. ampgrad builds the graph itself, once per ConvGeometry: tensor,
 // convolution and operation descriptors, an operation graph, engine configurations from
 // heuristics mode A and then the fallback list, and a finalized execution plan. A call then
-// costs a map lookup, a workspace from the caching allocator and a variant pack.
+// costs a map lookup, a workspace from the caching allocator and a variant pack, or, once the
+// call repeats with the same pointers, a graph launch (Note [Call graphs] in cuda/call_graph.h).
 // Numerics filter the engines: none that down-converts its inputs; for float32 no tensor-core
 // (TF32) engine unless allow_tf32(); none that reduces in reduced precision, so float16 and
 // bfloat16 accumulate in float32 (DESIGN.md). Non-deterministic engines are allowed, as in
@@ -410,10 +412,12 @@ bool lookup(const ConvGeometry& g, bool timed, Entry& e) {
   return true;
 }
 
-void store(const ConvGeometry& g, bool timed, const Entry& e) {
+// A cached plan is never replaced (Note [Call graphs] keys calls by its address): the first
+// one stored for a geometry wins, and e becomes it.
+void store(const ConvGeometry& g, bool timed, Entry& e) {
   PlanCache& c = plan_cache();
   std::lock_guard<std::mutex> lock(c.mu);
-  c.plans[{g, timed}] = e;
+  e = c.plans.emplace(std::make_pair(g, timed), e).first->second;
 }
 
 Entry no_engine(const PlanSource& src) {
@@ -498,7 +502,19 @@ bool run_conv(const ConvGeometry& g, void* x, void* w, void* y, bool benchmark, 
       }
     }
   }
-  execute(h, *plan, x, w, y, plan->workspace > 0 ? ws.data_ptr() : nullptr);
+  void* wsp = plan->workspace > 0 ? ws.data_ptr() : nullptr;
+  // A variant pack and cudnnBackendExecute cost more host time than a small convolution runs,
+  // and a training loop repeats each call with the same pointers (Note [Call graphs]).
+  // Only cached plans, which live as long as the process: a key's plan address must not be
+  // reused by another plan (the out-of-memory fallback's plan is freed after the call).
+  if (plan != e.plan) {
+    execute(h, *plan, x, w, y, wsp);
+    return true;
+  }
+  cudaStream_t stream = current_stream(g.device);
+  CallKey call;
+  call.add(uint64_t{2}).add(plan.get()).add(x).add(w).add(y).add(wsp).add(stream);
+  run_call(g.device, stream, call, [&] { execute(h, *plan, x, w, y, wsp); });
   return true;
 }
 

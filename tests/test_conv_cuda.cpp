@@ -439,3 +439,50 @@ TEST_CASE("conv_cuda: batches past cuDNN's 32-bit indexing are split", "[cuda][.
   const double scale = ag::max(ag::abs(parts)).item<double>();
   CHECK(max_abs_diff(w.grad(), parts) <= 8 * eps_of(ag::kFloat16) * scale);
 }
+
+#if AMPGRAD_WITH_CUDA
+TEST_CASE("conv_cuda: repeated convolutions run as graphs of their cuDNN calls, with the same results", "[cuda]") {
+  if (skip_without_cuda()) return;
+  struct On {  // restores the process-wide switch, also on failure
+    bool prev = ag::cuda::call_graphs_enabled();
+    On() { ag::cuda::set_call_graphs_enabled(true); }
+    ~On() { ag::cuda::set_call_graphs_enabled(prev); }
+  } on;
+  const uint64_t seed = fresh_seed();
+  INFO("seed " << seed);
+  ag::manual_seed(seed);
+  const ag::TensorOptions f16 = ag::TensorOptions(ag::kFloat16).device(kGpu);
+  const ag::Tensor x = sym({4, 8, 12, 12}).to(kGpu).to(ag::kFloat16), w = (sym({16, 8, 3, 3}) * 0.2).to(kGpu).to(ag::kFloat16);
+  const ag::Tensor gy = sym({4, 16, 12, 12}).to(kGpu).to(ag::kFloat16);
+  const ag::Tensor y = ag::empty({4, 16, 12, 12}, f16), gx = ag::empty({4, 8, 12, 12}, f16), gw = ag::empty({16, 8, 3, 3}, f16);
+  ag::Conv2dParams p;
+  p.window.kh = p.window.kw = 3;
+  p.window.ph = p.window.pw = 1;
+  std::vector<std::vector<double>> ys, gxs, gws;
+  const ag::cuda::CallGraphStats s0 = ag::cuda::call_graph_stats();
+  for (int i = 0; i < 5; ++i) {
+    ag::cuda::conv2d_forward(x, w, ag::Tensor(), y, p);
+    ag::cuda::conv2d_backward_data(gy, w, gx, p);
+    ag::cuda::conv2d_backward_weight(x, gy, gw, p);
+    ys.push_back(y.to_vector<double>());
+    gxs.push_back(gx.to_vector<double>());
+    gws.push_back(gw.to_vector<double>());
+  }
+  // Each of the three calls is captured at its third run if its pointers (the workspace
+  // included) repeat, as they do in this loop.
+  const ag::cuda::CallGraphStats s1 = ag::cuda::call_graph_stats();
+  CHECK(s1.captured - s0.captured == 3);
+  CHECK(s1.launched - s0.launched == 9);
+  CHECK(s1.failed == s0.failed);
+  for (int i = 1; i < 5; ++i) {
+    CHECK(ys[i] == ys[0]);
+    CHECK(gxs[i] == gxs[0]);
+  }
+  // The weight gradient's engine may sum in a nondeterministic order: equal within rounding.
+  check_close(gw, gws[0], 0.02, 1e-2);
+  // Against the float64 CPU reference of the same (float16-rounded) inputs.
+  const ag::Tensor x64 = x.cpu().to(ag::kFloat64), w64 = w.cpu().to(ag::kFloat64);
+  const ag::Tensor ref = ag::conv2d(x64, w64, ag::Tensor(), {1, 1}, {1, 1});
+  check_close(y, ref.to_vector<double>(), 1e-2, 4e-3);
+}
+#endif

@@ -9,6 +9,9 @@
 #include <set>
 
 #include "common.h"
+#if AMPGRAD_WITH_CUDA
+#include "cuda/kernels.h"
+#endif
 
 namespace {
 
@@ -589,3 +592,135 @@ TEST_CASE("cuda: index_select and index_add skip out-of-range device indices", "
   ag::cuda::synchronize();  // any fault would surface here
   CHECK(ag::sum(xg.detach() * 2).item<float>() == Approx(2 * ag::sum(x).item<float>()).epsilon(1e-5));
 }
+
+#if AMPGRAD_WITH_CUDA
+// Restores the process-wide switch when a test leaves, also on failure.
+struct CallGraphs {
+  explicit CallGraphs(bool on) : prev(ag::cuda::call_graphs_enabled()) { ag::cuda::set_call_graphs_enabled(on); }
+  ~CallGraphs() { ag::cuda::set_call_graphs_enabled(prev); }
+  bool prev;
+};
+
+TEST_CASE("cuda: a repeated GEMM runs as a graph of its call, bitwise equal to the direct call", "[cuda]") {
+  if (skip_without_cuda()) return;
+  CallGraphs on(true);
+  ag::manual_seed(fresh_seed());
+  for (ag::DType dt : {ag::kFloat16, ag::kFloat32}) {
+    CAPTURE(ag::dtype_name(dt));
+    ag::Tensor a = sym({1, 48, 40}).to(kGpu).to(dt), b = sym({1, 40, 24}).to(kGpu).to(dt);
+    ag::Tensor out = ag::empty({1, 48, 24}, ag::TensorOptions(dt).device(kGpu));
+    auto reference = [&](double alpha) {  // float64, of the inputs as the GEMM reads them
+      std::vector<double> r = ag::mm(a.select(0, 0).cpu().to(ag::kFloat64), b.select(0, 0).cpu().to(ag::kFloat64)).to_vector<double>();
+      for (double& v : r) v *= alpha;
+      return r;
+    };
+    const Tol t = tolerance(Kind::sum, dt, 40);
+    // Two direct calls, then the capture (which also runs), then graph launches.
+    const ag::cuda::CallGraphStats s0 = ag::cuda::call_graph_stats();
+    std::vector<std::vector<double>> runs;
+    for (int i = 0; i < 5; ++i) {
+      ag::cuda::gemm(a, b, out, 1.0, 0.0);
+      runs.push_back(out.to_vector<double>());
+    }
+    const ag::cuda::CallGraphStats s1 = ag::cuda::call_graph_stats();
+    CHECK(s1.direct - s0.direct == 2);
+    CHECK(s1.captured - s0.captured == 1);
+    CHECK(s1.launched - s0.launched == 3);
+    for (const auto& r : runs) CHECK(r == runs[0]);
+    check_close(out, reference(1), t.atol, t.rtol);
+    // The graph reads the operands' memory as it is when it runs.
+    a.copy_(sym({1, 48, 40}).to(kGpu).to(dt));
+    out.fill_(NAN);
+    ag::cuda::gemm(a, b, out, 1.0, 0.0);
+    CHECK(ag::cuda::call_graph_stats().launched - s1.launched == 1);
+    check_close(out, reference(1), t.atol, t.rtol);
+    // Another alpha is another call: direct.
+    const ag::cuda::CallGraphStats s2 = ag::cuda::call_graph_stats();
+    ag::cuda::gemm(a, b, out, 2.0, 0.0);
+    CHECK(ag::cuda::call_graph_stats().direct - s2.direct == 1);
+    check_close(out, reference(2), 2 * t.atol, t.rtol);
+    // Inside a CudaGraph capture the call is captured directly, never a nested graph launch.
+    const ag::cuda::CallGraphStats s3 = ag::cuda::call_graph_stats();
+    ag::cuda::CudaGraph graph;
+    graph.capture([&] { ag::cuda::gemm(a, b, out, 1.0, 0.0); });
+    const ag::cuda::CallGraphStats s4 = ag::cuda::call_graph_stats();
+    CHECK(s4.direct - s3.direct == 1);
+    CHECK(s4.launched == s3.launched);
+    out.fill_(NAN);
+    graph.replay();
+    check_close(out, reference(1), t.atol, t.rtol);
+  }
+  // Turned off: every call runs directly and the table is emptied.
+  ag::cuda::set_call_graphs_enabled(false);
+  CHECK(ag::cuda::call_graph_stats().entries == 0);
+  const ag::Tensor a = sym({1, 8, 8}).to(kGpu), b = sym({1, 8, 8}).to(kGpu), out = ag::empty({1, 8, 8}, ag::TensorOptions().device(kGpu));
+  const ag::cuda::CallGraphStats s5 = ag::cuda::call_graph_stats();
+  for (int i = 0; i < 4; ++i) ag::cuda::gemm(a, b, out, 1.0, 0.0);
+  CHECK(ag::cuda::call_graph_stats().direct - s5.direct == 4);
+  CHECK(ag::cuda::call_graph_stats().launched == s5.launched);
+  check_close(out, ag::mm(a.select(0, 0).cpu(), b.select(0, 0).cpu()).to_vector<double>(), 1e-5, 1e-5);
+}
+
+TEST_CASE("cuda: the call-graph table keeps at most kCallGraphEntries keys", "[cuda]") {
+  if (skip_without_cuda()) return;
+  CallGraphs on(true);
+  const ag::Tensor a = sym({1, 8, 8}).to(kGpu), b = sym({1, 8, 8}).to(kGpu), out = ag::empty({1, 8, 8}, ag::TensorOptions().device(kGpu));
+  // Distinct alphas are distinct keys; each runs three times (direct, direct, captured).
+  for (int i = 0; i < ag::cuda::kCallGraphEntries + 8; ++i)
+    for (int r = 0; r < 3; ++r) ag::cuda::gemm(a, b, out, 1.0 + i / 1024.0, 0.0);
+  CHECK(ag::cuda::call_graph_stats().entries == ag::cuda::kCallGraphEntries);
+  // The oldest keys were evicted with their graphs; the newest still launch theirs.
+  const ag::cuda::CallGraphStats s0 = ag::cuda::call_graph_stats();
+  ag::cuda::gemm(a, b, out, 1.0 + (ag::cuda::kCallGraphEntries + 7) / 1024.0, 0.0);
+  ag::cuda::gemm(a, b, out, 1.0, 0.0);
+  const ag::cuda::CallGraphStats s1 = ag::cuda::call_graph_stats();
+  CHECK(s1.launched - s0.launched == 1);
+  CHECK(s1.direct - s0.direct == 1);
+  std::vector<double> ref = ag::mm(a.select(0, 0).cpu(), b.select(0, 0).cpu()).to_vector<double>();
+  check_close(out, ref, 1e-5, 1e-5);
+}
+
+TEST_CASE("cuda: training steps are bitwise the same with and without call graphs", "[cuda]") {
+  if (skip_without_cuda()) return;
+  const uint64_t seed = fresh_seed();
+  auto train = [&](bool graphs) {
+    CallGraphs mode(graphs);
+    ag::manual_seed(seed);
+    auto net = std::make_shared<ag::nn::Sequential>();
+    net->push_back(std::make_shared<ag::nn::Linear>(40, 64));
+    net->push_back(std::make_shared<ag::nn::ReLU>());
+    net->push_back(std::make_shared<ag::nn::Linear>(64, 10));
+    net->to(kGpu);
+    const ag::Tensor x = sym({32, 40}).to(kGpu);
+    const ag::Tensor y = (ag::rand({32}) * 10.0).to(ag::kInt64).to(kGpu);
+    ag::optim::SGD opt(net->parameters(), ag::optim::SGDOptions(0.05).momentum(0.9));
+    ag::amp::GradScaler scaler;
+    std::vector<double> losses;
+    const ag::cuda::CallGraphStats s0 = ag::cuda::call_graph_stats();
+    for (int step = 0; step < 8; ++step) {
+      opt.zero_grad();
+      ag::Tensor loss;
+      {
+        ag::amp::AutocastGuard autocast(ag::kCUDA, ag::kFloat16);
+        loss = ag::nn::functional::cross_entropy((*net)(x), y);
+      }
+      scaler.scale(loss).backward();
+      scaler.step(opt);
+      scaler.update();
+      losses.push_back(loss.item<double>());
+    }
+    const int64_t launched = ag::cuda::call_graph_stats().launched - s0.launched;
+    std::vector<double> params;
+    for (const ag::Tensor& p : net->parameters())
+      for (double v : p.to_vector<double>()) params.push_back(v);
+    return std::make_tuple(losses, params, launched);
+  };
+  const auto [loss_on, params_on, launched_on] = train(true);
+  const auto [loss_off, params_off, launched_off] = train(false);
+  CHECK(launched_off == 0);
+  CHECK(launched_on > 0);  // the steady state repeats its GEMMs' pointers
+  CHECK(loss_on == loss_off);
+  CHECK(params_on == params_off);
+  CHECK(loss_on.back() < loss_on.front());
+}
+#endif

@@ -28,6 +28,7 @@
 #include "optim/sgd.h"
 #include "cuda/runtime.h"
 #if AMPGRAD_WITH_CUDA
+#include "cuda/call_graph.h"
 #include "cuda/graph.h"
 #endif
 #include "distributed/ddp.h"
