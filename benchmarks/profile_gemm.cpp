@@ -1,5 +1,6 @@
-// Every algorithm cuBLASLt's heuristic proposes for one GEMM geometry, each timed two ways:
-// host microseconds per cublasLtMatmul call (the eager cost of a small GEMM) and device
+// Every algorithm cuBLASLt's heuristic proposes for one GEMM geometry, each timed three ways:
+// host microseconds per cublasLtMatmul call (the eager cost of a small GEMM), host
+// microseconds per cudaGraphLaunch of a graph holding that one GEMM ("graph1_us"), and device
 // microseconds per GEMM (CUDA-graph replays, CUDA events, median of 7), with the algorithm's
 // configuration (tile, stages, split-K, cluster shape). "alloc_us" is the device time per GEMM
 // when each GEMM's output is allocated and freed inside the graph (cudaMallocAsync and
@@ -90,8 +91,8 @@ int main(int argc, char** argv) {
   const float alpha = 1, beta = 0;
   std::printf("profile_gemm %s m %lld n %lld k %lld %s: %d algorithms\n", dt.c_str(), (long long)m, (long long)n,
               (long long)k, ops.c_str(), found);
-  std::printf("%3s %6s %5s %6s %6s %7s %7s %9s %9s %8s %9s\n", "#", "id", "tile", "stages", "splitK", "cluster",
-              "ws_KiB", "host_us", "device_us", "TFLOP/s", "alloc_us");
+  std::printf("%3s %6s %5s %6s %6s %7s %7s %9s %9s %9s %8s %9s\n", "#", "id", "tile", "stages", "splitK", "cluster",
+              "ws_KiB", "host_us", "graph1_us", "device_us", "TFLOP/s", "alloc_us");
   for (int i = 0; i < found; ++i) {
     if (res[i].state != CUBLAS_STATUS_SUCCESS) continue;
     const cublasLtMatmulAlgo_t* algo = &res[i].algo;
@@ -155,10 +156,31 @@ int main(int argc, char** argv) {
       CK(cudaEventDestroy(e1));
       return median(t);
     };
+    // Host: cudaGraphLaunch of a graph that holds this one GEMM, 100 launches per sample.
+    std::vector<double> graph_host;
+    {
+      cudaGraph_t graph;
+      cudaGraphExec_t exec;
+      CK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+      CK(call());
+      CK(cudaStreamEndCapture(stream, &graph));
+      CK(cudaGraphInstantiate(&exec, graph, 0));
+      CK(cudaGraphLaunch(exec, stream));
+      CK(cudaStreamSynchronize(stream));
+      for (int r = 0; r < 9; ++r) {
+        auto t0 = std::chrono::steady_clock::now();
+        for (int j = 0; j < 100; ++j) CK(cudaGraphLaunch(exec, stream));
+        auto t1 = std::chrono::steady_clock::now();
+        graph_host.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / 100);
+        CK(cudaStreamSynchronize(stream));
+      }
+      CK(cudaGraphExecDestroy(exec));
+      CK(cudaGraphDestroy(graph));
+    }
     const double d = graph_us(false);
     const double with_alloc = graph_us(true);
-    std::printf("%3d %6d %5d %6d %6d %7d %7zu %9.2f %9.2f %8.1f %9.2f\n", i, id, tile, stages, splitk, cluster,
-                res[i].workspaceSize / 1024, median(host), d, 2.0 * m * n * k / (d * 1e-6) / 1e12, with_alloc);
+    std::printf("%3d %6d %5d %6d %6d %7d %7zu %9.2f %9.2f %9.2f %8.1f %9.2f\n", i, id, tile, stages, splitk, cluster,
+                res[i].workspaceSize / 1024, median(host), median(graph_host), d, 2.0 * m * n * k / (d * 1e-6) / 1e12, with_alloc);
   }
   return 0;
 }

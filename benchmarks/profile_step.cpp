@@ -1,6 +1,10 @@
 // One training step (forward, backward, scaled SGD step) between cudaProfilerStart and
 // cudaProfilerStop, after warm-ups, for per-kernel profiles:
 //   ncu --profile-from-start off --metrics gpu__time_duration.sum --csv profile_step wide 4096 amp
+// With a fourth argument, a file path, it instead samples where the host's time goes over
+// 20,000 steps (benchmarks/host_sampler.h) and writes the samples there, for
+// benchmarks/host_profile.py:
+//   profile_step mlp 64 amp samples.txt
 // Models: mlp (784-512-512-10), wide (4x Linear(4096)) and cnn (the Fashion-MNIST CNN of
 // `ampgrad train`, cli/models.cpp); precision: fp32 or amp (fp16 + GradScaler).
 #include <cuda_profiler_api.h>
@@ -12,13 +16,14 @@
 
 #include <ampgrad/ampgrad.h>
 
+#include "benchmarks/host_sampler.h"
 #include "cuda/check.h"
 
 namespace ag = ampgrad;
 
 int main(int argc, char** argv) {
-  if (argc != 4) {
-    std::fprintf(stderr, "usage: profile_step mlp|wide|cnn BATCH fp32|amp\n");
+  if (argc != 4 && argc != 5) {
+    std::fprintf(stderr, "usage: profile_step mlp|wide|cnn BATCH fp32|amp [SAMPLES_FILE]\n");
     return 2;
   }
   if (!ag::cuda::is_available()) {
@@ -99,6 +104,19 @@ int main(int argc, char** argv) {
   std::printf("profile_step %s batch %lld %s: host us per step: zero_grad+forward %.1f, backward %.1f, "
               "scaler step+update %.1f\n",
               model.c_str(), static_cast<long long>(batch), prec.c_str(), fwd_us / n, bwd_us / n, opt_us / n);
+  if (argc == 5) {
+    const int steps = 20000;
+    auto t0 = std::chrono::steady_clock::now();
+    host_sampler::Sampler sampler(100);
+    for (int i = 0; i < steps; ++i) step();
+    sampler.stop();
+    ag::cuda::synchronize();
+    auto t1 = std::chrono::steady_clock::now();
+    const bool ok = sampler.write(argv[4]);
+    std::printf("profile_step: %zu samples of %d steps (%.1f us per step) written to %s%s\n", sampler.taken(), steps,
+                std::chrono::duration<double, std::micro>(t1 - t0).count() / steps, argv[4], ok ? "" : " FAILED");
+    return ok ? 0 : 1;
+  }
   AG_CUDA_CHECK(cudaProfilerStart());
   step();
   ag::cuda::synchronize();
