@@ -69,35 +69,30 @@ Table& table() {
   return *t;
 }
 
-// Captures enqueue's work into a graph of its own and instantiates it; nullptr (and the
-// stream out of capture, no work enqueued) if any step fails. Rethrows what enqueue throws.
+// Captures enqueue's work into a graph of its own and instantiates it; nullptr (with the
+// stream out of capture mode and no work enqueued) if anything fails, enqueue throwing
+// included: a library call that cannot be captured reports an error from inside the capture.
 cudaGraphExec_t capture(cudaStream_t stream, void (*enqueue)(void*), void* ctx) {
   if (cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
     (void)cudaGetLastError();
     return nullptr;
   }
+  bool threw = false;
   try {
     enqueue(ctx);
   } catch (...) {
-    cudaGraph_t broken = nullptr;
-    (void)cudaStreamEndCapture(stream, &broken);
-    if (broken) (void)cudaGraphDestroy(broken);
-    (void)cudaGetLastError();
-    throw;
+    threw = true;
   }
   cudaGraph_t graph = nullptr;
-  if (cudaStreamEndCapture(stream, &graph) != cudaSuccess || graph == nullptr) {
-    if (graph) (void)cudaGraphDestroy(graph);
-    (void)cudaGetLastError();
-    return nullptr;
-  }
+  const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
+  size_t nodes = 0;
+  const bool ok = !threw && ended == cudaSuccess && graph != nullptr &&
+                  cudaGraphGetNodes(graph, nullptr, &nodes) == cudaSuccess && nodes > 0;
   cudaGraphExec_t exec = nullptr;
-  const cudaError_t err = cudaGraphInstantiateWithFlags(&exec, graph, 0);
-  (void)cudaGraphDestroy(graph);
-  if (err != cudaSuccess) {
-    (void)cudaGetLastError();
-    return nullptr;
-  }
+  // An empty graph means the work went to another stream, i.e. it ran now: never replay that.
+  if (ok && cudaGraphInstantiateWithFlags(&exec, graph, 0) != cudaSuccess) exec = nullptr;
+  if (graph) (void)cudaGraphDestroy(graph);
+  (void)cudaGetLastError();
   return exec;
 }
 
@@ -105,15 +100,13 @@ cudaGraphExec_t capture(cudaStream_t stream, void (*enqueue)(void*), void* ctx) 
 
 void run_call(int device, CUstream_st* stream, const CallKey& key, void (*enqueue)(void*), void* ctx) {
   Table& t = table();
-  if (!t.enabled.load(std::memory_order_relaxed) || capturing(device)) {
-    {
-      std::lock_guard<std::mutex> lock(t.mu);
-      ++t.stats.direct;
-    }
+  auto direct = [&](std::unique_lock<std::mutex>& lock) {
+    ++t.stats.direct;
+    lock.unlock();
     enqueue(ctx);
-    return;
-  }
+  };
   std::unique_lock<std::mutex> lock(t.mu);
+  if (!t.enabled.load(std::memory_order_relaxed) || capturing(device)) return direct(lock);
   auto it = t.index.find(key);
   if (it == t.index.end()) {
     if (static_cast<int>(t.lru.size()) >= kCallGraphEntries) {
@@ -128,30 +121,28 @@ void run_call(int device, CUstream_st* stream, const CallKey& key, void (*enqueu
     t.lru.splice(t.lru.begin(), t.lru, it->second);
   }
   Entry& e = *it->second;
-  if (e.exec) {
-    ++t.stats.launched;
-    AG_CUDA_CHECK(cudaGraphLaunch(e.exec, stream));
-    return;
-  }
-  if (e.never || ++e.calls <= kDirectCalls) {
-    ++t.stats.direct;
-    lock.unlock();
-    enqueue(ctx);
-    return;
-  }
-  // The lock is held through the capture: no other thread may enqueue on the stream meanwhile.
-  e.exec = capture(stream, enqueue, ctx);
   if (!e.exec) {
+    if (e.never || ++e.calls <= kDirectCalls) return direct(lock);
+    // Captured under the lock; other threads must not queue work on this stream meanwhile,
+    // which ampgrad's one-thread-at-a-time rule ensures (Note [CUDA stream]): their work would
+    // join the capture.
+    e.exec = capture(stream, enqueue, ctx);
+    if (!e.exec) {
+      e.never = true;
+      ++t.stats.failed;
+      return direct(lock);  // the failed capture enqueued nothing; a real error throws here
+    }
+    ++t.stats.captured;
+  }
+  if (cudaGraphLaunch(e.exec, stream) != cudaSuccess) {
+    (void)cudaGetLastError();
+    (void)cudaGraphExecDestroy(e.exec);
+    e.exec = nullptr;
     e.never = true;
     ++t.stats.failed;
-    ++t.stats.direct;
-    lock.unlock();
-    enqueue(ctx);  // the failed capture enqueued nothing
-    return;
+    return direct(lock);  // the launch queued nothing; a device error throws from the direct call
   }
-  ++t.stats.captured;
   ++t.stats.launched;
-  AG_CUDA_CHECK(cudaGraphLaunch(e.exec, stream));
 }
 
 CallGraphStats call_graph_stats() {

@@ -29,7 +29,8 @@ namespace ampgrad::cuda {
 // direct call. Keys and graphs live in one least-recently-used table (kCallGraphEntries);
 // an evicted graph is destroyed (a graph still running is freed by the driver when done).
 // Calls made while a CudaGraph captures the stream run directly (they are being captured
-// anyway). A call whose capture fails (an API that cannot be captured) runs directly, and its
+// anyway). A call whose capture fails (an API that cannot be captured, an error from inside the
+// capture, a graph with no work in it) or whose graph fails to launch runs directly, and its
 // key is marked never to be captured again. The enqueued work must not allocate: the
 // allocator does not know of these captures (Note [Frees during capture]).
 // AMPGRAD_CALL_GRAPHS=0 in the environment, or set_call_graphs_enabled(false), turns it off.
@@ -71,10 +72,10 @@ void run_call(int device, CUstream_st* stream, const CallKey& key, F&& enqueue) 
 }
 
 struct CallGraphStats {
-  int64_t direct = 0;     // calls run directly (first sightings, captures in progress, disabled)
+  int64_t direct = 0;     // calls run directly (first sightings, failed keys, captures, disabled)
   int64_t captured = 0;   // graphs captured
   int64_t launched = 0;   // calls run as a graph launch (captures included)
-  int64_t failed = 0;     // captures that failed; their keys run directly from then on
+  int64_t failed = 0;     // captures or graph launches that failed; their keys run directly from then on
   int64_t entries = 0;    // keys in the table now
 };
 CallGraphStats call_graph_stats();

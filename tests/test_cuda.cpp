@@ -594,9 +594,13 @@ TEST_CASE("cuda: index_select and index_add skip out-of-range device indices", "
 }
 
 #if AMPGRAD_WITH_CUDA
-// Restores the process-wide switch when a test leaves, also on failure.
+// Sets the process-wide switch, starting from an empty table (turning it off empties it), and
+// restores it when a test leaves, also on failure.
 struct CallGraphs {
-  explicit CallGraphs(bool on) : prev(ag::cuda::call_graphs_enabled()) { ag::cuda::set_call_graphs_enabled(on); }
+  explicit CallGraphs(bool on) : prev(ag::cuda::call_graphs_enabled()) {
+    ag::cuda::set_call_graphs_enabled(false);
+    ag::cuda::set_call_graphs_enabled(on);
+  }
   ~CallGraphs() { ag::cuda::set_call_graphs_enabled(prev); }
   bool prev;
 };
@@ -659,6 +663,33 @@ TEST_CASE("cuda: a repeated GEMM runs as a graph of its call, bitwise equal to t
   CHECK(ag::cuda::call_graph_stats().direct - s5.direct == 4);
   CHECK(ag::cuda::call_graph_stats().launched == s5.launched);
   check_close(out, ag::mm(a.select(0, 0).cpu(), b.select(0, 0).cpu()).to_vector<double>(), 1e-5, 1e-5);
+}
+
+TEST_CASE("cuda: a call that cannot be captured runs directly from then on", "[cuda]") {
+  if (skip_without_cuda()) return;
+  CallGraphs on(true);
+  ag::cuda::CallKey key;
+  key.add(uint64_t{0x7e57}).add_bits(1.5);
+  const int device = ag::cuda::current_device();
+  // Synchronizing is not allowed while the stream captures: the third call's capture fails
+  // with an error from inside it, and that call and every later one run directly.
+  int synced = 0;
+  auto call = [&] {
+    ag::cuda::synchronize();
+    ++synced;
+  };
+  const ag::cuda::CallGraphStats s0 = ag::cuda::call_graph_stats();
+  for (int i = 0; i < 5; ++i) REQUIRE_NOTHROW(ag::cuda::run_call(device, ag::cuda::current_stream(device), key, call));
+  const ag::cuda::CallGraphStats s1 = ag::cuda::call_graph_stats();
+  CHECK(s1.failed - s0.failed == 1);
+  CHECK(s1.captured == s0.captured);
+  CHECK(s1.launched == s0.launched);
+  CHECK(s1.direct - s0.direct == 5);
+  // Five direct runs, plus the capture attempt's if synchronize() did not throw inside it.
+  CHECK((synced == 5 || synced == 6));
+  // The stream is out of capture mode and usable.
+  const ag::Tensor a = sym({64}).to(kGpu);
+  check_close(a * 2, (a.cpu() * 2).to_vector<double>(), 0, 0);
 }
 
 TEST_CASE("cuda: the call-graph table keeps at most kCallGraphEntries keys", "[cuda]") {
