@@ -154,8 +154,12 @@ void bench_host_overhead() {
   ag::Tensor m = ag::randn({256, 256}, h16), n = ag::randn({256, 256}, h16), o = ag::empty({256, 256}, h16);
   std::printf("| ag::empty({1024, 1024}, float16) (allocate + free, 2 MiB) | %.2f |\n",
               host_us([&] { ag::Tensor r = ag::empty({1024, 1024}, h16); }));
-  std::printf("| ag::mm 256 x 256 float16 (op + output + cuBLASLt) | %.2f |\n",
+  std::printf("| ag::mm 256 x 256 float16 (op + output + cuBLASLt, as a call graph) | %.2f |\n",
               host_us([&] { ag::Tensor r = ag::mm(m, n); }));
+  ag::cuda::set_call_graphs_enabled(false);  // Note [Call graphs]
+  std::printf("| ag::mm 256 x 256 float16, call graphs off (cublasLtMatmul each call) | %.2f |\n",
+              host_us([&] { ag::Tensor r = ag::mm(m, n); }));
+  ag::cuda::set_call_graphs_enabled(true);
   cublasHandle_t h;
   AG_CUBLAS_CHECK(cublasCreate(&h));
   AG_CUBLAS_CHECK(cublasSetStream(h, ag::cuda::current_stream()));
