@@ -3,7 +3,9 @@
 // the thread's stack (glibc backtrace over the unwind tables), and write() lists the distinct
 // stacks with their counts. Frames are offsets from their module's load address, so
 // benchmarks/host_profile.py can name them with addr2line on the unstripped binaries of the
-// build that was carried stripped.
+// build that was carried stripped. Unwinding from a signal is best effort: it crashed inside
+// cuDNN (profile_step cnn) on the H200, so sample steps whose libraries unwind cleanly (cuBLASLt
+// and the driver do).
 #pragma once
 
 #include <dlfcn.h>

@@ -6,7 +6,10 @@
 # "profile" prints host time per step part and a per-kernel device-time table (ncu) of one
 # training step of the small MLP, the CNN and the wide MLP (benchmarks/profile_step.cpp) and of conv2d
 # forward + backward (benchmarks/profile_conv.cpp).
-# Usage: bash dist/gpu/gpu_run.sh [tests|memcheck|bench|train|profile|all]  (default: all)
+# "hostprof" samples where the host's time goes in the small MLP's fp32 and AMP steps
+# (benchmarks/host_sampler.h) and writes the samples to $OUT; name them here, against the
+# unstripped build: python3 benchmarks/host_profile.py FILE build/bin.
+# Usage: bash dist/gpu/gpu_run.sh [tests|memcheck|bench|train|profile|hostprof|all]  (default: all)
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 out="${OUT:-/tmp}"
@@ -70,6 +73,11 @@ if [ "$what" = profile ]; then
     ncu --profile-from-start off --metrics gpu__time_duration.sum --csv "$here/profile_conv" $c \
       > "$out/ncu_conv_$1_$2.csv" 2> "$out/ncu_conv_$1_$2.err" || tail -n 5 "$out/ncu_conv_$1_$2.err"
     python3 "$repo/benchmarks/ncu_summary.py" "$out/ncu_conv_$1_$2.csv" | head -n 15
+  done
+fi
+if [ "$what" = hostprof ]; then
+  for p in fp32 amp; do
+    "$here/profile_step" mlp 64 $p "$out/samples_mlp_64_$p.txt"
   done
 fi
 if [ "$what" = all ] || [ "$what" = train ]; then
