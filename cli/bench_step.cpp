@@ -44,10 +44,12 @@ nlohmann::json bench_step(const BenchOptions& o) {
   nlohmann::json rows = nlohmann::json::array();
   std::printf("\n## Training step: forward, backward, SGD(momentum 0.9) step; AMP = fp16 autocast + GradScaler\n\n"
               "ms/step: the mean of %d back-to-back steps, as a training loop runs them (median of the samples);\n"
+              "host ms/step: the host's time to queue a step (at ms/step: host-bound, the device waits);\n"
               "one step: a single step between two synchronizations (its latency, host time included);\n"
               "fp32 and AMP samples are taken in turns (Note [Interleaved samples] in cli/bench_timer.h).\n\n",
               kStepCalls);
-  std::printf("| model | batch | precision | mode | ms/step | images/s | ms, one step |\n|---|---|---|---|---|---|---|\n");
+  std::printf("| model | batch | precision | mode | ms/step | host ms/step | images/s | ms, one step |\n"
+              "|---|---|---|---|---|---|---|---|\n");
   // One setup per precision; fp32 and AMP are timed in turns (Note [Interleaved samples] in
   // cli/bench_timer.h), eager first, then graphed.
   struct Setup {
@@ -95,7 +97,7 @@ nlohmann::json bench_step(const BenchOptions& o) {
     return st;
   };
   for (const StepCase& c : cases) {
-    double ms[2][2] = {}, ms_single[2][2] = {};  // [amp][graphed]
+    double ms[2][2] = {}, host_ms[2][2] = {}, ms_single[2][2] = {};  // [amp][graphed]
     for (bool graphed : {false, true}) {
       if (graphed && !o.device.is_cuda()) continue;
       std::unique_ptr<Setup> s32 = make_setup(c, false, graphed), s16 = make_setup(c, true, graphed);
@@ -109,24 +111,25 @@ nlohmann::json bench_step(const BenchOptions& o) {
 #endif
         fns.push_back(s->step);
       }
-      const std::vector<double> many = median_ms_interleaved(o.device, fns, 5, o.reps, kStepCalls);
+      const Timings many = time_interleaved(o.device, fns, 5, o.reps, kStepCalls);
       const std::vector<double> one = median_ms_interleaved(o.device, fns, 5, o.reps, 1);
       for (int a = 0; a < 2; ++a) {
-        ms[a][graphed] = many[a];
+        ms[a][graphed] = many.ms[a];
+        host_ms[a][graphed] = many.host_ms[a];
         ms_single[a][graphed] = one[a];
       }
     }
     for (bool amp_on : {false, true}) {
       for (bool graphed : {false, true}) {
         if (graphed && !o.device.is_cuda()) continue;
-        const double t = ms[amp_on][graphed], t1 = ms_single[amp_on][graphed];
+        const double t = ms[amp_on][graphed], th = host_ms[amp_on][graphed], t1 = ms_single[amp_on][graphed];
         const char* prec = amp_on ? "AMP fp16" : "fp32";
         const char* mode = graphed ? "CUDA graph" : "eager";
-        std::printf("| %s | %lld | %s | %s | %.3f | %.0f | %.3f |\n", c.name.c_str(), static_cast<long long>(c.batch),
-                    prec, mode, t, c.batch / (t * 1e-3), t1);
+        std::printf("| %s | %lld | %s | %s | %.3f | %.3f | %.0f | %.3f |\n", c.name.c_str(),
+                    static_cast<long long>(c.batch), prec, mode, t, th, c.batch / (t * 1e-3), t1);
         std::fflush(stdout);
         rows.push_back({{"suite", "step"}, {"model", c.name}, {"batch", c.batch}, {"precision", prec}, {"mode", mode},
-                        {"ms", t}, {"ms_single", t1}, {"images_per_s", c.batch / (t * 1e-3)},
+                        {"ms", t}, {"host_ms", th}, {"ms_single", t1}, {"images_per_s", c.batch / (t * 1e-3)},
                         {"device", o.device.str()}});
       }
     }

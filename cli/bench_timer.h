@@ -5,7 +5,8 @@
 // time of queuing the one call (its launch latency) is part of the sample, with several the
 // device runs them back to back as in a network, and the sample measures the device's
 // throughput. The single-op benchmarks (matmul, conv, bandwidth) use 10 calls per sample for
-// ampgrad, raw cuBLAS and PyTorch alike (benchmarks/compare_torch.py); training steps use 1.
+// ampgrad, raw cuBLAS and PyTorch alike (benchmarks/compare_torch.py); training steps use 10
+// (ms/step) and 1 (one step). time_interleaved also reports the host's time to queue a call.
 #pragma once
 
 #include <algorithm>
@@ -34,12 +35,22 @@ inline constexpr int kOpCalls = 10;
 // medians then compare the host's moods rather than the code. median_ms_interleaved takes
 // sample r of every variant in turn (starting with a different variant each round), so
 // drift slows all of them alike and their medians compare like with like.
-inline std::vector<double> median_ms_interleaved(Device dev, const std::vector<std::function<void()>>& fns,
-                                                 int warmup = 5, int reps = 30, int calls = 1) {
+// Medians per variant: ms, the time per call (CUDA events, or the clock on the CPU), and
+// host_ms, the host's time to queue one call (the clock around the calls, before waiting for
+// the device). A call whose host_ms is at its ms is host-bound: the device waits for the host.
+struct Timings {
+  std::vector<double> ms, host_ms;
+};
+
+inline Timings time_interleaved(Device dev, const std::vector<std::function<void()>>& fns, int warmup = 5,
+                                int reps = 30, int calls = 1) {
   const size_t n = fns.size();
   for (const auto& fn : fns)
     for (int i = 0; i < warmup; ++i) fn();
-  std::vector<std::vector<double>> ms(n);
+  std::vector<std::vector<double>> ms(n), host(n);
+  auto since = [](std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  };
 #if AMPGRAD_WITH_CUDA
   if (dev.is_cuda()) {
     cudaStream_t s = cuda::current_stream(dev.index);
@@ -51,7 +62,9 @@ inline std::vector<double> median_ms_interleaved(Device dev, const std::vector<s
       for (size_t j = 0; j < n; ++j) {
         const size_t v = (static_cast<size_t>(r) + j) % n;
         AG_CUDA_CHECK(cudaEventRecord(a, s));
+        const auto t0 = std::chrono::steady_clock::now();
         for (int c = 0; c < calls; ++c) fns[v]();
+        host[v].push_back(since(t0) / calls);
         AG_CUDA_CHECK(cudaEventRecord(b, s));
         AG_CUDA_CHECK(cudaEventSynchronize(b));
         float t = 0;
@@ -67,19 +80,28 @@ inline std::vector<double> median_ms_interleaved(Device dev, const std::vector<s
     for (int r = 0; r < reps; ++r) {
       for (size_t j = 0; j < n; ++j) {
         const size_t v = (static_cast<size_t>(r) + j) % n;
-        auto t0 = std::chrono::steady_clock::now();
+        const auto t0 = std::chrono::steady_clock::now();
         for (int c = 0; c < calls; ++c) fns[v]();
-        ms[v].push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() /
-                        calls);
+        ms[v].push_back(since(t0) / calls);
+        host[v].push_back(ms[v].back());
       }
     }
   }
-  std::vector<double> med(n);
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  Timings out;
   for (size_t v = 0; v < n; ++v) {
-    std::sort(ms[v].begin(), ms[v].end());
-    med[v] = ms[v][ms[v].size() / 2];
+    out.ms.push_back(median(ms[v]));
+    out.host_ms.push_back(median(host[v]));
   }
-  return med;
+  return out;
+}
+
+inline std::vector<double> median_ms_interleaved(Device dev, const std::vector<std::function<void()>>& fns,
+                                                 int warmup = 5, int reps = 30, int calls = 1) {
+  return time_interleaved(dev, fns, warmup, reps, calls).ms;
 }
 
 inline double median_ms(Device dev, const std::function<void()>& fn, int warmup = 5, int reps = 30, int calls = 1) {
