@@ -605,6 +605,31 @@ struct CallGraphs {
   bool prev;
 };
 
+TEST_CASE("cuda: call keys compare every word, in order, and refuse to overflow") {
+  // Host-only: runs without a GPU too.
+  int x = 0, y = 0;
+  auto key = [](const void* p, float alpha) {
+    ag::cuda::CallKey k;
+    k.add(uint64_t{1}).add(p).add_bits(alpha);
+    return k;
+  };
+  CHECK(key(&x, 1.0f) == key(&x, 1.0f));
+  CHECK(key(&x, 1.0f).hash() == key(&x, 1.0f).hash());
+  CHECK_FALSE(key(&x, 1.0f) == key(&y, 1.0f));
+  CHECK_FALSE(key(&x, 1.0f) == key(&x, 2.0f));
+  CHECK_FALSE(key(&x, 0.0f) == key(&x, -0.0f));  // bits, not values
+  ag::cuda::CallKey a, b;
+  a.add(uint64_t{1}).add(uint64_t{2});
+  b.add(uint64_t{2}).add(uint64_t{1});
+  CHECK_FALSE(a == b);
+  ag::cuda::CallKey shorter;
+  shorter.add(uint64_t{1});
+  CHECK_FALSE(a == shorter);
+  ag::cuda::CallKey full;
+  for (int i = 0; i < ag::cuda::CallKey::kWords; ++i) full.add(static_cast<uint64_t>(i));
+  CHECK_THROWS_AS(full.add(uint64_t{99}), ag::Error);
+}
+
 TEST_CASE("cuda: a repeated GEMM runs as a graph of its call, bitwise equal to the direct call", "[cuda]") {
   if (skip_without_cuda()) return;
   CallGraphs on(true);
