@@ -2,6 +2,7 @@
 #include <type_traits>
 
 #include "core/kernels.h"
+#include "ops/cpu_loop.h"
 #include "ops/cpu_values.h"
 
 namespace ampgrad::cpu {
@@ -46,19 +47,9 @@ void col2im(const Tensor& cols, const Tensor& out, const Window2d& w) {
         for (int64_t y = 0; y < h; ++y)
           for (int64_t xx = 0; xx < wd; ++xx) {
             A acc = 0;
-            for (int64_t i = 0; i < w.kh; ++i) {
-              const int64_t ty = y + w.ph - i * w.dh;
-              if (ty < 0 || ty % w.sh) continue;
-              const int64_t oy = ty / w.sh;
-              if (oy >= oh) continue;
-              for (int64_t j = 0; j < w.kw; ++j) {
-                const int64_t tx = xx + w.pw - j * w.dw;
-                if (tx < 0 || tx % w.sw) continue;
-                const int64_t ox = tx / w.sw;
-                if (ox >= ow) continue;
-                acc += static_cast<A>(pc[((n * c_ + c) * w.kh * w.kw + i * w.kw + j) * L + oy * ow + ox]);
-              }
-            }
+            for_each_window_reading(w, y, xx, oh, ow, [&](int64_t i, int64_t j, int64_t oy, int64_t ox) {
+              acc += static_cast<A>(pc[((n * c_ + c) * w.kh * w.kw + i * w.kw + j) * L + oy * ow + ox]);
+            });
             po[((n * c_ + c) * h + y) * wd + xx] = static_cast<T>(acc);
           }
   });

@@ -2,6 +2,7 @@
 #include <cmath>
 
 #include "core/kernels.h"
+#include "ops/cpu_loop.h"
 #include "ops/cpu_values.h"
 
 namespace ampgrad::cpu {
@@ -53,19 +54,10 @@ void max_pool2d_backward(const Tensor& g, const Tensor& indices, const Window2d&
       for (int64_t c = 0; c < ch; ++c)
         for (int64_t iy = 0; iy < h; ++iy)
           for (int64_t ix = 0; ix < wd; ++ix) {
-            double sum = 0;
-            // The windows holding (iy, ix): oy * sh - ph + i * dh == iy for some tap i.
-            for (int64_t i = 0; i < w.kh; ++i) {
-              const int64_t ty = iy + w.ph - i * w.dh;
-              if (ty < 0 || ty % w.sh != 0 || ty / w.sh >= oh) continue;
-              for (int64_t j = 0; j < w.kw; ++j) {
-                const int64_t tx = ix + w.pw - j * w.dw;
-                if (tx < 0 || tx % w.sw != 0 || tx / w.sw >= ow) continue;
-                const int64_t o = offset4(g, n, c, ty / w.sh, tx / w.sw);
-                if (pi[offset4(indices, n, c, ty / w.sh, tx / w.sw)] == iy * wd + ix)
-                  sum += to_double(pg[o]);
-              }
-            }
+            double sum = 0;  // the gradients of the windows whose maximum (iy, ix) was
+            for_each_window_reading(w, iy, ix, oh, ow, [&](int64_t, int64_t, int64_t oy, int64_t ox) {
+              if (pi[offset4(indices, n, c, oy, ox)] == iy * wd + ix) sum += to_double(pg[offset4(g, n, c, oy, ox)]);
+            });
             px[offset4(grad_x, n, c, iy, ix)] = from_double<T>(sum);
           }
   });
