@@ -35,12 +35,14 @@ GradScaler::GradScaler(GradScalerOptions options) : opt_(options) {
 // Note [Scaler launches]
 // A scaled step adds launches to every training step, and a small network's step is bound
 // by the host's launch time, so the scaler keeps them to three: the inf check (one launch
-// for all gradients), the gated optimizer step, and the update. Everything else rides in
-// those kernels: the update kernel also writes 1 / scale (the next step's unscale factor,
-// instead of a reciprocal launch per step), copies the scale and the flag it decided on
-// into last_scale_ and last_found_inf_ (instead of two clones), and clears the found-inf
-// flag for the next check (instead of a memset per step). The flag is therefore zero
-// whenever a step begins: created zero, and cleared by every update().
+// for all gradients), the gated optimizer step, and the update; and where one launch covers
+// the optimizer's step, to that one launch (Note [One-launch scaled step] in
+// core/fused_kernels.h). Everything else rides in those kernels: the update also writes
+// 1 / scale (the next step's unscale factor, instead of a reciprocal launch per step),
+// copies the scale and the flag it decided on into last_scale_ and last_found_inf_ (instead
+// of two clones), and clears the found-inf flag for the next check (instead of a memset per
+// step). The flag is therefore zero whenever a step begins: created zero, and cleared by
+// every update (or put back by unfold(), to be cleared by the update that follows).
 void GradScaler::lazy_init(Device device) {
   if (scale_.defined()) return;
   TensorOptions f32 = TensorOptions(kFloat32).device(device);
@@ -91,8 +93,7 @@ GradScaler::PerOptimizer& GradScaler::state_of(optim::Optimizer& opt) {
   return st;
 }
 
-void GradScaler::check_and_unscale(optim::Optimizer& opt, PerOptimizer& st, const Tensor& inv_scale,
-                                   bool write_back) {
+std::vector<Tensor> GradScaler::grads_of(optim::Optimizer& opt) {
   NoGradGuard no_grad;
   std::vector<Tensor> grads;
   for (const Tensor& p : opt.params()) {
@@ -103,6 +104,10 @@ void GradScaler::check_and_unscale(optim::Optimizer& opt, PerOptimizer& st, cons
       }
     if (p.grad().defined()) grads.push_back(p.grad());
   }
+  return grads;
+}
+
+void GradScaler::check(PerOptimizer& st, const std::vector<Tensor>& grads, const Tensor& inv_scale, bool write_back) {
   // found_inf is zero here (Note [Scaler launches]).
   if (!grads.empty()) check_and_unscale_kernel(grads, st.found_inf, inv_scale, write_back);
   if (const auto& reduce = found_inf_reducer()) reduce(st.found_inf);
@@ -113,14 +118,53 @@ void GradScaler::unscale_(optim::Optimizer& opt) {
   PerOptimizer& st = state_of(opt);
   AG_CHECK(st.stage == Stage::ready,
            "GradScaler.unscale_: unscale_() has already been called on this optimizer since the last update()");
+  if (folded_) unfold();  // inv_scale_ must be this iteration's again, and this flag must count
   NoGradGuard no_grad;
   try {
-    check_and_unscale(opt, st, inv_scale_, /*write_back=*/true);
+    check(st, grads_of(opt), inv_scale_, /*write_back=*/true);
   } catch (...) {
     st.found_inf.zero_();  // the flag is zero whenever a step begins (Note [Scaler launches])
     throw;
   }
   st.stage = Stage::unscaled;
+}
+
+// Whether opt's step can run this iteration's update too (Note [One-launch scaled step]): the
+// first optimizer to step since update(), nothing else checked, and one parameter group with
+// a gradient.
+bool GradScaler::can_fold(optim::Optimizer& opt, const std::vector<Tensor>& grads) const {
+  if (!opt_.fold_into_step_ || folded_ || grads.empty() || opt.num_groups() != 1) return false;
+  for (const auto& [o, st] : per_opt_)
+    if (o != &opt && st.stage != Stage::ready) return false;
+  return true;
+}
+
+ScaleUpdate GradScaler::next_update() {
+  const TensorOptions f32 = scale_.options();
+  ScaleUpdate u;
+  u.scale = scale_;
+  u.growth_tracker = growth_tracker_;
+  u.hysteresis_left = hysteresis_left_;
+  u.rule = {opt_.growth_factor_, opt_.backoff_factor_, opt_.growth_interval_, opt_.hysteresis_, opt_.min_scale_,
+            opt_.max_scale_};
+  u.rec.inv_scale = inv_scale_;
+  u.rec.last_scale = empty({}, f32);  // fresh each update: a handle kept by a caller stays as it was
+  u.rec.last_found = empty({}, f32);
+  return u;
+}
+
+// A folded update must be decided again (another optimizer's flag counts too, or new_scale
+// replaces it): puts back the state it started from and the folded optimizer's flag, as if
+// the update had never run.
+void GradScaler::unfold() {
+  NoGradGuard no_grad;
+  const Folded f = *folded_;
+  folded_.reset();
+  scale_.copy_(f.last_scale);
+  inv_scale_.copy_(last_inv_scale_);
+  growth_tracker_.copy_(last_growth_);
+  hysteresis_left_.copy_(last_hysteresis_);
+  per_opt_.at(f.opt).found_inf.copy_(f.last_found);
 }
 
 void GradScaler::step(optim::Optimizer& opt) {
@@ -130,20 +174,38 @@ void GradScaler::step(optim::Optimizer& opt) {
   }
   PerOptimizer& st = state_of(opt);
   AG_CHECK(st.stage != Stage::stepped, "GradScaler.step: step() has already been called on this optimizer since the last update()");
-  if (st.stage == Stage::ready) {
-    // Check only; the optimizer unscales on the fly (Note [Fused steps]).
-    NoGradGuard no_grad;
-    try {
-      check_and_unscale(opt, st, inv_scale_, /*write_back=*/false);
-      opt.step_gated(st.found_inf, inv_scale_);
-    } catch (...) {
-      // Clear the flag this check may have set, so that a retried step is checked afresh
-      // (Note [Scaler launches]).
-      st.found_inf.zero_();
-      throw;
+  if (folded_) unfold();  // a second optimizer this iteration: inv_scale_ must be this iteration's again
+  NoGradGuard no_grad;
+  // Without unscale_, only check; the optimizer unscales on the fly (Note [Fused steps]).
+  const bool checked = st.stage == Stage::unscaled;
+  const Tensor inv_scale = checked ? Tensor() : inv_scale_;
+  try {
+    const std::vector<Tensor> grads = grads_of(opt);
+    if (can_fold(opt, grads)) {
+      // A found-inf reducer must see the flag before the step reads it: then only the update folds.
+      const bool check_in_step = !checked && !found_inf_reducer();
+      if (!checked && !check_in_step) check(st, grads, Tensor(), /*write_back=*/false);
+      ScaleUpdate u = next_update();
+      u.rec.clear_found = true;
+      if (!last_growth_.defined() || last_growth_.device() != scale_.device()) {
+        last_inv_scale_ = empty({}, scale_.options());
+        last_growth_ = empty({}, growth_tracker_.options());
+        last_hysteresis_ = empty({}, growth_tracker_.options());
+      }
+      u.rec.last_inv_scale = last_inv_scale_;
+      u.rec.last_growth = last_growth_;
+      u.rec.last_hysteresis = last_hysteresis_;
+      opt.step_gated(st.found_inf, inv_scale, &u, check_in_step);
+      folded_ = Folded{&opt, u.rec.last_scale, u.rec.last_found};
+    } else {
+      if (!checked) check(st, grads, Tensor(), /*write_back=*/false);
+      opt.step_gated(st.found_inf, inv_scale);
     }
-  } else {
-    opt.step_gated(st.found_inf, Tensor());
+  } catch (...) {
+    // Clear the flag this check may have set, so that a retried step is checked afresh
+    // (Note [Scaler launches]).
+    if (!checked) st.found_inf.zero_();
+    throw;
   }
   st.stage = Stage::stepped;
 }
@@ -151,6 +213,17 @@ void GradScaler::step(optim::Optimizer& opt) {
 void GradScaler::update(std::optional<double> new_scale) {
   if (!opt_.enabled_) return;
   NoGradGuard no_grad;
+  if (folded_ && !new_scale) {
+    // The step ran the update already, from the only flag of this iteration (any other
+    // optimizer's step or unscale_ would have unfolded it): record it.
+    last_found_inf_ = folded_->last_found;
+    last_scale_ = folded_->last_scale;
+    folded_.reset();
+    for (auto& [o, st] : per_opt_) st.stage = Stage::ready;
+    ++updates_;
+    return;
+  }
+  if (folded_) unfold();
   std::vector<Tensor*> flags;
   for (auto& [o, st] : per_opt_)
     if (st.stage != Stage::ready) flags.push_back(&st.found_inf);
@@ -161,11 +234,8 @@ void GradScaler::update(std::optional<double> new_scale) {
   const bool one = flags.size() == 1;
   Tensor found = *flags[0];
   for (size_t i = 1; i < flags.size(); ++i) found = add(found, *flags[i]);
-  const TensorOptions f32 = scale_.options();
-  ScaleRecord rec;
-  rec.inv_scale = inv_scale_;
-  rec.last_scale = empty({}, f32);  // fresh each update: a handle kept by a caller stays as it was
-  rec.last_found = empty({}, f32);
+  ScaleUpdate u = next_update();
+  ScaleRecord& rec = u.rec;
   rec.clear_found = one;
   if (new_scale) {
     AG_CHECK(*new_scale > 0, "GradScaler.update: new_scale must be positive, got {}", *new_scale);
@@ -176,17 +246,10 @@ void GradScaler::update(std::optional<double> new_scale) {
     rec.clear_found = false;
   } else {
 #if AMPGRAD_WITH_CUDA
-    if (scale_.is_cuda()) {
-      cuda::amp_update_scale(scale_, growth_tracker_, hysteresis_left_, found, rec, opt_.growth_factor_,
-                             opt_.backoff_factor_, opt_.growth_interval_, opt_.hysteresis_, opt_.min_scale_,
-                             opt_.max_scale_);
-    } else
+    if (scale_.is_cuda()) cuda::amp_update_scale(u, found);
+    else
 #endif
-    {
-      cpu::amp_update_scale(scale_, growth_tracker_, hysteresis_left_, found, rec, opt_.growth_factor_,
-                            opt_.backoff_factor_, opt_.growth_interval_, opt_.hysteresis_, opt_.min_scale_,
-                            opt_.max_scale_);
-    }
+      cpu::amp_update_scale(u, found);
   }
   if (!rec.clear_found)
     for (Tensor* f : flags) f->zero_();
@@ -198,6 +261,7 @@ void GradScaler::update(std::optional<double> new_scale) {
 
 double GradScaler::get_scale() const {
   if (!opt_.enabled_) return 1.0;
+  if (folded_) return folded_->last_scale.item<double>();  // update() has not been called yet
   return scale_.defined() ? scale_.item<double>() : opt_.init_scale_;
 }
 
@@ -213,9 +277,13 @@ ScalerDecision GradScaler::last_decision() const {
 optim::StateDict GradScaler::state_dict() const {
   optim::StateDict sd;
   auto scalar = [](double v) { return tensor(std::vector<double>{v}, {}); };
-  sd["scale"] = scale_.defined() ? scale_.to(kFloat64).cpu() : scalar(opt_.init_scale_);
-  sd["growth_tracker"] = growth_tracker_.defined() ? growth_tracker_.to(kFloat64).cpu() : scalar(0);
-  sd["hysteresis_left"] = hysteresis_left_.defined() ? hysteresis_left_.to(kFloat64).cpu() : scalar(opt_.hysteresis_);
+  // Between a folded step and update(), the state before the update (as PyTorch's).
+  const Tensor& scale = folded_ ? folded_->last_scale : scale_;
+  const Tensor& growth = folded_ ? last_growth_ : growth_tracker_;
+  const Tensor& hysteresis = folded_ ? last_hysteresis_ : hysteresis_left_;
+  sd["scale"] = scale.defined() ? scale.to(kFloat64).cpu() : scalar(opt_.init_scale_);
+  sd["growth_tracker"] = growth.defined() ? growth.to(kFloat64).cpu() : scalar(0);
+  sd["hysteresis_left"] = hysteresis.defined() ? hysteresis.to(kFloat64).cpu() : scalar(opt_.hysteresis_);
   sd["growth_factor"] = scalar(opt_.growth_factor_);
   sd["backoff_factor"] = scalar(opt_.backoff_factor_);
   sd["growth_interval"] = scalar(static_cast<double>(opt_.growth_interval_));
@@ -238,6 +306,11 @@ void GradScaler::load_state_dict(const optim::StateDict& sd) {
   opt_.min_scale_ = get("min_scale");
   opt_.max_scale_ = get("max_scale");
   updates_ = static_cast<int64_t>(get("updates"));
+  if (folded_) {
+    // The loaded state replaces what the folded update started from; the flag still counts.
+    per_opt_.at(folded_->opt).found_inf.copy_(folded_->last_found);
+    folded_.reset();
+  }
   Device dev = scale_.defined() ? scale_.device() : Device(kCPU);
   scale_ = full({}, get("scale"), TensorOptions(kFloat32).device(dev));
   inv_scale_ = full({}, 1.0f / static_cast<float>(get("scale")), TensorOptions(kFloat32).device(dev));

@@ -30,6 +30,10 @@ struct GradScalerOptions {
   int64_t hysteresis_ = 1;
   double min_scale_ = 0.0;
   double max_scale_ = std::numeric_limits<double>::infinity();
+  // Run the inf check and the scale update inside the optimizer's step launch where one launch
+  // covers it (Note [One-launch scaled step] in core/fused_kernels.h); false keeps them as
+  // launches of their own. Either way the results are the same.
+  bool fold_into_step_ = true;
 
   GradScalerOptions& init_scale(double v) { init_scale_ = v; return *this; }
   GradScalerOptions& growth_factor(double v) { growth_factor_ = v; return *this; }
@@ -39,6 +43,7 @@ struct GradScalerOptions {
   GradScalerOptions& hysteresis(int64_t v) { hysteresis_ = v; return *this; }
   GradScalerOptions& min_scale(double v) { min_scale_ = v; return *this; }
   GradScalerOptions& max_scale(double v) { max_scale_ = v; return *this; }
+  GradScalerOptions& fold_into_step(bool v) { fold_into_step_ = v; return *this; }
 };
 
 // What scaler.step() did, for teaching and for `ampgrad explain`; reading it synchronizes.
@@ -67,12 +72,14 @@ class GradScaler {
   // unscale_ was not called). At most once per optimizer between update() calls.
   void step(optim::Optimizer& opt);
   // Grows or backs off the scale from all optimizers' flags since the last update; with
-  // new_scale, sets it instead.
+  // new_scale, sets it instead. (Where step() could run it inside the optimizer's launch,
+  // update() only records it: Note [One-launch scaled step].)
   void update(std::optional<double> new_scale = std::nullopt);
 
-  double get_scale() const;  // synchronizes
+  double get_scale() const;  // synchronizes; the scale of this iteration until update()
   // The device tensors behind the scaler, for logging without a synchronization: the
-  // current scale (float32 []), and the combined found-inf flag of the last update().
+  // current scale (float32 []; between step() and update() it may already hold the next
+  // one), and the combined found-inf flag of the last update().
   const Tensor& scale_tensor() const { return scale_; }
   const Tensor& last_found_inf() const { return last_found_inf_; }
   bool is_enabled() const { return opt_.enabled_; }
@@ -101,9 +108,21 @@ class GradScaler {
     double value;
     int64_t index;
   };
+  // An update that step() ran inside opt's launch, not yet recorded by update().
+  struct Folded {
+    optim::Optimizer* opt;
+    Tensor last_scale;  // the scale before it
+    Tensor last_found;  // opt's found-inf flag (the kernel cleared the flag itself)
+  };
   void lazy_init(Device device);
   PerOptimizer& state_of(optim::Optimizer& opt);
-  void check_and_unscale(optim::Optimizer& opt, PerOptimizer& st, const Tensor& inv_scale, bool write_back);
+  // opt's gradients, with the faults due at this step written into them.
+  std::vector<Tensor> grads_of(optim::Optimizer& opt);
+  void check(PerOptimizer& st, const std::vector<Tensor>& grads, const Tensor& inv_scale, bool write_back);
+  bool can_fold(optim::Optimizer& opt, const std::vector<Tensor>& grads) const;
+  // This iteration's update as the kernels take it (clear_found and the last_* state unset).
+  ScaleUpdate next_update();
+  void unfold();
 
   GradScalerOptions opt_;
   Tensor scale_;            // float32 []
@@ -112,6 +131,10 @@ class GradScaler {
   Tensor inv_scale_;        // float32 []: 1 / scale_, kept by update() (Note [Scaler launches])
   Tensor last_found_inf_;   // float32 []: the flags of the last update, combined
   Tensor last_scale_;       // the scale that update used
+  // What a folded update started from (Note [One-launch scaled step]): 1 / scale (float32 []),
+  // growth tracker and hysteresis left (int32 []); written by the kernel, read by unfold().
+  Tensor last_inv_scale_, last_growth_, last_hysteresis_;
+  std::optional<Folded> folded_;
   std::map<optim::Optimizer*, PerOptimizer> per_opt_;
   std::vector<Fault> faults_;
   int64_t updates_ = 0;

@@ -14,6 +14,9 @@ struct BenchOptions {
   Device device;
   bool quick = false;  // a tiny sweep (CPU runs, tests)
   int reps = 30;
+  // GradScalerOptions::fold_into_step: false runs the scaler's inf check and update as
+  // launches of their own (--no-fold), to see what folding them into the step saves.
+  bool fold_scaler = true;
 };
 
 // Each suite prints its table and returns its rows as JSON objects.

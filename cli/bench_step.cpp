@@ -42,12 +42,12 @@ nlohmann::json bench_step(const BenchOptions& o) {
                                                                 {"4x Linear(4096)", "wide", 4096}};
   if (o.device.is_cpu() && !o.quick) cases = {{"MLP 784-512-512-10", "mlp", 64}, {"Fashion-MNIST CNN", "cnn", 32}};
   nlohmann::json rows = nlohmann::json::array();
-  std::printf("\n## Training step: forward, backward, SGD(momentum 0.9) step; AMP = fp16 autocast + GradScaler\n\n"
+  std::printf("\n## Training step: forward, backward, SGD(momentum 0.9) step; AMP = fp16 autocast + GradScaler%s\n\n"
               "ms/step: the mean of %d back-to-back steps, as a training loop runs them (median of the samples);\n"
               "host ms/step: the host's time to queue a step (at ms/step: host-bound, the device waits);\n"
               "one step: a single step between two synchronizations (its latency, host time included);\n"
               "fp32 and AMP samples are taken in turns (Note [Interleaved samples] in cli/bench_timer.h).\n\n",
-              kStepCalls);
+              o.fold_scaler ? "" : " (--no-fold: its check and update launched apart)", kStepCalls);
   std::printf("| model | batch | precision | mode | ms/step | host ms/step | images/s | ms, one step |\n"
               "|---|---|---|---|---|---|---|---|\n");
   // One setup per precision; fp32 and AMP are timed in turns (Note [Interleaved samples] in
@@ -72,7 +72,7 @@ nlohmann::json bench_step(const BenchOptions& o) {
                             : randn({c.batch, 1, 28, 28}, TensorOptions().device(o.device));
     s.y = (rand({c.batch}, TensorOptions().device(o.device)) * static_cast<double>(classes)).to(kInt64);
     s.opt = std::make_unique<optim::SGD>(s.net->parameters(), optim::SGDOptions(0.01).momentum(0.9));
-    s.scaler = std::make_unique<amp::GradScaler>(amp::GradScalerOptions().enabled(amp_on));
+    s.scaler = std::make_unique<amp::GradScaler>(amp::GradScalerOptions().enabled(amp_on).fold_into_step(o.fold_scaler));
     const DeviceType type = o.device.type;
     s.step = [&s, type, amp_on, graphed] {
       // Eager: the default, set_to_none (as PyTorch 2), so each gradient comes out of its GEMM
@@ -158,7 +158,7 @@ nlohmann::json bench_optim(const BenchOptions& o) {
     }
     optim::Adam opt(params, optim::AdamOptions(1e-4));
     if (master) opt.use_master_weights();
-    amp::GradScaler scaler(amp::GradScalerOptions().init_scale(1024));
+    amp::GradScaler scaler(amp::GradScalerOptions().init_scale(1024).fold_into_step(o.fold_scaler));
     scaler.scale(zeros({}, TensorOptions().device(o.device)));
     auto step = [&] {
       scaler.step(opt);

@@ -3,6 +3,7 @@
 // cuda/fused.cu (ampgrad::cuda, declared in cuda/fused_kernels.h), same signatures.
 #pragma once
 
+#include <limits>
 #include <vector>
 
 #include "core/tensor.h"
@@ -17,10 +18,29 @@ namespace ampgrad {
 //     device) if any value is inf or NaN. It writes the unscaled gradients back only when
 //     asked (scaler.unscale_, so that a user can clip them); otherwise the optimizer
 //     unscales on the fly.
-//  2. The optimizer kernel reads found_inf first and returns at once if it is set; else it
+//  2. The optimizer kernel reads found_inf first and skips the update if it is set; else it
 //     updates each parameter with grad * inv_scale, and with master weights also writes the
 //     16-bit working copy. Step counters are device tensors advanced by the same kernel.
 // Every pointer list is processed in chunks by one launch (multi-tensor apply).
+//
+// Note [One-launch scaled step]
+// On a small network the step is bound by the host's launch time, and the scaler's own
+// launches (the inf check and the scale update, ~6 us of host time each) were most of what
+// an AMP step paid over a float32 one. So where one launch covers the whole optimizer step
+// (one parameter group, one dtype run, at most 32 tensors), scaler.step() makes it all one
+// launch: the step kernel is launched cooperatively, checks its gradients, waits at a grid
+// barrier, then reads found_inf and updates (or skips); its last block to finish advances
+// the step counters and runs the scale update. Only the update is folded (no barrier needed)
+// after unscale_ (the check already ran), with a found-inf reducer (DDP: the all-reduce goes
+// between check and step), for steps over 2^20 elements (device-bound; a grid that fits at
+// once streams them slower), and while a CUDA graph captures (cooperative launches are kept
+// out of graphs). Where one launch does not cover the step, the check and the update run as
+// launches of their own around it. The results are the same every way.
+// The update then happens inside step(), before update() is called. update() only records
+// it (no launch), unless it must be decided again: with new_scale, or when a second
+// optimizer steps before update() (its flag must count too). Then GradScaler puts the state
+// back from what the kernel recorded (ScaleRecord's last_* tensors) and updates as before.
+// get_scale() and state_dict() between step() and update() report the state before it.
 
 struct SgdHyper {
   double lr = 0.01;
@@ -42,20 +62,50 @@ struct AdamHyper {
   bool maximize = false;
 };
 
-// The tensors of one fused optimizer step. `params` are what the optimizer updates (float32
-// masters when `working` is given, else the parameters themselves, any floating dtype);
-// `grads` are aligned with them (16-bit grads of the working copies under master weights).
-// `found_inf` and `inv_scale` are float32 [1] device tensors, or undefined (no scaler).
-// What GradScaler.update() records besides the rule's own state, written by the update
-// kernel itself so that a step costs no extra launches (Note [Scaler launches] in
-// amp/grad_scaler.cpp): all float32 [] tensors of the scale's device.
+// The rule of GradScaler.update() (PyTorch's _amp_update_scale_, with hysteresis and bounds):
+// on found_inf: hysteresis_left -= 1; if it reaches 0, scale = max(scale * backoff, min_scale)
+// and hysteresis_left resets; growth_tracker = 0. Else growth_tracker += 1 and at
+// growth_interval scale = min(scale * growth, max_scale), growth_tracker = 0, and the
+// hysteresis resets.
+struct ScaleRule {
+  double growth_factor = 2.0;
+  double backoff_factor = 0.5;
+  int64_t growth_interval = 2000;
+  int64_t hysteresis = 1;
+  double min_scale = 0;
+  double max_scale = std::numeric_limits<double>::infinity();
+};
+
+// What GradScaler's update records besides the rule's own state, written by the kernel that
+// runs the update so that a step costs no extra launches (Note [Scaler launches] in
+// amp/grad_scaler.cpp): float32 [] tensors of the scale's device unless said otherwise.
 struct ScaleRecord {
   Tensor inv_scale;   // 1 / the new scale: the next step's unscale factor
   Tensor last_scale;  // the scale the step used
   Tensor last_found;  // found_inf of the step
   bool clear_found = false;  // then found_inf = 0, ready for the next step's check
+  // Undefined, or the state the update started from, for GradScaler to put back when an update
+  // folded into a step must be decided again (Note [One-launch scaled step]): 1 / the old
+  // scale, and the old growth tracker and hysteresis count (int32 []).
+  Tensor last_inv_scale;
+  Tensor last_growth;
+  Tensor last_hysteresis;
 };
 
+// One scale update: the rule, its state (scale float32 [], growth_tracker and hysteresis_left
+// int32 [], all updated in place) and what it records.
+struct ScaleUpdate {
+  Tensor scale;
+  Tensor growth_tracker;
+  Tensor hysteresis_left;
+  ScaleRecord rec;
+  ScaleRule rule;
+};
+
+// The tensors of one fused optimizer step. `params` are what the optimizer updates (float32
+// masters when `working` is given, else the parameters themselves, any floating dtype);
+// `grads` are aligned with them (16-bit grads of the working copies under master weights).
+// `found_inf` and `inv_scale` are float32 [1] device tensors, or undefined (no scaler).
 struct FusedStep {
   std::vector<Tensor> params;
   std::vector<Tensor> grads;
@@ -66,6 +116,11 @@ struct FusedStep {
   bool masters = false;  // working holds the 16-bit parameters of float32 masters
   Tensor found_inf;
   Tensor inv_scale;
+  // GradScaler's whole scaled step (Note [One-launch scaled step]): with `update`, the step
+  // ends with that scale update, decided on found_inf (which it clears); with `check_grads`
+  // too, found_inf is zero on entry and the step first sets it from its own gradients.
+  const ScaleUpdate* update = nullptr;
+  bool check_grads = false;
 };
 
 }  // namespace ampgrad
@@ -79,15 +134,9 @@ void zero_tensors(const std::vector<Tensor>& ts);
 // When `write_back`, also grads *= inv_scale in place (inv_scale is not read otherwise).
 void amp_check_and_unscale(const std::vector<Tensor>& grads, const Tensor& found_inf, const Tensor& inv_scale,
                            bool write_back);
-// The update rule of GradScaler (PyTorch's _amp_update_scale_, with hysteresis and bounds):
-// on found_inf: hysteresis_left -= 1; if it reaches 0, scale = max(scale * backoff, min_scale)
-// and hysteresis_left resets; growth_tracker = 0. Else growth_tracker += 1 and at
-// growth_interval scale = min(scale * growth, max_scale), growth_tracker = 0, and the
-// hysteresis resets. scale, found_inf: float32 [1]; growth_tracker, hysteresis_left: int32 [1].
-// `rec` is written as ScaleRecord describes.
-void amp_update_scale(const Tensor& scale, const Tensor& growth_tracker, const Tensor& hysteresis_left,
-                      const Tensor& found_inf, const ScaleRecord& rec, double growth_factor, double backoff_factor,
-                      int64_t growth_interval, int64_t hysteresis, double min_scale, double max_scale);
+// GradScaler's update: u.scale and its state by u.rule, decided on found_inf (float32 [1]);
+// u.rec is written as ScaleRecord describes.
+void amp_update_scale(const ScaleUpdate& u, const Tensor& found_inf);
 // `steps` holds one float32 [1] tensor per param (PyTorch's state['step']): read before the
 // update, advanced by one after it when the step is taken (not when found_inf is set).
 // SGD: momentum buffers of the params' (master) dtype, one per param when momentum != 0
@@ -95,7 +144,7 @@ void amp_update_scale(const Tensor& scale, const Tensor& growth_tracker, const T
 void sgd_step(const FusedStep& s, const std::vector<Tensor>& momentum_bufs, const std::vector<Tensor>& steps,
               const SgdHyper& h);
 // Adam/AdamW; bias corrections use the advanced step (step + 1). max_exp_avg_sqs is empty
-// unless amsgrad.
+// unless amsgrad. Both steps run s.update (and s.check_grads) as FusedStep describes.
 void adam_step(const FusedStep& s, const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
                const std::vector<Tensor>& max_exp_avg_sqs, const std::vector<Tensor>& steps, const AdamHyper& h);
 

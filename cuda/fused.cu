@@ -1,11 +1,17 @@
 // Multi-tensor kernels for the loss scaler and the fused optimizers (Note [Fused steps]):
 // one launch covers up to kMaxTensors tensors, blockIdx.y picking the tensor.
+#include <cooperative_groups.h>
+
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <map>
+#include <mutex>
+#include <utility>
 
 #include "cuda/common.cuh"
 #include "cuda/fused_kernels.h"
+#include "cuda/graph.h"
 
 namespace ampgrad::cuda {
 
@@ -14,6 +20,9 @@ namespace {
 constexpr int kMaxTensors = 32;
 constexpr int kFusedBlock = 512;
 constexpr int kUnroll = 4;
+// The largest step (in elements) whose inf check runs inside the step's launch, behind a grid
+// barrier (Note [One-launch scaled step]).
+constexpr int64_t kCheckInsideMaxNumel = int64_t(1) << 20;
 
 // Pointers of up to L aligned lists (param, grad, state...) for one launch, passed by value.
 template <int L> struct TensorLists {
@@ -41,13 +50,94 @@ template <class F> __device__ __forceinline__ void for_each_element(int64_t n, F
 // launch in forty. The update kernel now advances them itself, in its last block to finish:
 // every block reads its tensor's counter first, and the last block to finish (Note [Last
 // block] in cuda/common.cuh), so after every read, adds 1 to each counter of the launch. A
-// skipped step (found_inf set) returns from every block before counting, so nothing
-// advances. The SGD and Adam kernels share the counter: their launches are serialized too.
+// skipped step (found_inf set) counts nothing. The same last block runs a folded scale
+// update (Note [One-launch scaled step] in core/fused_kernels.h). The SGD and Adam kernels
+// share the counter: their launches are serialized too.
 __device__ unsigned int g_blocks_done = 0;
 
-template <int L> __device__ __forceinline__ void advance_steps_if_last(const TensorLists<L>& lists) {
+// GradScaler's update as a launch's arguments; scale == nullptr: none. last_inv, last_growth
+// and last_hyst may be null (not recorded).
+struct ScaleUpdateArgs {
+  float* scale = nullptr;
+  int32_t* growth = nullptr;
+  int32_t* hyst = nullptr;
+  float* inv_scale = nullptr;
+  float* last_scale = nullptr;
+  float* last_found = nullptr;
+  float* last_inv = nullptr;
+  int32_t* last_growth = nullptr;
+  int32_t* last_hyst = nullptr;
+  bool clear_found = false;
+  ScaleRule rule;
+};
+
+template <class T> T* ptr_or_null(const Tensor& t) { return t.defined() ? static_cast<T*>(t.data_ptr()) : nullptr; }
+
+ScaleUpdateArgs update_args(const ScaleUpdate& u) {
+  ScaleUpdateArgs a;
+  a.scale = ptr<float>(u.scale);
+  a.growth = ptr<int32_t>(u.growth_tracker);
+  a.hyst = ptr<int32_t>(u.hysteresis_left);
+  a.inv_scale = ptr<float>(u.rec.inv_scale);
+  a.last_scale = ptr<float>(u.rec.last_scale);
+  a.last_found = ptr<float>(u.rec.last_found);
+  a.last_inv = ptr_or_null<float>(u.rec.last_inv_scale);
+  a.last_growth = ptr_or_null<int32_t>(u.rec.last_growth);
+  a.last_hyst = ptr_or_null<int32_t>(u.rec.last_hysteresis);
+  a.clear_found = u.rec.clear_found;
+  a.rule = u.rule;
+  return a;
+}
+
+// The update rule of ScaleRule, by one thread.
+__device__ void apply_scale_update(const ScaleUpdateArgs& u, float* found_inf) {
+  const ScaleRule& r = u.rule;
+  const float found = *found_inf;
+  *u.last_scale = *u.scale;
+  *u.last_found = found;
+  if (u.last_inv) *u.last_inv = *u.inv_scale;
+  if (u.last_growth) *u.last_growth = *u.growth;
+  if (u.last_hyst) *u.last_hyst = *u.hyst;
+  if (u.clear_found) *found_inf = 0.0f;
+  if (found != 0.0f) {
+    *u.growth = 0;
+    if (--*u.hyst <= 0) {
+      *u.scale = static_cast<float>(fmax(static_cast<double>(*u.scale) * r.backoff_factor, r.min_scale));
+      *u.hyst = static_cast<int32_t>(r.hysteresis);
+    }
+  } else if (++*u.growth >= r.growth_interval) {
+    const double grown = static_cast<double>(*u.scale) * r.growth_factor;
+    if (isfinite(static_cast<float>(grown))) *u.scale = static_cast<float>(fmin(grown, r.max_scale));
+    *u.growth = 0;
+    *u.hyst = static_cast<int32_t>(r.hysteresis);
+  }
+  *u.inv_scale = 1.0f / *u.scale;
+}
+
+// The start of a step kernel: with kCheck (a cooperative launch), every block checks its share
+// of its tensor's gradient and sets found_inf, then the grid waits for all of them. Returns
+// whether the step is skipped.
+template <class G, bool kCheck>
+__device__ __forceinline__ bool step_skipped(const void* grad, int64_t n, float* found_inf) {
+  if constexpr (kCheck) {
+    const G* g = static_cast<const G*>(grad);
+    bool bad = false;
+    for_each_element(n, [&](int64_t i) { bad |= !isfinite(static_cast<float>(to_acc(g[i]))); });
+    if (bad) *found_inf = 1.0f;  // many threads may write 1.0f: the same value, a benign race
+    cooperative_groups::this_grid().sync();
+  }
+  return found_inf != nullptr && *static_cast<volatile float*>(found_inf) != 0.0f;
+}
+
+// The end of a step kernel: the last block to finish advances the step counters (unless the
+// step was skipped) and runs the folded scale update, after every block has read found_inf.
+template <int L>
+__device__ __forceinline__ void finish_step(const TensorLists<L>& lists, bool skipped, float* found_inf,
+                                            const ScaleUpdateArgs& up) {
   if (!last_block_done(&g_blocks_done) || threadIdx.x != 0) return;
-  for (unsigned int t = 0; t < gridDim.y; ++t) *lists.step[t] += 1.0f;
+  if (!skipped)
+    for (unsigned int t = 0; t < gridDim.y; ++t) *lists.step[t] += 1.0f;
+  if (up.scale) apply_scale_update(up, found_inf);
 }
 
 template <class G>
@@ -65,35 +155,12 @@ __global__ void amp_check_unscale_kernel(TensorLists<1> lists, float* found_inf,
   if (bad) *found_inf = 1.0f;
 }
 
-__global__ void amp_update_scale_kernel(float* scale, int32_t* growth, int32_t* hyst, float* found_inf,
-                                        float* inv_scale, float* last_scale, float* last_found, bool clear_found,
-                                        double growth_factor, double backoff_factor, int64_t growth_interval,
-                                        int64_t hysteresis, double min_scale, double max_scale) {
-  const float found = *found_inf;
-  *last_scale = *scale;
-  *last_found = found;
-  if (clear_found) *found_inf = 0.0f;
-  if (found != 0.0f) {
-    *growth = 0;
-    if (--*hyst <= 0) {
-      *scale = static_cast<float>(fmax(static_cast<double>(*scale) * backoff_factor, min_scale));
-      *hyst = static_cast<int32_t>(hysteresis);
-    }
-  } else if (++*growth >= growth_interval) {
-    const double grown = static_cast<double>(*scale) * growth_factor;
-    if (isfinite(static_cast<float>(grown))) *scale = static_cast<float>(fmin(grown, max_scale));
-    *growth = 0;
-    *hyst = static_cast<int32_t>(hysteresis);
-  }
-  *inv_scale = 1.0f / *scale;
-}
+__global__ void amp_update_scale_kernel(ScaleUpdateArgs u, float* found_inf) { apply_scale_update(u, found_inf); }
 
-// Lists: 0 param (P), 1 grad (G), 2 momentum buffer (P, unused without momentum), 3 working copy
-// (W, null where a tensor has none). `vec4` as in adam_kernel.
+// SGD's update of tensor blockIdx.y (lists as sgd_kernel's).
 template <class P, class G, class W>
-__global__ void sgd_kernel(TensorLists<4> lists, const float* found_inf, const float* inv_scale, SgdHyper h,
-                           bool vec4) {
-  if (found_inf && *found_inf != 0.0f) return;
+__device__ __forceinline__ void sgd_update(const TensorLists<4>& lists, const float* inv_scale, const SgdHyper& h,
+                                           bool vec4) {
   const int t = blockIdx.y;
   using A = std::conditional_t<std::is_same_v<P, double>, double, float>;
   P* p = static_cast<P*>(lists.ptr[0][t]);
@@ -141,17 +208,24 @@ __global__ void sgd_kernel(TensorLists<4> lists, const float* found_inf, const f
       if (has_working) w[i] = from_acc<W>(to_acc(nx));
     });
   }
-  advance_steps_if_last(lists);
 }
 
-// Lists: 0 param, 1 grad, 2 exp_avg, 3 exp_avg_sq, 4 max_exp_avg_sq (amsgrad), 5 working copy
-// (W, null where a tensor has none).
-// With `vec4`, every tensor of the launch is aligned for 4-element loads, with a multiple of 4 elements,
-// and each thread moves 4 elements per array per load.
+// Lists: 0 param (P), 1 grad (G), 2 momentum buffer (P, unused without momentum), 3 working copy
+// (W, null where a tensor has none). `vec4` as in adam_kernel; kCheck and `up` as in
+// step_skipped and finish_step.
+template <class P, class G, class W, bool kCheck>
+__global__ void sgd_kernel(TensorLists<4> lists, float* found_inf, const float* inv_scale, SgdHyper h, bool vec4,
+                           ScaleUpdateArgs up) {
+  const int t = blockIdx.y;
+  const bool skipped = step_skipped<G, kCheck>(lists.ptr[1][t], lists.numel[t], found_inf);
+  if (!skipped) sgd_update<P, G, W>(lists, inv_scale, h, vec4);
+  finish_step(lists, skipped, found_inf, up);
+}
+
+// Adam's update of tensor blockIdx.y (lists as adam_kernel's).
 template <class P, class G, class W>
-__global__ void adam_kernel(TensorLists<6> lists, const float* found_inf, const float* inv_scale, AdamHyper h,
-                            bool vec4) {
-  if (found_inf && *found_inf != 0.0f) return;
+__device__ __forceinline__ void adam_update(const TensorLists<6>& lists, const float* inv_scale, const AdamHyper& h,
+                                            bool vec4) {
   const int t = blockIdx.y;
   using A = std::conditional_t<std::is_same_v<P, double>, double, float>;
   P* p = static_cast<P*>(lists.ptr[0][t]);
@@ -216,7 +290,19 @@ __global__ void adam_kernel(TensorLists<6> lists, const float* found_inf, const 
       if (has_working) w[i] = from_acc<W>(to_acc(nx));
     });
   }
-  advance_steps_if_last(lists);
+}
+
+// Lists: 0 param, 1 grad, 2 exp_avg, 3 exp_avg_sq, 4 max_exp_avg_sq (amsgrad), 5 working copy
+// (W, null where a tensor has none).
+// With `vec4`, every tensor of the launch is aligned for 4-element loads, with a multiple of 4 elements,
+// and each thread moves 4 elements per array per load. kCheck and `up` as in step_skipped and finish_step.
+template <class P, class G, class W, bool kCheck>
+__global__ void adam_kernel(TensorLists<6> lists, float* found_inf, const float* inv_scale, AdamHyper h, bool vec4,
+                            ScaleUpdateArgs up) {
+  const int t = blockIdx.y;
+  const bool skipped = step_skipped<G, kCheck>(lists.ptr[1][t], lists.numel[t], found_inf);
+  if (!skipped) adam_update<P, G, W>(lists, inv_scale, h, vec4);
+  finish_step(lists, skipped, found_inf, up);
 }
 
 const float* f32_or_null(const Tensor& t) { return t.defined() ? static_cast<const float*>(t.data_ptr()) : nullptr; }
@@ -372,82 +458,144 @@ void zero_tensors(const std::vector<Tensor>& ts) {
       });
 }
 
-void amp_update_scale(const Tensor& scale, const Tensor& growth_tracker, const Tensor& hysteresis_left,
-                      const Tensor& found_inf, const ScaleRecord& rec, double growth_factor, double backoff_factor,
-                      int64_t growth_interval, int64_t hysteresis, double min_scale, double max_scale) {
-  KernelContext ctx(scale);
-  amp_update_scale_kernel<<<1, 1, 0, ctx.stream>>>(ptr<float>(scale), ptr<int32_t>(growth_tracker),
-                                                   ptr<int32_t>(hysteresis_left), ptr<float>(found_inf),
-                                                   ptr<float>(rec.inv_scale), ptr<float>(rec.last_scale),
-                                                   ptr<float>(rec.last_found), rec.clear_found, growth_factor, backoff_factor, growth_interval, hysteresis,
-                                                   min_scale, max_scale);
+void amp_update_scale(const ScaleUpdate& u, const Tensor& found_inf) {
+  KernelContext ctx(u.scale);
+  amp_update_scale_kernel<<<1, 1, 0, ctx.stream>>>(update_args(u), ptr<float>(found_inf));
   AG_CUDA_CHECK_LAUNCH();
 }
 
-void sgd_step(const FusedStep& s, const std::vector<Tensor>& momentum_bufs, const std::vector<Tensor>& steps,
-              const SgdHyper& h) {
-  if (s.params.empty()) return;
+namespace {
+
+// How many blocks of kFusedBlock threads of `kernel` fit on device `device` at once: the
+// largest grid a cooperative launch of it may have (0 where the device has no cooperative
+// launch). Asked once per kernel and device.
+int64_t cooperative_capacity(const void* kernel, int device, int sm_count) {
+  static std::mutex mu;
+  static std::map<std::pair<const void*, int>, int64_t> known;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = known.find({kernel, device});
+  if (it != known.end()) return it->second;
+  int cooperative = 0, per_sm = 0;
+  AG_CUDA_CHECK(cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, device));
+  if (cooperative) AG_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kFusedBlock, 0));
+  return known[{kernel, device}] = static_cast<int64_t>(per_sm) * sm_count;
+}
+
+// One launch of a step kernel. With `check` it must check the step's gradients itself: the
+// kCheck instantiation, launched cooperatively (its grid capped to what fits at once). Where
+// that cannot be (a CUDA graph capturing, no cooperative launch, not even one block per
+// tensor fits), the check runs as a launch of its own first and the plain kernel follows.
+template <class... Params, class... Args>
+void launch_step(const KernelContext& ctx, const FusedStep& s, bool check, dim3 grid, void (*checking)(Params...),
+                 void (*plain)(Params...), Args... args) {
+  if (check) {
+    const int device = s.params[0].device().index;
+    const int64_t capacity = capturing(device) ? 0 : cooperative_capacity(reinterpret_cast<const void*>(checking),
+                                                                          device, ctx.sm_count);
+    if (capacity >= grid.y) {
+      grid.x = static_cast<unsigned>(std::min<int64_t>(grid.x, capacity / grid.y));
+      cudaLaunchAttribute attr{};
+      attr.id = cudaLaunchAttributeCooperative;
+      attr.val.cooperative = 1;
+      cudaLaunchConfig_t cfg{};
+      cfg.gridDim = grid;
+      cfg.blockDim = dim3(kFusedBlock);
+      cfg.stream = ctx.stream;
+      cfg.attrs = &attr;
+      cfg.numAttrs = 1;
+      AG_CUDA_CHECK(cudaLaunchKernelEx(&cfg, checking, args...));
+      return;
+    }
+    amp_check_and_unscale(s.grads, s.found_inf, Tensor(), /*write_back=*/false);
+  }
+  plain<<<grid, kFusedBlock, 0, ctx.stream>>>(args...);
+  AG_CUDA_CHECK_LAUNCH();
+}
+
+// A fused optimizer step as FusedStep describes (Note [One-launch scaled step]): one launch
+// per run of up to kMaxTensors tensors of one dtype triple. `fill(lists, j, k)` puts tensor k
+// in slot j; `kernels(P, G, W)` gives the kCheck and plain instantiations for a triple.
+template <int L, class Fill, class Kernels, class Hyper>
+void fused_step(const FusedStep& s, const char* op, Fill&& fill, Kernels&& kernels, const Hyper& h) {
+  AG_INTERNAL_ASSERT(!s.check_grads || s.update, "{}: a step checks its gradients only with a scale update", op);
+  if (s.params.empty()) {
+    AG_INTERNAL_ASSERT(!s.update, "{}: a scale update needs at least one gradient", op);
+    return;
+  }
   KernelContext ctx(s.params[0]);
-  for (const std::vector<size_t>& run : by_dtype(s)) {
-    dispatch_step(s.params[run[0]].dtype(), s.grads[run[0]].dtype(), working_dtype(s, run[0]), "sgd_step",
+  const std::vector<std::vector<size_t>> runs = by_dtype(s);
+  // The check and the update ride in the step's launch only when one launch covers the step.
+  const bool fold = s.update && runs.size() == 1 && runs[0].size() <= static_cast<size_t>(kMaxTensors);
+  // A grid barrier needs a grid that fits on the device at once, whose rows of small tensors
+  // then idle while the large ones stream: at half the bandwidth, say. So only a step small
+  // enough to be bound by launch time checks inside its launch.
+  int64_t numel = 0;
+  for (const Tensor& p : s.params) numel += p.numel();
+  const bool check_inside = fold && s.check_grads && numel <= kCheckInsideMaxNumel;
+  if (s.check_grads && !check_inside) amp_check_and_unscale(s.grads, s.found_inf, Tensor(), /*write_back=*/false);
+  const ScaleUpdateArgs up = fold ? update_args(*s.update) : ScaleUpdateArgs{};
+  float* found_inf = ptr_or_null<float>(s.found_inf);
+  for (const std::vector<size_t>& run : runs) {
+    dispatch_step(s.params[run[0]].dtype(), s.grads[run[0]].dtype(), working_dtype(s, run[0]), op,
                   [&](auto pt, auto gt, auto wt) {
-      using P = typename decltype(pt)::type;
-      using G = typename decltype(gt)::type;
-      using W = typename decltype(wt)::type;
-      in_batches<4>(
-          run.size(),
-          [&](TensorLists<4>& l, int j, size_t r) {
-            size_t k = run[r];
-            l.ptr[0][j] = s.params[k].data_ptr();
-            l.ptr[1][j] = s.grads[k].data_ptr();
-            l.ptr[2][j] = momentum_bufs.empty() ? nullptr : momentum_bufs[k].data_ptr();
-            l.ptr[3][j] = working_ptr(s, k);
-            l.step[j] = static_cast<float*>(steps[k].data_ptr());
-            l.numel[j] = s.params[k].numel();
-          },
-          [&](TensorLists<4>& l, int count, int64_t max_numel) {
+      const auto [checking, plain] = kernels(pt, gt, wt);
+      in_batches<L>(
+          run.size(), [&](TensorLists<L>& l, int j, size_t r) { fill(l, j, run[r]); },
+          [&](TensorLists<L>& l, int count, int64_t max_numel) {
             const bool vec4 = lists_vec4(l, count);
-            sgd_kernel<P, G, W><<<fused_grid(ctx, count, vec4 ? max_numel / 4 : max_numel), kFusedBlock, 0,
-                                     ctx.stream>>>(l, f32_or_null(s.found_inf), f32_or_null(s.inv_scale), h, vec4);
-            AG_CUDA_CHECK_LAUNCH();
+            launch_step(ctx, s, check_inside, fused_grid(ctx, count, vec4 ? max_numel / 4 : max_numel),
+                        checking, plain, l, found_inf, f32_or_null(s.inv_scale), h, vec4, up);
           },
           /*launch_empty=*/true);
     });
   }
+  if (s.update && !fold) amp_update_scale(*s.update, s.found_inf);
+}
+
+}  // namespace
+
+void sgd_step(const FusedStep& s, const std::vector<Tensor>& momentum_bufs, const std::vector<Tensor>& steps,
+              const SgdHyper& h) {
+  fused_step<4>(
+      s, "sgd_step",
+      [&](TensorLists<4>& l, int j, size_t k) {
+        l.ptr[0][j] = s.params[k].data_ptr();
+        l.ptr[1][j] = s.grads[k].data_ptr();
+        l.ptr[2][j] = momentum_bufs.empty() ? nullptr : momentum_bufs[k].data_ptr();
+        l.ptr[3][j] = working_ptr(s, k);
+        l.step[j] = static_cast<float*>(steps[k].data_ptr());
+        l.numel[j] = s.params[k].numel();
+      },
+      [](auto pt, auto gt, auto wt) {
+        using P = typename decltype(pt)::type;
+        using G = typename decltype(gt)::type;
+        using W = typename decltype(wt)::type;
+        return std::pair{&sgd_kernel<P, G, W, true>, &sgd_kernel<P, G, W, false>};
+      },
+      h);
 }
 
 void adam_step(const FusedStep& s, const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
                const std::vector<Tensor>& max_exp_avg_sqs, const std::vector<Tensor>& steps, const AdamHyper& h) {
-  if (s.params.empty()) return;
-  KernelContext ctx(s.params[0]);
-  for (const std::vector<size_t>& run : by_dtype(s)) {
-    dispatch_step(s.params[run[0]].dtype(), s.grads[run[0]].dtype(), working_dtype(s, run[0]), "adam_step",
-                  [&](auto pt, auto gt, auto wt) {
-      using P = typename decltype(pt)::type;
-      using G = typename decltype(gt)::type;
-      using W = typename decltype(wt)::type;
-      in_batches<6>(
-          run.size(),
-          [&](TensorLists<6>& l, int j, size_t r) {
-            size_t k = run[r];
-            l.ptr[0][j] = s.params[k].data_ptr();
-            l.ptr[1][j] = s.grads[k].data_ptr();
-            l.ptr[2][j] = exp_avgs[k].data_ptr();
-            l.ptr[3][j] = exp_avg_sqs[k].data_ptr();
-            l.ptr[4][j] = max_exp_avg_sqs.empty() ? nullptr : max_exp_avg_sqs[k].data_ptr();
-            l.ptr[5][j] = working_ptr(s, k);
-            l.step[j] = static_cast<float*>(steps[k].data_ptr());
-            l.numel[j] = s.params[k].numel();
-          },
-          [&](TensorLists<6>& l, int count, int64_t max_numel) {
-            const bool vec4 = lists_vec4(l, count);
-            adam_kernel<P, G, W><<<fused_grid(ctx, count, vec4 ? max_numel / 4 : max_numel), kFusedBlock, 0,
-                                     ctx.stream>>>(l, f32_or_null(s.found_inf), f32_or_null(s.inv_scale), h, vec4);
-            AG_CUDA_CHECK_LAUNCH();
-          },
-          /*launch_empty=*/true);
-    });
-  }
+  fused_step<6>(
+      s, "adam_step",
+      [&](TensorLists<6>& l, int j, size_t k) {
+        l.ptr[0][j] = s.params[k].data_ptr();
+        l.ptr[1][j] = s.grads[k].data_ptr();
+        l.ptr[2][j] = exp_avgs[k].data_ptr();
+        l.ptr[3][j] = exp_avg_sqs[k].data_ptr();
+        l.ptr[4][j] = max_exp_avg_sqs.empty() ? nullptr : max_exp_avg_sqs[k].data_ptr();
+        l.ptr[5][j] = working_ptr(s, k);
+        l.step[j] = static_cast<float*>(steps[k].data_ptr());
+        l.numel[j] = s.params[k].numel();
+      },
+      [](auto pt, auto gt, auto wt) {
+        using P = typename decltype(pt)::type;
+        using G = typename decltype(gt)::type;
+        using W = typename decltype(wt)::type;
+        return std::pair{&adam_kernel<P, G, W, true>, &adam_kernel<P, G, W, false>};
+      },
+      h);
 }
 
 }  // namespace ampgrad::cuda

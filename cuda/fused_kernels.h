@@ -9,9 +9,7 @@ namespace ampgrad::cuda {
 void zero_tensors(const std::vector<Tensor>& ts);
 void amp_check_and_unscale(const std::vector<Tensor>& grads, const Tensor& found_inf, const Tensor& inv_scale,
                            bool write_back);
-void amp_update_scale(const Tensor& scale, const Tensor& growth_tracker, const Tensor& hysteresis_left,
-                      const Tensor& found_inf, const ScaleRecord& rec, double growth_factor, double backoff_factor,
-                      int64_t growth_interval, int64_t hysteresis, double min_scale, double max_scale);
+void amp_update_scale(const ScaleUpdate& u, const Tensor& found_inf);
 void sgd_step(const FusedStep& s, const std::vector<Tensor>& momentum_bufs, const std::vector<Tensor>& steps,
               const SgdHyper& h);
 void adam_step(const FusedStep& s, const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,

@@ -1,7 +1,6 @@
 // Adam and AdamW: options per group, and the step through the fused kernel of the device.
 #include "optim/adam.h"
 
-#include "autograd/node.h"
 #if AMPGRAD_WITH_CUDA
 #include "cuda/fused_kernels.h"
 #endif
@@ -45,31 +44,23 @@ AdamW::AdamW(std::vector<Tensor> params, AdamWOptions options)
 AdamW::AdamW(std::vector<std::vector<Tensor>> groups, AdamWOptions options, std::vector<double> group_lrs)
     : Adam(std::move(groups), options, std::move(group_lrs), true) {}
 
-void Adam::step_gated(const Tensor& found_inf, const Tensor& inv_scale) {
-  NoGradGuard no_grad;
-  for (Group& g : groups_) {
-    AdamHyper h;
-    h.lr = g.options["lr"];
-    h.beta1 = g.options["beta1"];
-    h.beta2 = g.options["beta2"];
-    h.eps = g.options["eps"];
-    h.weight_decay = g.options["weight_decay"];
-    h.amsgrad = g.options["amsgrad"] != 0;
-    h.maximize = g.options["maximize"] != 0;
-    h.decoupled_weight_decay = g.options["decoupled_weight_decay"] != 0;
-    std::vector<size_t> idx;
-    FusedStep s = gather(g, found_inf, inv_scale, idx);
-    if (s.params.empty()) continue;
-    std::vector<Tensor> m = state_at(g, "exp_avg", idx), v = state_at(g, "exp_avg_sq", idx);
-    std::vector<Tensor> vmax = h.amsgrad ? state_at(g, "max_exp_avg_sq", idx) : std::vector<Tensor>{};
-    std::vector<Tensor> steps = steps_at(g, idx);
+void Adam::fused_step(Group& g, const FusedStep& s, const std::vector<size_t>& idx) {
+  AdamHyper h;
+  h.lr = g.options["lr"];
+  h.beta1 = g.options["beta1"];
+  h.beta2 = g.options["beta2"];
+  h.eps = g.options["eps"];
+  h.weight_decay = g.options["weight_decay"];
+  h.amsgrad = g.options["amsgrad"] != 0;
+  h.maximize = g.options["maximize"] != 0;
+  h.decoupled_weight_decay = g.options["decoupled_weight_decay"] != 0;
+  std::vector<Tensor> m = state_at(g, "exp_avg", idx), v = state_at(g, "exp_avg_sq", idx);
+  std::vector<Tensor> vmax = h.amsgrad ? state_at(g, "max_exp_avg_sq", idx) : std::vector<Tensor>{};
+  std::vector<Tensor> steps = steps_at(g, idx);
 #if AMPGRAD_WITH_CUDA
-    if (on_cuda(s)) cuda::adam_step(s, m, v, vmax, steps, h);
-    else
+  if (on_cuda(s)) return cuda::adam_step(s, m, v, vmax, steps, h);
 #endif
-      cpu::adam_step(s, m, v, vmax, steps, h);
-    step_written(s);
-  }
+  cpu::adam_step(s, m, v, vmax, steps, h);
 }
 
 }  // namespace ampgrad::optim

@@ -27,10 +27,10 @@ class Adam : public Optimizer {
  public:
   Adam(std::vector<Tensor> params, AdamOptions options = AdamOptions());
   Adam(std::vector<std::vector<Tensor>> groups, AdamOptions options, std::vector<double> group_lrs = {});
-  void step_gated(const Tensor& found_inf, const Tensor& inv_scale) override;
 
  protected:
   Adam(std::vector<std::vector<Tensor>> groups, AdamOptions options, std::vector<double> group_lrs, bool decoupled);
+  void fused_step(Group& g, const FusedStep& s, const std::vector<size_t>& idx) override;
 };
 
 class AdamW final : public Adam {

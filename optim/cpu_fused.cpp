@@ -70,88 +70,103 @@ void amp_check_and_unscale(const std::vector<Tensor>& grads, const Tensor& found
   if (bad) *static_cast<float*>(found_inf.data_ptr()) = 1.0f;
 }
 
-void amp_update_scale(const Tensor& scale, const Tensor& growth_tracker, const Tensor& hysteresis_left,
-                      const Tensor& found_inf, const ScaleRecord& rec, double growth_factor, double backoff_factor,
-                      int64_t growth_interval, int64_t hysteresis, double min_scale, double max_scale) {
-  float& sc = *static_cast<float*>(scale.data_ptr());
-  int32_t& growth = *static_cast<int32_t*>(growth_tracker.data_ptr());
-  int32_t& hyst = *static_cast<int32_t*>(hysteresis_left.data_ptr());
+void amp_update_scale(const ScaleUpdate& u, const Tensor& found_inf) {
+  const ScaleRule& r = u.rule;
+  const ScaleRecord& rec = u.rec;
+  float& sc = *static_cast<float*>(u.scale.data_ptr());
+  int32_t& growth = *static_cast<int32_t*>(u.growth_tracker.data_ptr());
+  int32_t& hyst = *static_cast<int32_t*>(u.hysteresis_left.data_ptr());
   const float found = read1(found_inf);
   *static_cast<float*>(rec.last_scale.data_ptr()) = sc;
   *static_cast<float*>(rec.last_found.data_ptr()) = found;
+  if (rec.last_inv_scale.defined()) *static_cast<float*>(rec.last_inv_scale.data_ptr()) = read1(rec.inv_scale);
+  if (rec.last_growth.defined()) *static_cast<int32_t*>(rec.last_growth.data_ptr()) = growth;
+  if (rec.last_hysteresis.defined()) *static_cast<int32_t*>(rec.last_hysteresis.data_ptr()) = hyst;
   if (rec.clear_found) *static_cast<float*>(found_inf.data_ptr()) = 0.0f;
   if (found != 0.0f) {
     growth = 0;
     if (--hyst <= 0) {
-      sc = static_cast<float>(std::max(static_cast<double>(sc) * backoff_factor, min_scale));
-      hyst = static_cast<int32_t>(hysteresis);
+      sc = static_cast<float>(std::max(static_cast<double>(sc) * r.backoff_factor, r.min_scale));
+      hyst = static_cast<int32_t>(r.hysteresis);
     }
-  } else if (++growth >= growth_interval) {
-    const double grown = static_cast<double>(sc) * growth_factor;
+  } else if (++growth >= r.growth_interval) {
+    const double grown = static_cast<double>(sc) * r.growth_factor;
     // As PyTorch: never grow into inf.
-    if (std::isfinite(static_cast<float>(grown))) sc = static_cast<float>(std::min(grown, max_scale));
+    if (std::isfinite(static_cast<float>(grown))) sc = static_cast<float>(std::min(grown, r.max_scale));
     growth = 0;
-    hyst = static_cast<int32_t>(hysteresis);
+    hyst = static_cast<int32_t>(r.hysteresis);
   }
   *static_cast<float*>(rec.inv_scale.data_ptr()) = 1.0f / sc;
 }
 
+namespace {
+// A fused step as FusedStep describes: the check, the (gated) update, the scale update.
+template <class F> void scaled_step(const FusedStep& s, F&& update) {
+  AG_INTERNAL_ASSERT(!s.check_grads || s.update, "a fused step checks its gradients only with a scale update");
+  if (s.check_grads) amp_check_and_unscale(s.grads, s.found_inf, Tensor(), /*write_back=*/false);
+  if (!skipped(s)) update();
+  if (s.update) amp_update_scale(*s.update, s.found_inf);
+}
+}  // namespace
+
 void sgd_step(const FusedStep& s, const std::vector<Tensor>& momentum_bufs, const std::vector<Tensor>& steps,
               const SgdHyper& h) {
-  if (skipped(s)) return;
-  const double inv = inv_scale_of(s);
-  for (size_t k = 0; k < s.params.size(); ++k) {
-    const Tensor& p = s.params[k];
-    const bool first = read1(steps[k]) == 0.0f;
-    for (int64_t i = 0; i < p.numel(); ++i) {
-      double g = get(s.grads[k], i) * inv;
-      if (h.maximize) g = -g;
-      const double x = get(p, i);
-      if (h.weight_decay != 0) g += h.weight_decay * x;
-      if (h.momentum != 0) {
-        double b = first ? g : h.momentum * get(momentum_bufs[k], i) + (1 - h.dampening) * g;
-        set(momentum_bufs[k], i, b);
-        b = get(momentum_bufs[k], i);  // as stored
-        g = h.nesterov ? g + h.momentum * b : b;
+  scaled_step(s, [&] {
+    const double inv = inv_scale_of(s);
+    for (size_t k = 0; k < s.params.size(); ++k) {
+      const Tensor& p = s.params[k];
+      const bool first = read1(steps[k]) == 0.0f;
+      for (int64_t i = 0; i < p.numel(); ++i) {
+        double g = get(s.grads[k], i) * inv;
+        if (h.maximize) g = -g;
+        const double x = get(p, i);
+        if (h.weight_decay != 0) g += h.weight_decay * x;
+        if (h.momentum != 0) {
+          double b = first ? g : h.momentum * get(momentum_bufs[k], i) + (1 - h.dampening) * g;
+          set(momentum_bufs[k], i, b);
+          b = get(momentum_bufs[k], i);  // as stored
+          g = h.nesterov ? g + h.momentum * b : b;
+        }
+        set(p, i, x - h.lr * g);
       }
-      set(p, i, x - h.lr * g);
+      write_working(s, k);
     }
-    write_working(s, k);
-  }
-  advance_steps(steps);
+    advance_steps(steps);
+  });
 }
 
 void adam_step(const FusedStep& s, const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
                const std::vector<Tensor>& max_exp_avg_sqs, const std::vector<Tensor>& steps, const AdamHyper& h) {
-  if (skipped(s)) return;
-  const double inv = inv_scale_of(s);
-  for (size_t k = 0; k < s.params.size(); ++k) {
-    const Tensor& p = s.params[k];
-    const double step = static_cast<double>(read1(steps[k])) + 1;
-    const double bc1 = 1 - std::pow(h.beta1, step), bc2 = 1 - std::pow(h.beta2, step);
-    for (int64_t i = 0; i < p.numel(); ++i) {
-      double g = get(s.grads[k], i) * inv;
-      if (h.maximize) g = -g;
-      double x = get(p, i);
-      if (h.weight_decay != 0) {
-        if (h.decoupled_weight_decay) x *= 1 - h.lr * h.weight_decay;
-        else g += h.weight_decay * x;
+  scaled_step(s, [&] {
+    const double inv = inv_scale_of(s);
+    for (size_t k = 0; k < s.params.size(); ++k) {
+      const Tensor& p = s.params[k];
+      const double step = static_cast<double>(read1(steps[k])) + 1;
+      const double bc1 = 1 - std::pow(h.beta1, step), bc2 = 1 - std::pow(h.beta2, step);
+      for (int64_t i = 0; i < p.numel(); ++i) {
+        double g = get(s.grads[k], i) * inv;
+        if (h.maximize) g = -g;
+        double x = get(p, i);
+        if (h.weight_decay != 0) {
+          if (h.decoupled_weight_decay) x *= 1 - h.lr * h.weight_decay;
+          else g += h.weight_decay * x;
+        }
+        const double m = h.beta1 * get(exp_avgs[k], i) + (1 - h.beta1) * g;
+        const double v = h.beta2 * get(exp_avg_sqs[k], i) + (1 - h.beta2) * g * g;
+        set(exp_avgs[k], i, m);
+        set(exp_avg_sqs[k], i, v);
+        double vv = v;
+        if (h.amsgrad) {
+          vv = std::max(get(max_exp_avg_sqs[k], i), v);
+          set(max_exp_avg_sqs[k], i, vv);
+        }
+        const double denom = std::sqrt(vv) / std::sqrt(bc2) + h.eps;
+        set(p, i, x - (h.lr / bc1) * m / denom);
       }
-      const double m = h.beta1 * get(exp_avgs[k], i) + (1 - h.beta1) * g;
-      const double v = h.beta2 * get(exp_avg_sqs[k], i) + (1 - h.beta2) * g * g;
-      set(exp_avgs[k], i, m);
-      set(exp_avg_sqs[k], i, v);
-      double vv = v;
-      if (h.amsgrad) {
-        vv = std::max(get(max_exp_avg_sqs[k], i), v);
-        set(max_exp_avg_sqs[k], i, vv);
-      }
-      const double denom = std::sqrt(vv) / std::sqrt(bc2) + h.eps;
-      set(p, i, x - (h.lr / bc1) * m / denom);
+      write_working(s, k);
     }
-    write_working(s, k);
-  }
-  advance_steps(steps);
+    advance_steps(steps);
+  });
 }
 
 }  // namespace ampgrad::cpu

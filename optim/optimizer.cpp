@@ -94,6 +94,22 @@ Tensor Optimizer::master_of(const Tensor& param) const {
   return param;
 }
 
+void Optimizer::step_gated(const Tensor& found_inf, const Tensor& inv_scale, const ScaleUpdate* update,
+                           bool check_grads) {
+  AG_INTERNAL_ASSERT(!update || groups_.size() == 1, "optimizer: a folded scale update needs one parameter group");
+  NoGradGuard no_grad;
+  for (Group& g : groups_) {
+    std::vector<size_t> idx;
+    FusedStep s = gather(g, found_inf, inv_scale, idx);
+    AG_INTERNAL_ASSERT(!update || !s.params.empty(), "optimizer: a folded scale update needs a gradient");
+    if (s.params.empty()) continue;
+    s.update = update;
+    s.check_grads = check_grads;
+    fused_step(g, s, idx);
+    step_written(s);
+  }
+}
+
 FusedStep Optimizer::gather(Group& g, const Tensor& found_inf, const Tensor& inv_scale, std::vector<size_t>& idx) {
   FusedStep s;
   s.found_inf = found_inf;

@@ -24,8 +24,11 @@ class Optimizer {
   // Updates every parameter that has a gradient.
   void step() { step_gated(Tensor(), Tensor()); }
   // The step GradScaler runs: skipped on the device when found_inf is set, gradients
-  // multiplied by inv_scale on the fly (either may be undefined).
-  virtual void step_gated(const Tensor& found_inf, const Tensor& inv_scale) = 0;
+  // multiplied by inv_scale on the fly (either may be undefined). With `update` (one
+  // parameter group, at least one gradient) the step ends with that scale update, and with
+  // `check_grads` first checks its gradients into found_inf (Note [One-launch scaled step]).
+  void step_gated(const Tensor& found_inf, const Tensor& inv_scale, const ScaleUpdate* update = nullptr,
+                  bool check_grads = false);
   // set_to_none (the default, as PyTorch 2) drops the gradients; otherwise zeroes them.
   void zero_grad(bool set_to_none = true);
 
@@ -58,6 +61,9 @@ class Optimizer {
   };
   Optimizer(std::vector<std::vector<Tensor>> groups, std::map<std::string, double> defaults,
             std::vector<std::string> state_names);
+  // Runs the CPU or CUDA fused kernel of this optimizer on `s`, the step of group g (the
+  // params at positions idx of it).
+  virtual void fused_step(Group& g, const FusedStep& s, const std::vector<size_t>& idx) = 0;
   // Creates missing state (zeros like the master or param) and collects the params that have
   // gradients into a FusedStep; `idx` receives their positions in the group.
   FusedStep gather(Group& g, const Tensor& found_inf, const Tensor& inv_scale, std::vector<size_t>& idx);

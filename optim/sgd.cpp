@@ -1,7 +1,6 @@
 // SGD: options per group, and the step through the fused kernel of the params' device.
 #include "optim/sgd.h"
 
-#include "autograd/node.h"
 #if AMPGRAD_WITH_CUDA
 #include "cuda/fused_kernels.h"
 #endif
@@ -32,28 +31,20 @@ SGD::SGD(std::vector<std::vector<Tensor>> groups, SGDOptions options, std::vecto
   for (size_t i = 0; i < group_lrs.size(); ++i) groups_[i].options["lr"] = group_lrs[i];
 }
 
-void SGD::step_gated(const Tensor& found_inf, const Tensor& inv_scale) {
-  NoGradGuard no_grad;
-  for (Group& g : groups_) {
-    SgdHyper h;
-    h.lr = g.options["lr"];
-    h.momentum = g.options["momentum"];
-    h.dampening = g.options["dampening"];
-    h.weight_decay = g.options["weight_decay"];
-    h.nesterov = g.options["nesterov"] != 0;
-    h.maximize = g.options["maximize"] != 0;
-    std::vector<size_t> idx;
-    FusedStep s = gather(g, found_inf, inv_scale, idx);
-    if (s.params.empty()) continue;
-    std::vector<Tensor> bufs = h.momentum != 0 ? state_at(g, "momentum_buffer", idx) : std::vector<Tensor>{};
-    std::vector<Tensor> steps = steps_at(g, idx);
+void SGD::fused_step(Group& g, const FusedStep& s, const std::vector<size_t>& idx) {
+  SgdHyper h;
+  h.lr = g.options["lr"];
+  h.momentum = g.options["momentum"];
+  h.dampening = g.options["dampening"];
+  h.weight_decay = g.options["weight_decay"];
+  h.nesterov = g.options["nesterov"] != 0;
+  h.maximize = g.options["maximize"] != 0;
+  std::vector<Tensor> bufs = h.momentum != 0 ? state_at(g, "momentum_buffer", idx) : std::vector<Tensor>{};
+  std::vector<Tensor> steps = steps_at(g, idx);
 #if AMPGRAD_WITH_CUDA
-    if (on_cuda(s)) cuda::sgd_step(s, bufs, steps, h);
-    else
+  if (on_cuda(s)) return cuda::sgd_step(s, bufs, steps, h);
 #endif
-      cpu::sgd_step(s, bufs, steps, h);
-    step_written(s);
-  }
+  cpu::sgd_step(s, bufs, steps, h);
 }
 
 }  // namespace ampgrad::optim

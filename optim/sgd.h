@@ -21,7 +21,9 @@ class SGD final : public Optimizer {
   SGD(std::vector<Tensor> params, SGDOptions options);
   // Several groups; `group_lrs` (optional) overrides lr per group.
   SGD(std::vector<std::vector<Tensor>> groups, SGDOptions options, std::vector<double> group_lrs = {});
-  void step_gated(const Tensor& found_inf, const Tensor& inv_scale) override;
+
+ protected:
+  void fused_step(Group& g, const FusedStep& s, const std::vector<size_t>& idx) override;
 };
 
 }  // namespace ampgrad::optim

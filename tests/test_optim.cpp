@@ -305,6 +305,107 @@ TEST_CASE("the scaler's device state: flags cleared by update, 1/scale kept, dec
   }
 }
 
+// Note [One-launch scaled step]: folding the inf check and the scale update into the
+// optimizer's launch changes no result. Each scenario runs with fold_into_step on and off;
+// parameters, optimizer state, scales, recorded flags and what the scaler reports between
+// step() and update() agree bitwise.
+TEST_CASE("the scaler step folded into the optimizer's launch equals separate launches", "[optim][cuda]") {
+  struct Trace {
+    std::vector<double> params, scales, found, mid_scales, mid_growth, next_scale_early;
+    ag::optim::StateDict state;
+  };
+  const std::vector<std::string> scenarios{"step",         "unscale_ and clip", "two optimizers", "update(new_scale)",
+                                           "found-inf reducer", "40 tensors",   "two dtypes"};
+  for (ag::Device dev : devices()) {
+    for (auto& [name, make] : optimizers()) {
+      for (const std::string& scenario : scenarios) {
+        INFO(name << " on " << dev.str() << ": " << scenario);
+        auto run = [&](bool fold) {
+          ag::manual_seed(5);
+          const int64_t count = scenario == "40 tensors" ? 40 : 4;
+          std::vector<ag::Tensor> params, xs;
+          for (int64_t k = 0; k < count; ++k) {
+            const ag::DType dt = scenario == "two dtypes" && k % 2 ? ag::kFloat16 : ag::kFloat32;
+            const auto opt = ag::TensorOptions(dt).device(dev);
+            params.push_back((ag::rand({k % 5 * 9 + 3}, opt) - 0.5).detach().requires_grad_());
+            xs.push_back(ag::rand({k % 5 * 9 + 3}, opt) + 0.5);
+          }
+          auto loss = [&] {
+            ag::Tensor l;
+            for (size_t k = 0; k < params.size(); ++k) {
+              ag::Tensor t = (ag::tanh(params[k]) * xs[k]).sum().to(ag::kFloat32);
+              l = l.defined() ? l + t : t;
+            }
+            return l;
+          };
+          std::vector<std::unique_ptr<ag::optim::Optimizer>> opts;
+          if (scenario == "two optimizers") {
+            opts.push_back(make({params[0], params[1]}));
+            opts.push_back(make({params[2], params[3]}));
+          } else {
+            opts.push_back(make(params));
+          }
+          ag::amp::GradScaler scaler(
+              ag::amp::GradScalerOptions().init_scale(512).growth_interval(2).hysteresis(2).fold_into_step(fold));
+          scaler.inject_fault(params[1], 2, INFINITY, 1);
+          scaler.inject_fault(params.back(), 3, NAN, 0);
+          scaler.inject_fault(params[0], 6, INFINITY, 2);
+          int step = 0;
+          if (scenario == "found-inf reducer")  // another rank overflowed at step 4
+            ag::amp::set_found_inf_reducer([&](const ag::Tensor& f) {
+              if (step == 4) ag::Tensor(f).fill_(1.0);
+            });
+          Trace tr;
+          for (; step < 9; ++step) {
+            for (auto& o : opts) o->zero_grad();
+            scaler.scale(loss()).backward();
+            for (auto& o : opts) {
+              if (scenario == "unscale_ and clip") {
+                scaler.unscale_(*o);
+                ag::optim::clip_grad_norm_(o->params(), 0.5);
+              }
+              scaler.step(*o);
+            }
+            tr.next_scale_early.push_back(scaler.scale_tensor().item<double>());
+            tr.mid_scales.push_back(scaler.get_scale());
+            tr.mid_growth.push_back(scaler.state_dict().at("growth_tracker").item<double>());
+            if (scenario == "update(new_scale)" && step % 3 == 1) scaler.update(1024.0 * step);
+            else scaler.update();
+            tr.scales.push_back(scaler.get_scale());
+            tr.found.push_back(scaler.last_found_inf().item<double>());
+            CHECK(scaler.last_decision().scale == tr.mid_scales.back());
+          }
+          ag::amp::set_found_inf_reducer(nullptr);
+          tr.params = values(params);
+          tr.state = opts[0]->state_dict();
+          return tr;
+        };
+        const Trace folded = run(true), separate = run(false);
+        CHECK(folded.params == separate.params);
+        CHECK(folded.scales == separate.scales);
+        CHECK(folded.found == separate.found);
+        CHECK(folded.mid_scales == separate.mid_scales);
+        CHECK(folded.mid_growth == separate.mid_growth);
+        REQUIRE(folded.state.size() == separate.state.size());
+        for (const auto& [k, v] : folded.state) {
+          INFO(k);
+          CHECK(v.to_vector<double>() == separate.state.at(k).to_vector<double>());
+        }
+        // Steps 2, 3 and 6 carried an inf or a NaN (step 4 too, with the reducer).
+        const double skipped = std::count(folded.found.begin(), folded.found.end(), 1.0);
+        CHECK(skipped == (scenario == "found-inf reducer" ? 4 : 3));
+        // The folded update ran inside step(): the scale had moved before update(), where one
+        // optimizer stepped alone.
+        bool moved_early = false;
+        for (size_t i = 0; i < folded.mid_scales.size(); ++i)
+          moved_early |= folded.next_scale_early[i] != folded.mid_scales[i];
+        CHECK(moved_early == (scenario != "two optimizers"));
+        CHECK(separate.next_scale_early == separate.mid_scales);
+      }
+    }
+  }
+}
+
 TEST_CASE("state_dict round trips mid-run continue identically", "[optim][cuda]") {
   for (ag::Device dev : devices()) {
     for (auto& [name, make] : optimizers()) {
