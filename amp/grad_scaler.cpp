@@ -71,7 +71,9 @@ Tensor GradScaler::scale(const Tensor& loss) {
     hysteresis_left_ = hysteresis_left_.to(loss.device());
     for (auto& [o, st] : per_opt_) st.found_inf = st.found_inf.to(loss.device());
   }
-  return mul(loss, scale_);
+  // After a folded step (Note [One-launch scaled step]) scale_ already holds the next
+  // iteration's scale; a loss scaled now (another optimizer's) takes this iteration's.
+  return mul(loss, folded_ ? folded_->last_scale : scale_);
 }
 
 namespace {
@@ -130,10 +132,12 @@ void GradScaler::unscale_(optim::Optimizer& opt) {
 }
 
 // Whether opt's step can run this iteration's update too (Note [One-launch scaled step]): the
-// first optimizer to step since update(), nothing else checked, and one parameter group with
-// a gradient.
-bool GradScaler::can_fold(optim::Optimizer& opt, const std::vector<Tensor>& grads) const {
-  if (!opt_.fold_into_step_ || folded_ || grads.empty() || opt.num_groups() != 1) return false;
+// last update() saw one optimizer's flag (a loop with several optimizers never folds, and
+// neither does the first iteration), nothing else was checked since, and opt has one
+// parameter group with a gradient.
+bool GradScaler::can_fold(optim::Optimizer& opt, bool has_grad) const {
+  if (!opt_.fold_into_step_ || last_update_optimizers_ != 1 || folded_ || !has_grad || opt.num_groups() != 1)
+    return false;
   for (const auto& [o, st] : per_opt_)
     if (o != &opt && st.stage != Stage::ready) return false;
   return true;
@@ -180,8 +184,12 @@ void GradScaler::step(optim::Optimizer& opt) {
   const bool checked = st.stage == Stage::unscaled;
   const Tensor inv_scale = checked ? Tensor() : inv_scale_;
   try {
-    const std::vector<Tensor> grads = grads_of(opt);
-    if (can_fold(opt, grads)) {
+    // (After unscale_, its faults are written and checked already.)
+    const std::vector<Tensor> grads = checked ? std::vector<Tensor>{} : grads_of(opt);
+    bool has_grad = !grads.empty();
+    if (checked)
+      for (const Tensor& p : opt.params()) has_grad |= p.grad().defined();
+    if (can_fold(opt, has_grad)) {
       // A found-inf reducer must see the flag before the step reads it: then only the update folds.
       const bool check_in_step = !checked && !found_inf_reducer();
       if (!checked && !check_in_step) check(st, grads, Tensor(), /*write_back=*/false);
@@ -219,6 +227,7 @@ void GradScaler::update(std::optional<double> new_scale) {
     last_found_inf_ = folded_->last_found;
     last_scale_ = folded_->last_scale;
     folded_.reset();
+    last_update_optimizers_ = 1;
     for (auto& [o, st] : per_opt_) st.stage = Stage::ready;
     ++updates_;
     return;
@@ -255,6 +264,7 @@ void GradScaler::update(std::optional<double> new_scale) {
     for (Tensor* f : flags) f->zero_();
   last_found_inf_ = rec.last_found;
   last_scale_ = rec.last_scale;
+  last_update_optimizers_ = static_cast<int>(flags.size());
   for (auto& [o, st] : per_opt_) st.stage = Stage::ready;
   ++updates_;
 }

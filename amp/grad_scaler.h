@@ -119,7 +119,7 @@ class GradScaler {
   // opt's gradients, with the faults due at this step written into them.
   std::vector<Tensor> grads_of(optim::Optimizer& opt);
   void check(PerOptimizer& st, const std::vector<Tensor>& grads, const Tensor& inv_scale, bool write_back);
-  bool can_fold(optim::Optimizer& opt, const std::vector<Tensor>& grads) const;
+  bool can_fold(optim::Optimizer& opt, bool has_grad) const;
   // This iteration's update as the kernels take it (clear_found and the last_* state unset).
   ScaleUpdate next_update();
   void unfold();
@@ -138,6 +138,7 @@ class GradScaler {
   std::map<optim::Optimizer*, PerOptimizer> per_opt_;
   std::vector<Fault> faults_;
   int64_t updates_ = 0;
+  int last_update_optimizers_ = 0;  // whose flags the last update() combined (0: none yet)
 };
 
 }  // namespace ampgrad::amp

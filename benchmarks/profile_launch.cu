@@ -2,7 +2,9 @@
 // the driver's cuLaunchKernel on the same function (cudaGetFuncBySymbol), cudaLaunchKernelExC,
 // and cudaMemsetAsync for scale. Microseconds per call, median of 9 samples of 2000 calls
 // (the device keeps up: each kernel is empty). Run it with CUDA_MODULE_LOADING=EAGER and LAZY
-// to see whether lazy loading costs anything per launch.
+// to see whether lazy loading costs anything per launch. Last, whether a launch waits for the
+// device: the host time of one launch queued behind a kernel that spins for ~200 us, plain and
+// cooperative (Note [One-launch scaled step] in core/fused_kernels.h).
 #include <cuda.h>
 #include <cuda_runtime.h>
 
@@ -13,6 +15,11 @@
 #include <vector>
 
 __global__ void empty_kernel(int) {}
+__global__ void spin_kernel(long long cycles) {
+  const long long t0 = clock64();
+  while (clock64() - t0 < cycles) {
+  }
+}
 
 #define CK(x)                                                                   \
   do {                                                                          \
@@ -78,6 +85,31 @@ int main() {
                 int d;
                 (void)cudaGetDevice(&d);
               }));
+  cudaLaunchAttribute coop{};
+  coop.id = cudaLaunchAttributeCooperative;
+  coop.val.cooperative = 1;
+  cudaLaunchConfig_t ccfg = cfg;
+  ccfg.attrs = &coop;
+  ccfg.numAttrs = 1;
+  std::printf("  cudaLaunchKernelExC, cooperative %.2f\n", per_call_us(s, [&] {
+                (void)cudaLaunchKernelExC(&ccfg, reinterpret_cast<const void*>(&empty_kernel), args);
+              }));
+  auto behind_busy = [&](const std::function<void()>& launch) {
+    std::vector<double> t;
+    for (int r = 0; r < 9; ++r) {
+      spin_kernel<<<1, 1, 0, s>>>(400000);
+      auto a = std::chrono::steady_clock::now();
+      launch();
+      auto b = std::chrono::steady_clock::now();
+      cudaStreamSynchronize(s);
+      t.push_back(std::chrono::duration<double, std::micro>(b - a).count());
+    }
+    std::sort(t.begin(), t.end());
+    return t[4];
+  };
+  std::printf("  behind a ~200 us kernel: <<<>>> %.2f, cooperative %.2f\n",
+              behind_busy([&] { empty_kernel<<<1, 32, 0, s>>>(0); }),
+              behind_busy([&] { (void)cudaLaunchKernelExC(&ccfg, reinterpret_cast<const void*>(&empty_kernel), args); }));
   CK(cudaStreamSynchronize(s));
   return 0;
 }

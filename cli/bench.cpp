@@ -151,7 +151,7 @@ void add_bench(CLI::App& app) {
   auto json = std::make_shared<std::string>();
   auto quick = std::make_shared<bool>(false);
   auto reps = std::make_shared<int>(30);
-  auto no_fold = std::make_shared<bool>(false);
+  auto fold_ab = std::make_shared<bool>(false);
   CLI::App* cmd = app.add_subcommand("bench", "Measure each precision's speed and accuracy (matmul, conv, step, optim)");
   cmd->add_option("suite", *suite, "matmul, conv, step, optim or all")
       ->check(CLI::IsMember({"matmul", "conv", "step", "optim", "all"}))->capture_default_str();
@@ -159,12 +159,12 @@ void add_bench(CLI::App& app) {
   cmd->add_option("--json", *json, "also write the rows as JSON to this file ('-' for stdout)");
   cmd->add_flag("--quick", *quick, "a tiny sweep (seconds, for a smoke test)");
   cmd->add_option("--reps", *reps, "timed runs per case (the median is reported)")->check(CLI::PositiveNumber)->capture_default_str();
-  cmd->add_flag("--no-fold", *no_fold,
-                "step and optim: run the loss scaler's inf check and update as launches of their own, not inside "
-                "the optimizer's (to see what folding them saves)");
+  cmd->add_flag("--fold-ab", *fold_ab,
+                "step: also time the eager AMP step with the loss scaler's inf check and update launched apart "
+                "from the optimizer's, in turns with the others (what folding them saves)");
   cmd->callback([=] {
     BenchOptions o;
-    o.fold_scaler = !*no_fold;
+    o.fold_ab = *fold_ab;
     o.device = resolve_device(*device);
     o.quick = *quick;
     o.reps = *reps;

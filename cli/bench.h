@@ -14,9 +14,9 @@ struct BenchOptions {
   Device device;
   bool quick = false;  // a tiny sweep (CPU runs, tests)
   int reps = 30;
-  // GradScalerOptions::fold_into_step: false runs the scaler's inf check and update as
-  // launches of their own (--no-fold), to see what folding them into the step saves.
-  bool fold_scaler = true;
+  // step: also time the eager AMP step with the scaler's inf check and update as launches of
+  // their own (GradScalerOptions::fold_into_step(false)), in turns with the others (--fold-ab).
+  bool fold_ab = false;
 };
 
 // Each suite prints its table and returns its rows as JSON objects.

@@ -42,12 +42,12 @@ nlohmann::json bench_step(const BenchOptions& o) {
                                                                 {"4x Linear(4096)", "wide", 4096}};
   if (o.device.is_cpu() && !o.quick) cases = {{"MLP 784-512-512-10", "mlp", 64}, {"Fashion-MNIST CNN", "cnn", 32}};
   nlohmann::json rows = nlohmann::json::array();
-  std::printf("\n## Training step: forward, backward, SGD(momentum 0.9) step; AMP = fp16 autocast + GradScaler%s\n\n"
+  std::printf("\n## Training step: forward, backward, SGD(momentum 0.9) step; AMP = fp16 autocast + GradScaler\n\n"
               "ms/step: the mean of %d back-to-back steps, as a training loop runs them (median of the samples);\n"
               "host ms/step: the host's time to queue a step (at ms/step: host-bound, the device waits);\n"
               "one step: a single step between two synchronizations (its latency, host time included);\n"
               "fp32 and AMP samples are taken in turns (Note [Interleaved samples] in cli/bench_timer.h).\n\n",
-              o.fold_scaler ? "" : " (--no-fold: its check and update launched apart)", kStepCalls);
+              kStepCalls);
   std::printf("| model | batch | precision | mode | ms/step | host ms/step | images/s | ms, one step |\n"
               "|---|---|---|---|---|---|---|---|\n");
   // One setup per precision; fp32 and AMP are timed in turns (Note [Interleaved samples] in
@@ -62,7 +62,7 @@ nlohmann::json bench_step(const BenchOptions& o) {
     std::unique_ptr<cuda::CudaGraph> graph;
 #endif
   };
-  auto make_setup = [&](const StepCase& c, bool amp_on, bool graphed) {
+  auto make_setup = [&](const StepCase& c, bool amp_on, bool graphed, bool fold = true) {
     auto st = std::make_unique<Setup>();
     Setup& s = *st;
     manual_seed(0);
@@ -72,7 +72,7 @@ nlohmann::json bench_step(const BenchOptions& o) {
                             : randn({c.batch, 1, 28, 28}, TensorOptions().device(o.device));
     s.y = (rand({c.batch}, TensorOptions().device(o.device)) * static_cast<double>(classes)).to(kInt64);
     s.opt = std::make_unique<optim::SGD>(s.net->parameters(), optim::SGDOptions(0.01).momentum(0.9));
-    s.scaler = std::make_unique<amp::GradScaler>(amp::GradScalerOptions().enabled(amp_on).fold_into_step(o.fold_scaler));
+    s.scaler = std::make_unique<amp::GradScaler>(amp::GradScalerOptions().enabled(amp_on).fold_into_step(fold));
     const DeviceType type = o.device.type;
     s.step = [&s, type, amp_on, graphed] {
       // Eager: the default, set_to_none (as PyTorch 2), so each gradient comes out of its GEMM
@@ -97,12 +97,17 @@ nlohmann::json bench_step(const BenchOptions& o) {
     return st;
   };
   for (const StepCase& c : cases) {
-    double ms[2][2] = {}, host_ms[2][2] = {}, ms_single[2][2] = {};  // [amp][graphed]
+    // [fp32, AMP, AMP with the scaler's launches apart (--fold-ab, eager)][graphed]
+    double ms[3][2] = {}, host_ms[3][2] = {}, ms_single[3][2] = {};
     for (bool graphed : {false, true}) {
       if (graphed && !o.device.is_cuda()) continue;
-      std::unique_ptr<Setup> s32 = make_setup(c, false, graphed), s16 = make_setup(c, true, graphed);
+      std::vector<std::unique_ptr<Setup>> setups;
+      setups.push_back(make_setup(c, false, graphed));
+      setups.push_back(make_setup(c, true, graphed));
+      if (o.fold_ab && !graphed) setups.push_back(make_setup(c, true, graphed, /*fold=*/false));
       std::vector<std::function<void()>> fns;
-      for (Setup* s : {s32.get(), s16.get()}) {
+      for (const auto& up : setups) {
+        Setup* s = up.get();
 #if AMPGRAD_WITH_CUDA
         if (graphed) {
           fns.push_back([s] { s->graph->replay(); });
@@ -113,17 +118,17 @@ nlohmann::json bench_step(const BenchOptions& o) {
       }
       const Timings many = time_interleaved(o.device, fns, 5, o.reps, kStepCalls);
       const std::vector<double> one = median_ms_interleaved(o.device, fns, 5, o.reps, 1);
-      for (int a = 0; a < 2; ++a) {
+      for (size_t a = 0; a < fns.size(); ++a) {
         ms[a][graphed] = many.ms[a];
         host_ms[a][graphed] = many.host_ms[a];
         ms_single[a][graphed] = one[a];
       }
     }
-    for (bool amp_on : {false, true}) {
+    for (int p = 0; p < 3; ++p) {
       for (bool graphed : {false, true}) {
-        if (graphed && !o.device.is_cuda()) continue;
-        const double t = ms[amp_on][graphed], th = host_ms[amp_on][graphed], t1 = ms_single[amp_on][graphed];
-        const char* prec = amp_on ? "AMP fp16" : "fp32";
+        if ((graphed && !o.device.is_cuda()) || (p == 2 && (graphed || !o.fold_ab))) continue;
+        const double t = ms[p][graphed], th = host_ms[p][graphed], t1 = ms_single[p][graphed];
+        const char* prec = p == 0 ? "fp32" : p == 1 ? "AMP fp16" : "AMP fp16, scaler apart";
         const char* mode = graphed ? "CUDA graph" : "eager";
         std::printf("| %s | %lld | %s | %s | %.3f | %.3f | %.0f | %.3f |\n", c.name.c_str(),
                     static_cast<long long>(c.batch), prec, mode, t, th, c.batch / (t * 1e-3), t1);
@@ -158,7 +163,7 @@ nlohmann::json bench_optim(const BenchOptions& o) {
     }
     optim::Adam opt(params, optim::AdamOptions(1e-4));
     if (master) opt.use_master_weights();
-    amp::GradScaler scaler(amp::GradScalerOptions().init_scale(1024).fold_into_step(o.fold_scaler));
+    amp::GradScaler scaler(amp::GradScalerOptions().init_scale(1024));
     scaler.scale(zeros({}, TensorOptions().device(o.device)));
     auto step = [&] {
       scaler.step(opt);

@@ -35,11 +35,17 @@ namespace ampgrad {
 // between check and step), for steps over 2^20 elements (device-bound; a grid that fits at
 // once streams them slower), and while a CUDA graph captures (cooperative launches are kept
 // out of graphs). Where one launch does not cover the step, the check and the update run as
-// launches of their own around it. The results are the same every way.
-// The update then happens inside step(), before update() is called. update() only records
-// it (no launch), unless it must be decided again: with new_scale, or when a second
-// optimizer steps before update() (its flag must count too). Then GradScaler puts the state
-// back from what the kernel recorded (ScaleRecord's last_* tensors) and updates as before.
+// launches of their own around it.
+// The update then happens inside step(), before update() is called, and it is the update
+// of one optimizer's flag: GradScaler folds only when the last update() saw one optimizer
+// (so never in the first iteration, nor in a loop with several optimizers). update() only
+// records it (no launch), unless it must be decided again: with new_scale, or when a second
+// optimizer steps or unscales before update() (its flag must count too). Then GradScaler puts
+// the state back from what the kernel recorded (ScaleRecord's last_* tensors) and updates
+// as before; a loss scaled in between is scaled by this iteration's scale. Results equal
+// the separate launches' bitwise, with one exception: a loss scaled before the folded step
+// and back-propagated after it (possible only in the iteration a second optimizer first
+// appears) would meet the next scale, as the update rewrote the scale in place.
 // get_scale() and state_dict() between step() and update() report the state before it.
 
 struct SgdHyper {
