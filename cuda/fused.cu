@@ -19,6 +19,7 @@ namespace {
 
 constexpr int kMaxTensors = 32;
 constexpr int kFusedBlock = 512;
+constexpr int kUnroll = 4;
 // The largest step (in elements) whose inf check runs inside the step's launch, behind a grid
 // barrier (Note [One-launch scaled step]).
 constexpr int64_t kCheckInsideMaxNumel = int64_t(1) << 20;
@@ -30,23 +31,39 @@ template <int L> struct TensorLists {
   float* step[kMaxTensors];  // per-tensor step counters (optimizers), else null
   int64_t chunk_start[kMaxTensors + 1];  // tensor t's first chunk (Note [Chunks]); [count]: all
   int count;
+  int unroll;  // items per thread in a chunk: 1 or kUnroll (Note [Chunks])
 };
 
 // Note [Chunks]
 // A launch covers up to kMaxTensors tensors of any sizes, and its blocks share the work
-// evenly: each tensor's items (elements, or groups of 4 with vec4) are cut into chunks of
-// kFusedBlock, one item per thread, numbered across the tensors (chunk_start), and block b
-// takes chunks b, b + gridDim.x, ... A grid of one row of blocks per tensor, sized by the
-// largest, left most blocks idle on a small network (a few weights, several tiny biases):
-// the small MLP's optimizer step took 23 us of device time that way, 4x its bytes' worth.
-template <int L, class F> __device__ __forceinline__ void for_each_item(const TensorLists<L>& lists, int shift, F&& f) {
+// evenly: each tensor's items (elements, or groups of 4 with vec4) are cut into chunks,
+// numbered across the tensors (chunk_start), and block b takes chunks b, b + gridDim.x, ...
+// A grid of one row of blocks per tensor, sized by the largest, left most blocks idle on a
+// small network (a few weights, several tiny biases): the small MLP's optimizer step took
+// 23 us of device time that way, 4x its bytes' worth. A chunk is kFusedBlock * unroll items,
+// each thread taking `unroll` of them, kFusedBlock apart: kUnroll independent loads in
+// flight per thread where there are chunks enough for every block (large steps, bound by
+// bandwidth), 1 where there are not (small steps: more, smaller chunks keep every SM busy).
+template <int U, int L, class F>
+__device__ __forceinline__ void for_each_item_unrolled(const TensorLists<L>& lists, int shift, F&& f) {
   const int64_t total = lists.chunk_start[lists.count];
   int t = 0;
   for (int64_t c = blockIdx.x; c < total; c += gridDim.x) {
     while (c >= lists.chunk_start[t + 1]) ++t;
-    const int64_t i = (c - lists.chunk_start[t]) * kFusedBlock + threadIdx.x;
-    if (i < (lists.numel[t] >> shift)) f(t, i);
+    const int64_t base = (c - lists.chunk_start[t]) * kFusedBlock * U + threadIdx.x, n = lists.numel[t] >> shift;
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t i = base + static_cast<int64_t>(u) * kFusedBlock;
+      if (i < n) f(t, i);
+    }
   }
+}
+
+// Calls f(t, i) for every item i of every tensor t of the launch (elements, or groups of 4
+// elements with shift 2), by chunks (Note [Chunks]).
+template <int L, class F> __device__ __forceinline__ void for_each_item(const TensorLists<L>& lists, int shift, F&& f) {
+  if (lists.unroll == kUnroll) for_each_item_unrolled<kUnroll>(lists, shift, f);
+  else for_each_item_unrolled<1>(lists, shift, f);
 }
 
 // Note [Step counters in the kernel]
@@ -154,14 +171,25 @@ __device__ __forceinline__ void finish_step(const TensorLists<L>& lists, bool sk
 }
 
 template <class G>
-__global__ void amp_check_unscale_kernel(TensorLists<1> lists, float* found_inf, const float* inv_scale, bool write) {
+__global__ void amp_check_unscale_kernel(TensorLists<1> lists, float* found_inf, const float* inv_scale, bool write,
+                                         bool vec4) {
   const float inv = write ? *inv_scale : 1.0f;
   bool bad = false;
-  for_each_item(lists, 0, [&](int t, int64_t i) {
-    G* g = static_cast<G*>(lists.ptr[0][t]);
-    float v = static_cast<float>(to_acc(g[i]));
+  auto one = [&](G& x) {
+    const float v = static_cast<float>(to_acc(x));
     bad |= !isfinite(v);
-    if (write) g[i] = from_acc<G>(v * inv);
+    if (write) x = from_acc<G>(v * inv);
+  };
+  for_each_item(lists, vec4 ? 2 : 0, [&](int t, int64_t i) {
+    G* g = static_cast<G*>(lists.ptr[0][t]);
+    if (vec4) {
+      Vec<G, 4> v = reinterpret_cast<const Vec<G, 4>*>(g)[i];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) one(v.v[e]);
+      if (write) reinterpret_cast<Vec<G, 4>*>(g)[i] = v;
+    } else {
+      one(g[i]);
+    }
   });
   // Many threads may write 1.0f; the value is the same, so the race is benign.
   if (bad) *found_inf = 1.0f;
@@ -346,12 +374,14 @@ template <int L> bool lists_vec4(const TensorLists<L>& l, int count) {
 // Numbers the chunks of a launch's tensors, items of 4 elements with vec4 (Note [Chunks]), and
 // returns its grid: a block per chunk, at most 8 per SM (each then takes several in turn).
 template <int L> dim3 chunk_grid(const KernelContext& ctx, TensorLists<L>& l, bool vec4) {
-  l.chunk_start[0] = 0;
-  for (int j = 0; j < l.count; ++j) {
-    const int64_t items = vec4 ? l.numel[j] / 4 : l.numel[j];
-    l.chunk_start[j + 1] = l.chunk_start[j] + (items + kFusedBlock - 1) / kFusedBlock;
-  }
   const int64_t cap = static_cast<int64_t>(ctx.sm_count) * 8;
+  int64_t items = 0;
+  for (int j = 0; j < l.count; ++j) items += vec4 ? l.numel[j] / 4 : l.numel[j];
+  l.unroll = items >= cap * kFusedBlock * kUnroll ? kUnroll : 1;
+  const int64_t chunk = static_cast<int64_t>(kFusedBlock) * l.unroll;
+  l.chunk_start[0] = 0;
+  for (int j = 0; j < l.count; ++j)
+    l.chunk_start[j + 1] = l.chunk_start[j] + ((vec4 ? l.numel[j] / 4 : l.numel[j]) + chunk - 1) / chunk;
   return dim3(static_cast<unsigned>(std::clamp<int64_t>(l.chunk_start[l.count], 1, cap)));
 }
 
@@ -451,8 +481,9 @@ void amp_check_and_unscale(const std::vector<Tensor>& grads, const Tensor& found
             l.numel[j] = same[k]->numel();
           },
           [&](TensorLists<1>& l, int, int64_t) {
-            amp_check_unscale_kernel<G><<<chunk_grid(ctx, l, /*vec4=*/false), kFusedBlock, 0, ctx.stream>>>(
-                l, ptr<float>(found_inf), write_back ? ptr<float>(inv_scale) : nullptr, write_back);
+            const bool vec4 = lists_vec4(l, l.count);
+            amp_check_unscale_kernel<G><<<chunk_grid(ctx, l, vec4), kFusedBlock, 0, ctx.stream>>>(
+                l, ptr<float>(found_inf), write_back ? ptr<float>(inv_scale) : nullptr, write_back, vec4);
             AG_CUDA_CHECK_LAUNCH();
           });
     });

@@ -548,6 +548,41 @@ TEST_CASE("fused CUDA steps advance every step counter once, in the update kerne
   }
 }
 
+// Note [Chunks] in cuda/fused.cu: launches large enough for 4 items per thread (4-element
+// loads and scalar ones), odd sizes and chunk edges update every element as the CPU reference
+// does, and an inf in a launch's last element is found, folded and apart.
+TEST_CASE("fused CUDA steps over large and odd launches equal the CPU reference", "[optim][cuda]") {
+  if (skip_without_cuda()) return;
+  for (const std::vector<int64_t>& sizes : {std::vector<int64_t>{8400000, 12, 8, 400000},  // 4-element loads
+                                            std::vector<int64_t>{3000001, 5, 513, 1000003}}) {
+    for (const char* name : {"SGD", "Adam"}) {
+      INFO(name << ", " << sizes[0] << " elements first");
+      std::vector<std::vector<double>> results;
+      for (ag::Device dev : devices()) {
+        ag::manual_seed(21);
+        std::vector<ag::Tensor> params;
+        for (int64_t n : sizes) params.push_back((ag::rand({n}) - 0.5).to(dev).detach().requires_grad_());
+        std::unique_ptr<ag::optim::Optimizer> opt;
+        if (std::string(name) == "SGD") opt = std::make_unique<ag::optim::SGD>(params, ag::optim::SGDOptions(0.1).momentum(0.9));
+        else opt = std::make_unique<ag::optim::Adam>(params, ag::optim::AdamOptions(1e-2));
+        for (bool fold : {true, false}) {
+          ag::amp::GradScaler scaler(ag::amp::GradScalerOptions().init_scale(4).fold_into_step(fold));
+          for (int step = 0; step < 3; ++step) {
+            for (ag::Tensor& p : params) p.set_grad(((ag::rand(p.shape()) - 0.5) * 4.0).to(dev));
+            if (step == 1) params[0].grad().narrow(0, sizes[0] - 1, 1).fill_(INFINITY);  // skipped
+            scaler.scale(params[0].sum());
+            scaler.step(*opt);
+            scaler.update();
+            CHECK(scaler.last_found_inf().item<double>() == (step == 1 ? 1 : 0));
+          }
+        }
+        results.push_back(values(params));
+      }
+      check_all_close(results[1], results[0], 1e-5, 1e-6);
+    }
+  }
+}
+
 TEST_CASE("master weights: 16-bit parameters train like float32 ones", "[optim][cuda]") {
   for (ag::Device dev : devices()) {
     for (ag::DType half : {ag::kFloat16, ag::kBFloat16}) {
