@@ -32,8 +32,8 @@ namespace ampgrad {
 // barrier, then reads found_inf and updates (or skips); its last block to finish advances
 // the step counters and runs the scale update. Only the update is folded (no barrier needed)
 // after unscale_ (the check already ran), with a found-inf reducer (DDP: the all-reduce goes
-// between check and step), for steps over 2^20 elements (device-bound; a grid that fits at
-// once streams them slower), and while a CUDA graph captures (cooperative launches are kept
+// between check and step), for steps over 2^20 elements (device-bound, where a launch saved
+// is worth nothing and a grid capped to what fits at once may cost), and while a CUDA graph captures (cooperative launches are kept
 // out of graphs). Where one launch does not cover the step, the check and the update run as
 // launches of their own around it.
 // The update then happens inside step(), before update() is called, and it is the update

@@ -70,8 +70,9 @@ template <int L, class F> __device__ __forceinline__ void for_each_item(const Te
 // An optimizer's step counters (Adam's bias correction, SGD's first momentum step) used to
 // advance in a launch of their own after the update kernel: on a small network's step, one
 // launch in forty. The update kernel now advances them itself, in its last block to finish:
-// every block reads its tensor's counter first, and the last block to finish (Note [Last
-// block] in cuda/common.cuh), so after every read, adds 1 to each counter of the launch. A
+// every block reads the counters of the tensors whose chunks it updates, and the last block
+// to finish (Note [Last block] in cuda/common.cuh), so after every read, adds 1 to each
+// counter of the launch. A
 // skipped step (found_inf set) counts nothing. The same last block runs a folded scale
 // update (Note [One-launch scaled step] in core/fused_kernels.h). The SGD and Adam kernels
 // share the counter: their launches are serialized too.
@@ -217,12 +218,18 @@ __device__ __forceinline__ void sgd_update(const TensorLists<4>& lists, const fl
     }
     return from_acc<P>(x - lr * gi);
   };
+  // Whether the tensor last seen takes its first step (a block's chunks rarely change tensor).
+  int seen = -1;
+  bool first = false;
   for_each_item(lists, vec4 ? 2 : 0, [&](int t, int64_t i) {
+    if (t != seen) {
+      seen = t;
+      first = *lists.step[t] == 0.0f;
+    }
     P* p = static_cast<P*>(lists.ptr[0][t]);
     const G* g = static_cast<const G*>(lists.ptr[1][t]);
     P* buf = static_cast<P*>(lists.ptr[2][t]);
     W* w = static_cast<W*>(lists.ptr[3][t]);
-    const bool first = *lists.step[t] == 0.0f;
     if (vec4) {
       Vec<P, 4> pv = reinterpret_cast<const Vec<P, 4>*>(p)[i];
       const Vec<G, 4> gv = reinterpret_cast<const Vec<G, 4>*>(g)[i];
@@ -388,7 +395,7 @@ template <int L> dim3 chunk_grid(const KernelContext& ctx, TensorLists<L>& l, bo
 // zero_kernel's grid: blockIdx.y picks the tensor; enough blocks in all to fill the device a
 // few times, each looping over its share of the largest.
 dim3 zero_grid(const KernelContext& ctx, int count, int64_t max_words) {
-  const int64_t per_block = static_cast<int64_t>(kFusedBlock) * 4;
+  const int64_t per_block = static_cast<int64_t>(kFusedBlock) * kUnroll;
   const int64_t x = (max_words + per_block - 1) / per_block;
   const int64_t cap = std::max<int64_t>(1, static_cast<int64_t>(ctx.sm_count) * 8 / count);
   return dim3(static_cast<unsigned>(std::clamp<int64_t>(x, 1, cap)), static_cast<unsigned>(count));
@@ -584,9 +591,11 @@ void fused_step(const FusedStep& s, const char* op, Fill&& fill, Kernels&& kerne
   const std::vector<std::vector<size_t>> runs = by_dtype(s);
   // The check and the update ride in the step's launch only when one launch covers the step.
   const bool fold = s.update && runs.size() == 1 && runs[0].size() <= static_cast<size_t>(kMaxTensors);
-  // A grid barrier needs a grid that fits on the device at once, whose rows of small tensors
-  // then idle while the large ones stream: at half the bandwidth, say. So only a step small
-  // enough to be bound by launch time checks inside its launch.
+  // A grid barrier needs a grid that fits on the device at once, and every block waits there
+  // for the slowest; a launch saved matters only where launch time binds. So only a step
+  // small enough for that checks inside its launch. (With one row of blocks per tensor the
+  // capped grid had streamed large steps at a fraction of the bandwidth; with chunks
+  // (Note [Chunks]) a large step inside was not measured.)
   int64_t numel = 0;
   for (const Tensor& p : s.params) numel += p.numel();
   const bool check_inside = fold && s.check_grads && numel <= kCheckInsideMaxNumel;
