@@ -157,6 +157,20 @@ ScaleUpdate GradScaler::next_update() {
   return u;
 }
 
+ScaleUpdate GradScaler::folded_update() {
+  if (!last_growth_.defined() || last_growth_.device() != scale_.device()) {
+    last_inv_scale_ = empty({}, scale_.options());
+    last_growth_ = empty({}, growth_tracker_.options());
+    last_hysteresis_ = empty({}, growth_tracker_.options());
+  }
+  ScaleUpdate u = next_update();
+  u.rec.clear_found = true;  // the step's own flag: recorded in last_found, ready for the next check
+  u.rec.last_inv_scale = last_inv_scale_;
+  u.rec.last_growth = last_growth_;
+  u.rec.last_hysteresis = last_hysteresis_;
+  return u;
+}
+
 // A folded update must be decided again (another optimizer's flag counts too, or new_scale
 // replaces it): puts back the state it started from and the folded optimizer's flag, as if
 // the update had never run.
@@ -193,16 +207,7 @@ void GradScaler::step(optim::Optimizer& opt) {
       // A found-inf reducer must see the flag before the step reads it: then only the update folds.
       const bool check_in_step = !checked && !found_inf_reducer();
       if (!checked && !check_in_step) check(st, grads, Tensor(), /*write_back=*/false);
-      ScaleUpdate u = next_update();
-      u.rec.clear_found = true;
-      if (!last_growth_.defined() || last_growth_.device() != scale_.device()) {
-        last_inv_scale_ = empty({}, scale_.options());
-        last_growth_ = empty({}, growth_tracker_.options());
-        last_hysteresis_ = empty({}, growth_tracker_.options());
-      }
-      u.rec.last_inv_scale = last_inv_scale_;
-      u.rec.last_growth = last_growth_;
-      u.rec.last_hysteresis = last_hysteresis_;
+      const ScaleUpdate u = folded_update();
       opt.step_gated(st.found_inf, inv_scale, &u, check_in_step);
       folded_ = Folded{&opt, u.rec.last_scale, u.rec.last_found};
     } else {

@@ -122,6 +122,9 @@ class GradScaler {
   bool can_fold(optim::Optimizer& opt, bool has_grad) const;
   // This iteration's update as the kernels take it (clear_found and the last_* state unset).
   ScaleUpdate next_update();
+  // next_update() for a step that runs it (Note [One-launch scaled step]): it clears the flag
+  // and records the state it started from, for unfold().
+  ScaleUpdate folded_update();
   void unfold();
 
   GradScalerOptions opt_;
