@@ -2,6 +2,7 @@
 // freed memory cached; statistics; out-of-memory recovery and its error message.
 #include <algorithm>
 #include <atomic>
+#include <functional>
 #include <cstdint>
 #include <mutex>
 #include <unordered_map>
@@ -37,7 +38,13 @@ namespace ampgrad::cuda {
 // bytes: a freed block goes on the list, not back to the pool, and the next request of its
 // size class takes it back without a driver call. A training step asks for the same sizes
 // every step, so exact size classes hit; nothing is split or coalesced here (the pool does
-// that for what misses). This is safe for the same reason the pool is: all of ampgrad's work
+// that for what misses). A request takes the class's lowest-addressed free block, not the
+// last one freed: then which blocks a step's tensors get depends only on which blocks are
+// free when it starts, not on the order earlier steps freed them in, and a loop's tensors
+// get the same addresses every step (every other step for a tensor kept across steps, like
+// the last loss). With the last freed block first, the addresses of same-sized temporaries
+// cycled through permutations many steps long, and kernel launches keyed by their pointers
+// rarely repeated (Note [Kernel graphs] in cuda/launch.cuh). This is safe for the same reason the pool is: all of ampgrad's work
 // on a device is ordered on one stream, so work queued after the free runs after the kernels
 // that read the block. While a graph is being captured the list is left alone (captured
 // kernels must not use blocks that eager code may reuse later), and blocks a capture
@@ -133,6 +140,8 @@ void* take_cached(int dev, size_t nbytes) {
   if (cs.capturing) return nullptr;
   auto it = cs.cached_free.find(nbytes);
   if (it == cs.cached_free.end() || it->second.empty()) return nullptr;
+  // The lowest address (Note [Host block cache]): the list is a min-heap.
+  std::pop_heap(it->second.begin(), it->second.end(), std::greater<>());
   void* p = it->second.back();
   it->second.pop_back();
   cs.cached_bytes -= nbytes;
@@ -221,7 +230,9 @@ class CudaAllocator final : public Allocator {
       const bool graph_owned = !cs.graph_owned.empty() && cs.graph_owned.erase(ptr) > 0;
       if (cached && !cs.capturing && !graph_owned && cs.cached_bytes + nbytes <= kHostCacheBytes) {
         try {
-          cs.cached_free[nbytes].push_back(ptr);
+          std::vector<void*>& free = cs.cached_free[nbytes];
+          free.push_back(ptr);
+          std::push_heap(free.begin(), free.end(), std::greater<>());
           cs.cached_bytes += nbytes;
           return;
         } catch (...) {  // no host memory for the list: give the block back to the pool
