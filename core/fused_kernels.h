@@ -55,6 +55,8 @@ struct SgdHyper {
   double weight_decay = 0;
   bool nesterov = false;
   bool maximize = false;
+  // Spelled out: a kernel's arguments are keyed by their bytes (Note [Kernel graphs] in cuda/launch.cuh).
+  bool unused[6] = {};
 };
 
 struct AdamHyper {
@@ -66,6 +68,7 @@ struct AdamHyper {
   bool decoupled_weight_decay = false;  // AdamW
   bool amsgrad = false;
   bool maximize = false;
+  bool unused[5] = {};  // as SgdHyper's
 };
 
 // The rule of GradScaler.update() (PyTorch's _amp_update_scale_, with hysteresis and bounds):

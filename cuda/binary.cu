@@ -1,5 +1,6 @@
 // CUDA binary elementwise kernels (arithmetic and comparisons, with broadcasting) and where.
 #include "cuda/common.cuh"
+#include "cuda/launch.cuh"
 #include "cuda/kernels.h"
 
 namespace ampgrad::cuda {
@@ -82,15 +83,12 @@ void launch_binary(const KernelContext& ctx, const Tensor& x, const Tensor& y, c
   O* op = ptr<O>(out);
   const int64_t n = out.numel();
   if (flat_together({&out, &x, &y}) && is_aligned(xp, 16) && is_aligned(yp, 16) && is_aligned(op, sizeof(O) * V)) {
-    binary_kernel<K, T><<<ctx.grid_stride_blocks(n / V + 1), kBlockSize, 0, ctx.stream>>>(xp, yp, op, n);
-    AG_CUDA_CHECK_LAUNCH();
+    launch(ctx, binary_kernel<K, T>, ctx.grid_stride_blocks(n / V + 1), kBlockSize, 0, xp, yp, op, n);
     return;
   }
   auto g = make_geometry<3>(out.shape(), {&out.strides(), &x.strides(), &y.strides()});
   for_each_chunk(g, [&](const Geometry<3>& geo, uint32_t count, const std::array<int64_t, 3>& off) {
-    binary_strided_kernel<K, T>
-        <<<blocks_for(count), kBlockSize, 0, ctx.stream>>>(xp + off[1], yp + off[2], op + off[0], geo, count);
-    AG_CUDA_CHECK_LAUNCH();
+    launch(ctx, binary_strided_kernel<K, T>, blocks_for(count), kBlockSize, 0, xp + off[1], yp + off[2], op + off[0], geo, count);
   });
 }
 
@@ -152,15 +150,12 @@ void accumulate(const Tensor& dst, const Tensor& src) {
       const S* sp = ptr<const S>(src);
       const int64_t n = dst.numel();
       if (flat_together({&dst, &src}) && is_aligned(dp, 4 * sizeof(D)) && is_aligned(sp, 4 * sizeof(S))) {
-        accumulate_flat_kernel<D, S><<<ctx.grid_stride_blocks(n / 4 + 1), kBlockSize, 0, ctx.stream>>>(dp, sp, n);
-        AG_CUDA_CHECK_LAUNCH();
+        launch(ctx, accumulate_flat_kernel<D, S>, ctx.grid_stride_blocks(n / 4 + 1), kBlockSize, 0, dp, sp, n);
         return;
       }
       auto g = make_geometry<2>(dst.shape(), {&dst.strides(), &src.strides()});
       for_each_chunk(g, [&](const Geometry<2>& geo, uint32_t count, const std::array<int64_t, 2>& off) {
-        accumulate_strided_kernel<D, S>
-            <<<blocks_for(count), kBlockSize, 0, ctx.stream>>>(dp + off[0], sp + off[1], geo, count);
-        AG_CUDA_CHECK_LAUNCH();
+        launch(ctx, accumulate_strided_kernel<D, S>, blocks_for(count), kBlockSize, 0, dp + off[0], sp + off[1], geo, count);
       });
     });
   });
@@ -193,9 +188,7 @@ void where(const Tensor& cond, const Tensor& x, const Tensor& y, const Tensor& o
     const E* yp = ptr<const E>(y);
     E* op = ptr<E>(out);
     for_each_chunk(g, [&](const Geometry<4>& geo, uint32_t count, const std::array<int64_t, 4>& off) {
-      where_kernel<E><<<blocks_for(count), kBlockSize, 0, ctx.stream>>>(cp + off[1], xp + off[2], yp + off[3],
-                                                                         op + off[0], geo, count);
-      AG_CUDA_CHECK_LAUNCH();
+      launch(ctx, where_kernel<E>, blocks_for(count), kBlockSize, 0, cp + off[1], xp + off[2], yp + off[3], op + off[0], geo, count);
     });
   });
 }

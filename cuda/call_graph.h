@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
+#include <vector>
 
 struct CUstream_st;
 
@@ -33,15 +34,25 @@ namespace ampgrad::cuda {
 // capture, a graph with no work in it) or whose graph fails to launch runs directly, and its
 // key is marked never to be captured again. The enqueued work must not allocate: the
 // allocator does not know of these captures (Note [Frees during capture]).
-// AMPGRAD_CALL_GRAPHS=0 in the environment, or set_call_graphs_enabled(false), turns it off.
+// AMPGRAD_CALL_GRAPHS=0 in the environment, or set_call_graphs_enabled(false), turns it off;
+// AMPGRAD_CALL_GRAPHS_TRACE=1 prints every key first seen to stderr (finding keys that vary).
 // PyTorch pays the same cuBLAS host cost on every call; its answer is whole-step graphs
 // (torch.cuda.graphs), which ampgrad has too (Note [CUDA graphs]); this keeps eager steps fast.
+// ampgrad's own kernels go through run_call as well while the host binds (Note [Kernel
+// graphs] in cuda/launch.cuh): a kernel launch is keyed by the kernel and its arguments.
 
-// Everything that determines what a call enqueues, as 64-bit words.
+// Everything that determines what a call enqueues, as 64-bit words: a GEMM's few dozen, a
+// kernel's arguments (Note [Kernel graphs] in cuda/launch.cuh) up to a few hundred. Keys of up
+// to kInlineWords words live inside the key; longer ones on the heap.
 class CallKey {
  public:
-  static constexpr int kWords = 24;
-  CallKey& add(uint64_t v);
+  static constexpr int kInlineWords = 48;
+  CallKey& add(uint64_t v) {
+    if (heap_.empty() && n_ < kInlineWords) inline_[n_] = v;
+    else spill(v);
+    ++n_;
+    return *this;
+  }
   CallKey& add(const void* p) { return add(static_cast<uint64_t>(reinterpret_cast<uintptr_t>(p))); }
   template <typename T>
     requires(std::is_trivially_copyable_v<T> && sizeof(T) <= 8 && !std::is_pointer_v<T>)
@@ -50,13 +61,20 @@ class CallKey {
     std::memcpy(&w, &v, sizeof(T));
     return add(w);
   }
+  // The bytes of an object, in words (the last one zero-padded).
+  CallKey& add_bytes(const void* p, size_t n);
   bool operator==(const CallKey& o) const {
-    return n_ == o.n_ && std::memcmp(w_, o.w_, sizeof(uint64_t) * static_cast<size_t>(n_)) == 0;
+    return n_ == o.n_ && std::memcmp(data(), o.data(), sizeof(uint64_t) * static_cast<size_t>(n_)) == 0;
   }
   size_t hash() const;
+  int size() const { return n_; }
+  uint64_t word(int i) const { return data()[i]; }
 
  private:
-  uint64_t w_[kWords] = {};
+  const uint64_t* data() const { return heap_.empty() ? inline_ : heap_.data(); }
+  void spill(uint64_t v);
+  uint64_t inline_[kInlineWords];
+  std::vector<uint64_t> heap_;  // all the words, once there are more than kInlineWords
   int n_ = 0;
 };
 
@@ -82,5 +100,16 @@ CallGraphStats call_graph_stats();
 // On by default; AMPGRAD_CALL_GRAPHS=0 turns it off at start. Turning it off destroys the graphs.
 void set_call_graphs_enabled(bool enabled);
 bool call_graphs_enabled();
+// When ampgrad's own kernels launch through run_call (Note [Kernel graphs] in cuda/launch.cuh),
+// while call graphs are on: never, only while the device keeps up with the host (the
+// default), or always. AMPGRAD_KERNEL_GRAPHS=0, =auto or =1 sets it at start. Changing it
+// keeps the table.
+enum class KernelGraphs { off, when_host_bound, always };
+void set_kernel_graphs(KernelGraphs mode);
+KernelGraphs kernel_graphs();
+// Whether a kernel launched now on `stream` of `device` should go through run_call: the mode,
+// call graphs on, no CudaGraph capturing, and (when_host_bound) the device not far behind
+// the host (Note [Kernel graphs]). Cheap: it looks at the device every kProbeLaunches calls.
+bool launch_kernels_as_graphs(int device, CUstream_st* stream);
 
 }  // namespace ampgrad::cuda

@@ -144,6 +144,7 @@ class KernelContext {
  public:
   explicit KernelContext(const Tensor& t)
       : guard_(t.device().index),
+        device(t.device().index),
         stream(current_stream(t.device().index)),
         sm_count(device_properties(t.device().index).sm_count) {}
   KernelContext(const KernelContext&) = delete;
@@ -153,6 +154,7 @@ class KernelContext {
   DeviceGuard guard_;
 
  public:
+  int device;
   cudaStream_t stream;
   int sm_count;
 
@@ -196,6 +198,7 @@ constexpr int kMaxDims = 8;
 
 template <int N> struct Geometry {
   int ndim;
+  int unused = 0;  // no padding: kernel arguments are keyed by their bytes (Note [Kernel graphs])
   uint32_t sizes[kMaxDims];  // innermost first
   int64_t strides[N][kMaxDims];  // in elements, innermost first
 };

@@ -2,6 +2,7 @@
 #include <cstring>
 
 #include "cuda/common.cuh"
+#include "cuda/launch.cuh"
 #include "cuda/kernels.h"
 
 namespace ampgrad::cuda {
@@ -85,8 +86,7 @@ void copy(const Tensor& dst, const Tensor& src) {
       const E* sp = ptr<const E>(src);
       E* dp = ptr<E>(dst);
       for_each_chunk(g, [&](const Geometry<2>& geo, uint32_t count, const std::array<int64_t, 2>& off) {
-        copy_kernel<E><<<blocks_for(count), kBlockSize, 0, ctx.stream>>>(sp + off[1], dp + off[0], geo, count);
-        AG_CUDA_CHECK_LAUNCH();
+        launch(ctx, copy_kernel<E>, blocks_for(count), kBlockSize, 0, sp + off[1], dp + off[0], geo, count);
       });
     });
     return;
@@ -100,13 +100,11 @@ void copy(const Tensor& dst, const Tensor& src) {
         D* dp = ptr<D>(dst);
         if (flat && is_aligned(sp, 4 * sizeof(S)) && is_aligned(dp, 4 * sizeof(D))) {
           const int64_t n = dst.numel();
-          cast_flat_kernel<D, S><<<ctx.grid_stride_blocks(n / 4 + 1), kBlockSize, 0, ctx.stream>>>(sp, dp, n);
-          AG_CUDA_CHECK_LAUNCH();
+          launch(ctx, cast_flat_kernel<D, S>, ctx.grid_stride_blocks(n / 4 + 1), kBlockSize, 0, sp, dp, n);
           return;
         }
         for_each_chunk(g, [&](const Geometry<2>& geo, uint32_t count, const std::array<int64_t, 2>& off) {
-          cast_kernel<D, S><<<blocks_for(count), kBlockSize, 0, ctx.stream>>>(sp + off[1], dp + off[0], geo, count);
-          AG_CUDA_CHECK_LAUNCH();
+          launch(ctx, cast_kernel<D, S>, blocks_for(count), kBlockSize, 0, sp + off[1], dp + off[0], geo, count);
         });
       }
     });
@@ -130,8 +128,7 @@ void fill(const Tensor& dst, double value) {
     E* dp = ptr<E>(dst);
     const E v = static_cast<E>(bits);
     for_each_chunk(g, [&](const Geometry<1>& geo, uint32_t count, const std::array<int64_t, 1>& off) {
-      fill_kernel<E><<<blocks_for(count), kBlockSize, 0, ctx.stream>>>(dp + off[0], v, geo, count);
-      AG_CUDA_CHECK_LAUNCH();
+      launch(ctx, fill_kernel<E>, blocks_for(count), kBlockSize, 0, dp + off[0], v, geo, count);
     });
   });
 }

@@ -12,6 +12,7 @@
 #include "cuda/common.cuh"
 #include "cuda/fused_kernels.h"
 #include "cuda/graph.h"
+#include "cuda/launch.cuh"
 
 namespace ampgrad::cuda {
 
@@ -91,8 +92,14 @@ struct ScaleUpdateArgs {
   int32_t* last_growth = nullptr;
   int32_t* last_hyst = nullptr;
   bool clear_found = false;
+  bool unused[7] = {};  // no padding: kernel arguments are keyed by their bytes (Note [Kernel graphs])
   ScaleRule rule;
 };
+
+// Kernel arguments without padding bytes (Note [Kernel graphs] in cuda/launch.cuh).
+static_assert(sizeof(SgdHyper) == 4 * 8 + 2 + 6 && sizeof(AdamHyper) == 5 * 8 + 3 + 5);
+static_assert(sizeof(ScaleRule) == 6 * 8 && sizeof(ScaleUpdateArgs) == 9 * 8 + 1 + 7 + sizeof(ScaleRule));
+static_assert(sizeof(TensorLists<4>) == 4 * 32 * 8 + 32 * 8 * 2 + 33 * 8 + 2 * 4);
 
 template <class T> T* ptr_or_null(const Tensor& t) { return t.defined() ? static_cast<T*>(t.data_ptr()) : nullptr; }
 
@@ -489,9 +496,8 @@ void amp_check_and_unscale(const std::vector<Tensor>& grads, const Tensor& found
           },
           [&](TensorLists<1>& l, int, int64_t) {
             const bool vec4 = lists_vec4(l, l.count);
-            amp_check_unscale_kernel<G><<<chunk_grid(ctx, l, vec4), kFusedBlock, 0, ctx.stream>>>(
-                l, ptr<float>(found_inf), write_back ? ptr<float>(inv_scale) : nullptr, write_back, vec4);
-            AG_CUDA_CHECK_LAUNCH();
+            launch(ctx, amp_check_unscale_kernel<G>, chunk_grid(ctx, l, vec4), kFusedBlock, 0, l,
+                   ptr<float>(found_inf), write_back ? ptr<float>(inv_scale) : nullptr, write_back, vec4);
           });
     });
   }
@@ -513,15 +519,13 @@ void zero_tensors(const std::vector<Tensor>& ts) {
         l.numel[j] = static_cast<int64_t>(ts[k].nbytes());
       },
       [&](TensorLists<1>& l, int count, int64_t max_bytes) {
-        zero_kernel<<<zero_grid(ctx, count, max_bytes / 16 + 1), kFusedBlock, 0, ctx.stream>>>(l);
-        AG_CUDA_CHECK_LAUNCH();
+        launch(ctx, zero_kernel, zero_grid(ctx, count, max_bytes / 16 + 1), kFusedBlock, 0, l);
       });
 }
 
 void amp_update_scale(const ScaleUpdate& u, const Tensor& found_inf) {
   KernelContext ctx(u.scale);
-  amp_update_scale_kernel<<<1, 1, 0, ctx.stream>>>(update_args(u), ptr<float>(found_inf));
-  AG_CUDA_CHECK_LAUNCH();
+  launch(ctx, amp_update_scale_kernel, 1, 1, 0, update_args(u), ptr<float>(found_inf));
 }
 
 namespace {
@@ -541,6 +545,40 @@ int64_t cooperative_capacity(const void* kernel, int device, int sm_count) {
   return known[{kernel, device}] = static_cast<int64_t>(per_sm) * sm_count;
 }
 
+// Launches `kernel` cooperatively (its grid must fit on the device at once), as a graph once
+// its arguments repeat (Note [Kernel graphs] in cuda/launch.cuh); false where fewer blocks fit
+// than the occupancy said (MPS limits, say): nothing was launched.
+template <class... Params, class... Args>
+bool launch_cooperative(const KernelContext& ctx, void (*kernel)(Params...), dim3 grid, const Args&... args) {
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeCooperative;
+  attr.val.cooperative = 1;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = dim3(kFusedBlock);
+  cfg.stream = ctx.stream;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  cudaError_t err = cudaSuccess;
+  auto enqueue = [&] {
+    err = cudaLaunchKernelEx(&cfg, kernel, args...);
+    if (err != cudaErrorCooperativeLaunchTooLarge) AG_CUDA_CHECK(err);
+    else (void)cudaGetLastError();
+  };
+  if (!launch_kernels_as_graphs(ctx.device, ctx.stream)) {
+    enqueue();
+  } else {
+    CallKey key;
+    key.add(reinterpret_cast<const void*>(kernel)).add(uint64_t{grid.x}).add(uint64_t{0xc0}).add(
+        static_cast<const void*>(ctx.stream));
+    (detail::add_argument(key, detail::implicitly<std::remove_cv_t<Params>>(args)), ...);
+    // A launch refused inside the capture leaves an empty graph: the capture fails, and the
+    // key's calls (this one included) run directly, where the refusal shows in err.
+    run_call(ctx.device, ctx.stream, key, enqueue);
+  }
+  return err != cudaErrorCooperativeLaunchTooLarge;
+}
+
 // One launch of a step kernel. With `check` it must check the step's gradients itself: the
 // kCheck instantiation, launched cooperatively (its grid capped to what fits at once). Where
 // that cannot be (a CUDA graph capturing, no cooperative launch), the check runs as a launch
@@ -554,27 +592,11 @@ void launch_step(const KernelContext& ctx, const FusedStep& s, bool check, dim3 
                                                                           device, ctx.sm_count);
     if (capacity > 0) {
       grid.x = static_cast<unsigned>(std::min<int64_t>(grid.x, capacity));
-      cudaLaunchAttribute attr{};
-      attr.id = cudaLaunchAttributeCooperative;
-      attr.val.cooperative = 1;
-      cudaLaunchConfig_t cfg{};
-      cfg.gridDim = grid;
-      cfg.blockDim = dim3(kFusedBlock);
-      cfg.stream = ctx.stream;
-      cfg.attrs = &attr;
-      cfg.numAttrs = 1;
-      const cudaError_t err = cudaLaunchKernelEx(&cfg, checking, args...);
-      // Where fewer blocks fit than the occupancy said (MPS limits, say), launch it apart.
-      if (err != cudaErrorCooperativeLaunchTooLarge) {
-        AG_CUDA_CHECK(err);
-        return;
-      }
-      (void)cudaGetLastError();
+      if (launch_cooperative(ctx, checking, grid, args...)) return;
     }
     amp_check_and_unscale(s.grads, s.found_inf, Tensor(), /*write_back=*/false);
   }
-  plain<<<grid, kFusedBlock, 0, ctx.stream>>>(args...);
-  AG_CUDA_CHECK_LAUNCH();
+  launch(ctx, plain, grid, kFusedBlock, 0, args...);
 }
 
 // A fused optimizer step as FusedStep describes (Note [One-launch scaled step]): one launch

@@ -1,6 +1,7 @@
 // CUDA im2col and col2im (the window gather behind unfold and pooling, and its adjoint) and
 // dropout masks, matching the CPU reference kernels of ops/cpu_conv.cpp.
 #include "cuda/common.cuh"
+#include "cuda/launch.cuh"
 #include "cuda/kernels.h"
 
 namespace ampgrad::cuda {
@@ -141,10 +142,7 @@ void im2col(const Tensor& x, const Tensor& cols, const Window2d& w, double pad_v
     with_index_type(g, total, [&](auto itag) {
       using S = decltype(itag);
       // The CPU reference rounds the pad value through float for every dtype; so does this.
-      im2col_kernel<T, S><<<ctx.grid_stride_blocks(total), kBlockSize, 0, ctx.stream>>>(
-          ptr<const T>(x), ptr<T>(cols), total, static_cast<S>(channels), x.stride(0), x.stride(1), x.stride(2),
-          x.stride(3), g, static_cast<float>(pad_value));
-      AG_CUDA_CHECK_LAUNCH();
+      launch(ctx, im2col_kernel<T, S>, ctx.grid_stride_blocks(total), kBlockSize, 0, ptr<const T>(x), ptr<T>(cols), total, static_cast<S>(channels), x.stride(0), x.stride(1), x.stride(2), x.stride(3), g, static_cast<float>(pad_value));
     });
   });
 }
@@ -158,9 +156,7 @@ void col2im(const Tensor& cols, const Tensor& out, const Window2d& w) {
     using T = typename decltype(tag)::type;
     with_index_type(g, total, [&](auto itag) {
       using S = decltype(itag);
-      col2im_kernel<T, S>
-          <<<ctx.grid_stride_blocks(total), kBlockSize, 0, ctx.stream>>>(ptr<const T>(cols), ptr<T>(out), total, g);
-      AG_CUDA_CHECK_LAUNCH();
+      launch(ctx, col2im_kernel<T, S>, ctx.grid_stride_blocks(total), kBlockSize, 0, ptr<const T>(cols), ptr<T>(out), total, g);
     });
   });
 }
@@ -172,9 +168,7 @@ void dropout_mask(const Tensor& out, double p_keep, double scale, uint64_t seed,
   dispatch_floating(out.dtype(), "dropout_mask", [&](auto tag) {
     using T = typename decltype(tag)::type;
     // keep passes through float exactly as in the CPU reference.
-    dropout_mask_kernel<T><<<ctx.grid_stride_blocks(n), kBlockSize, 0, ctx.stream>>>(
-        ptr<T>(out), n, static_cast<float>(p_keep), scale, seed, offset);
-    AG_CUDA_CHECK_LAUNCH();
+    launch(ctx, dropout_mask_kernel<T>, ctx.grid_stride_blocks(n), kBlockSize, 0, ptr<T>(out), n, static_cast<float>(p_keep), scale, seed, offset);
   });
 }
 

@@ -1,5 +1,6 @@
 // CUDA index_select (a gather along the middle dim) and index_add (its scatter-add adjoint).
 #include "cuda/common.cuh"
+#include "cuda/launch.cuh"
 #include "cuda/kernels.h"
 
 namespace ampgrad::cuda {
@@ -70,10 +71,7 @@ void index_select(const Tensor& x, const Tensor& index, const Tensor& out) {
     using E = typename decltype(tag)::type;
     with_index_type(total, [&](auto itag) {
       using I = decltype(itag);
-      index_select_kernel<E, I><<<ctx.grid_stride_blocks(total), kBlockSize, 0, ctx.stream>>>(
-          ptr<const E>(x), ptr<const int64_t>(index), ptr<E>(out), static_cast<I>(total), static_cast<I>(n),
-          static_cast<I>(inner), d);
-      AG_CUDA_CHECK_LAUNCH();
+      launch(ctx, index_select_kernel<E, I>, ctx.grid_stride_blocks(total), kBlockSize, 0, ptr<const E>(x), ptr<const int64_t>(index), ptr<E>(out), static_cast<I>(total), static_cast<I>(n), static_cast<I>(inner), d);
     });
   });
 }
@@ -87,10 +85,7 @@ void index_add(const Tensor& out, const Tensor& index, const Tensor& src) {
     using T = typename decltype(tag)::type;
     with_index_type(total, [&](auto itag) {
       using I = decltype(itag);
-      index_add_kernel<T, I><<<ctx.grid_stride_blocks(total), kBlockSize, 0, ctx.stream>>>(
-          ptr<T>(out), ptr<const int64_t>(index), ptr<const T>(src), static_cast<I>(total), static_cast<I>(n),
-          static_cast<I>(inner), d);
-      AG_CUDA_CHECK_LAUNCH();
+      launch(ctx, index_add_kernel<T, I>, ctx.grid_stride_blocks(total), kBlockSize, 0, ptr<T>(out), ptr<const int64_t>(index), ptr<const T>(src), static_cast<I>(total), static_cast<I>(n), static_cast<I>(inner), d);
     });
   };
   switch (out.dtype()) {

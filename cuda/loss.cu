@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "cuda/common.cuh"
+#include "cuda/launch.cuh"
 #include "cuda/kernels.h"
 #include "cuda/reduce.cuh"
 
@@ -146,10 +147,7 @@ void nll_loss_forward(const Tensor& lp, const Tensor& target, int64_t ignore_ind
   KernelContext ctx(loss);
   dispatch_floating(lp.dtype(), "nll_loss", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    nll_loss_forward_kernel<T><<<1, kLossThreads, 0, ctx.stream>>>(
-        ptr<const T>(lp), ptr<const int64_t>(target), lp.size(0), lp.size(1), ignore_index, ptr<T>(loss),
-        ptr<float>(count));
-    AG_CUDA_CHECK_LAUNCH();
+    launch(ctx, nll_loss_forward_kernel<T>, 1, kLossThreads, 0, ptr<const T>(lp), ptr<const int64_t>(target), lp.size(0), lp.size(1), ignore_index, ptr<T>(loss), ptr<float>(count));
   });
 }
 
@@ -159,10 +157,7 @@ void nll_loss_backward(const Tensor& grad, const Tensor& target, const Tensor& c
   KernelContext ctx(grad_lp);
   dispatch_floating(grad_lp.dtype(), "nll_loss backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    nll_loss_backward_kernel<T><<<ctx.grid_stride_blocks(grad_lp.numel()), kBlockSize, 0, ctx.stream>>>(
-        ptr<const T>(grad), ptr<const int64_t>(target), ptr<const float>(count), grad_lp.size(0), grad_lp.size(1),
-        ignore_index, ptr<T>(grad_lp));
-    AG_CUDA_CHECK_LAUNCH();
+    launch(ctx, nll_loss_backward_kernel<T>, ctx.grid_stride_blocks(grad_lp.numel()), kBlockSize, 0, ptr<const T>(grad), ptr<const int64_t>(target), ptr<const float>(count), grad_lp.size(0), grad_lp.size(1), ignore_index, ptr<T>(grad_lp));
   });
 }
 
@@ -179,10 +174,7 @@ void cross_entropy_forward(const Tensor& x, const Tensor& target, int64_t ignore
     using T = typename decltype(tt)::type;
     using O = typename decltype(to)::type;
     using A = dacc_t<O>;
-    cross_entropy_forward_kernel<T, O><<<grid, dim3(bx, by), 0, ctx.stream>>>(
-        ptr<const T>(x), ptr<const int64_t>(target), n, c, ignore_index, ptr<A>(lse), ptr<A>(partial), ptr<O>(loss),
-        ptr<float>(count));
-    AG_CUDA_CHECK_LAUNCH();
+    launch(ctx, cross_entropy_forward_kernel<T, O>, grid, dim3(bx, by), 0, ptr<const T>(x), ptr<const int64_t>(target), n, c, ignore_index, ptr<A>(lse), ptr<A>(partial), ptr<O>(loss), ptr<float>(count));
   });
 }
 
@@ -194,10 +186,7 @@ void cross_entropy_backward(const Tensor& grad, const Tensor& x, const Tensor& t
     using T = typename decltype(tt)::type;
     using O = typename decltype(to)::type;
     using A = dacc_t<O>;
-    cross_entropy_backward_kernel<T, O><<<ctx.grid_stride_blocks(grad_x.numel()), kBlockSize, 0, ctx.stream>>>(
-        ptr<const O>(grad), ptr<const T>(x), ptr<const int64_t>(target), ptr<const A>(lse), ptr<const float>(count),
-        x.size(0), x.size(1), ignore_index, ptr<T>(grad_x));
-    AG_CUDA_CHECK_LAUNCH();
+    launch(ctx, cross_entropy_backward_kernel<T, O>, ctx.grid_stride_blocks(grad_x.numel()), kBlockSize, 0, ptr<const O>(grad), ptr<const T>(x), ptr<const int64_t>(target), ptr<const A>(lse), ptr<const float>(count), x.size(0), x.size(1), ignore_index, ptr<T>(grad_x));
   });
 }
 

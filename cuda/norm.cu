@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "cuda/common.cuh"
+#include "cuda/launch.cuh"
 #include "cuda/reduce.cuh"
 #include "cuda/kernels.h"
 
@@ -23,6 +24,7 @@ constexpr int kCols = 32, kRows = 8;  // the column layout's block: 32 channels 
 struct BnGeometry {
   int64_t outer, c, inner;
   int splits;  // blocks per channel (plane) or per 32 channels (columns)
+  int unused = 0;  // no padding: kernel arguments are keyed by their bytes (Note [Kernel graphs])
 };
 
 // The rows [o0, o1) of split s.
@@ -248,10 +250,7 @@ void batch_norm_stats(const Tensor& x, int64_t outer, int64_t inner, double eps,
     using T = typename decltype(tt)::type;
     using A = typename decltype(ta)::type;
     using I = typename decltype(ti)::type;
-    bn_stats_kernel<T, A, I><<<grid_of(g), block_of(g), 0, ctx.stream>>>(
-        ptr<const T>(x), g, ptr<A>(part), ptr<A>(mean), ptr<A>(invstd), mut_or_null<A>(running_mean),
-        mut_or_null<A>(running_var), momentum, eps);
-    AG_CUDA_CHECK_LAUNCH();
+    launch(ctx, bn_stats_kernel<T, A, I>, grid_of(g), block_of(g), 0, ptr<const T>(x), g, ptr<A>(part), ptr<A>(mean), ptr<A>(invstd), mut_or_null<A>(running_mean), mut_or_null<A>(running_var), momentum, eps);
   });
 }
 
@@ -264,10 +263,7 @@ void batch_norm_apply(const Tensor& x, int64_t outer, int64_t inner, const Tenso
     using T = typename decltype(tt)::type;
     using A = typename decltype(ta)::type;
     using I = typename decltype(ti)::type;
-    bn_apply_kernel<T, A, I><<<ctx.grid_stride_blocks(y.numel()), kBlockSize, 0, ctx.stream>>>(
-        ptr<const T>(x), g, ptr<const A>(mean), ptr<const A>(invstd), ptr_or_null<A>(weight), ptr_or_null<A>(bias),
-        ptr<T>(y), y.numel());
-    AG_CUDA_CHECK_LAUNCH();
+    launch(ctx, bn_apply_kernel<T, A, I>, ctx.grid_stride_blocks(y.numel()), kBlockSize, 0, ptr<const T>(x), g, ptr<const A>(mean), ptr<const A>(invstd), ptr_or_null<A>(weight), ptr_or_null<A>(bias), ptr<T>(y), y.numel());
   });
 }
 
@@ -288,16 +284,10 @@ void batch_norm_backward(const Tensor& dy, const Tensor& x, int64_t outer, int64
     using I = typename decltype(ti)::type;
     if (sums) {
       Tensor part = empty({c * g.splits * 2}, mean.options());
-      bn_grad_sums_kernel<T, A, I><<<grid_of(g), block_of(g), 0, ctx.stream>>>(
-          ptr<const T>(dy), ptr<const T>(x), g, ptr<const A>(mean), ptr<const A>(invstd), ptr<A>(part), ptr<A>(coef),
-          mut_or_null<A>(grad_weight), mut_or_null<A>(grad_bias));
-      AG_CUDA_CHECK_LAUNCH();
+      launch(ctx, bn_grad_sums_kernel<T, A, I>, grid_of(g), block_of(g), 0, ptr<const T>(dy), ptr<const T>(x), g, ptr<const A>(mean), ptr<const A>(invstd), ptr<A>(part), ptr<A>(coef), mut_or_null<A>(grad_weight), mut_or_null<A>(grad_bias));
     }
     if (want_x) {
-      bn_grad_input_kernel<T, A, I><<<ctx.grid_stride_blocks(grad_x.numel()), kBlockSize, 0, ctx.stream>>>(
-          ptr<const T>(dy), ptr<const T>(x), g, ptr<const A>(mean), ptr<const A>(invstd), ptr_or_null<A>(weight),
-          ptr_or_null<A>(coef), training, ptr<T>(grad_x), grad_x.numel());
-      AG_CUDA_CHECK_LAUNCH();
+      launch(ctx, bn_grad_input_kernel<T, A, I>, ctx.grid_stride_blocks(grad_x.numel()), kBlockSize, 0, ptr<const T>(dy), ptr<const T>(x), g, ptr<const A>(mean), ptr<const A>(invstd), ptr_or_null<A>(weight), ptr_or_null<A>(coef), training, ptr<T>(grad_x), grad_x.numel());
     }
   });
 }

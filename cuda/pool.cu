@@ -4,6 +4,7 @@
 #include <cuda/std/limits>
 
 #include "cuda/common.cuh"
+#include "cuda/launch.cuh"
 #include "cuda/kernels.h"
 
 namespace ampgrad::cuda {
@@ -108,9 +109,7 @@ void max_pool2d_forward(const Tensor& x, const Window2d& w, const Tensor& out, c
   const int oh = static_cast<int>(out.size(2)), ow = static_cast<int>(out.size(3));
   dispatch_floating(x.dtype(), "max_pool2d", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    max_pool2d_forward_kernel<T><<<plane_grid(int64_t{oh} * ow, in.n * in.c), kBlockSize, 0, ctx.stream>>>(
-        ptr<const T>(x), in, strides_of(x), w, oh, ow, ptr<T>(out), ptr<int32_t>(indices), strides_of(out));
-    AG_CUDA_CHECK_LAUNCH();
+    launch(ctx, max_pool2d_forward_kernel<T>, plane_grid(int64_t{oh} * ow, in.n * in.c), kBlockSize, 0, ptr<const T>(x), in, strides_of(x), w, oh, ow, ptr<T>(out), ptr<int32_t>(indices), strides_of(out));
   });
 }
 
@@ -120,10 +119,7 @@ void max_pool2d_backward(const Tensor& g, const Tensor& indices, const Window2d&
   const Dims4 in{grad_x.size(0), grad_x.size(1), grad_x.size(2), grad_x.size(3)};
   dispatch_floating(g.dtype(), "max_pool2d backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    max_pool2d_backward_kernel<T><<<plane_grid(in.h * in.w, in.n * in.c), kBlockSize, 0, ctx.stream>>>(
-        ptr<const T>(g), ptr<const int32_t>(indices), strides_of(g), strides_of(indices), w,
-        static_cast<int>(g.size(2)), static_cast<int>(g.size(3)), in, ptr<T>(grad_x), strides_of(grad_x));
-    AG_CUDA_CHECK_LAUNCH();
+    launch(ctx, max_pool2d_backward_kernel<T>, plane_grid(in.h * in.w, in.n * in.c), kBlockSize, 0, ptr<const T>(g), ptr<const int32_t>(indices), strides_of(g), strides_of(indices), w, static_cast<int>(g.size(2)), static_cast<int>(g.size(3)), in, ptr<T>(grad_x), strides_of(grad_x));
   });
 }
 

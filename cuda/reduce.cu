@@ -1,5 +1,6 @@
 // CUDA reductions over the middle dim of [outer, r, inner]: deterministic, no float atomics.
 #include "cuda/kernels.h"
+#include "cuda/launch.cuh"
 #include "cuda/reduce.cuh"
 
 namespace ampgrad::cuda {
@@ -111,9 +112,7 @@ void run_reduce(const KernelContext& ctx, const Op& op, const Tensor& x, const T
   auto finish = [&](const State* partial, int64_t splits) {
     const int bx = pow2_at_least(inner, 32), by = kBlockSize / bx;
     ReduceShape sh{outer, splits, inner, 1, splits};
-    reduce_cols_kernel<Op, false><<<grid_of(outer * ceil_div(inner, bx)), dim3(bx, by), smem, ctx.stream>>>(
-        op, partial, sh, op_out, ip, nullptr);
-    AG_CUDA_CHECK_LAUNCH();
+    launch(ctx, reduce_cols_kernel<Op, false>, grid_of(outer * ceil_div(inner, bx)), dim3(bx, by), smem, op, partial, sh, op_out, ip, nullptr);
   };
   auto partial_buffer = [&](int64_t count) {
     return empty({static_cast<int64_t>(count * sizeof(State))}, TensorOptions(kUInt8).device(out.device()));
@@ -130,15 +129,12 @@ void run_reduce(const KernelContext& ctx, const Op& op, const Tensor& x, const T
     }
     ReduceShape sh{outer, r, 1, splits, chunk};
     if (splits == 1) {
-      reduce_rows_kernel<Op><<<grid_of(blocks), dim3(bx, by), smem, ctx.stream>>>(op, xp, sh, op_out, ip, nullptr);
-      AG_CUDA_CHECK_LAUNCH();
+      launch(ctx, reduce_rows_kernel<Op>, grid_of(blocks), dim3(bx, by), smem, op, xp, sh, op_out, ip, nullptr);
       return;
     }
     Tensor buf = partial_buffer(outer * splits);
     auto* partial = ptr<State>(buf);
-    reduce_rows_kernel<Op><<<grid_of(ceil_div(outer * splits, by)), dim3(bx, by), smem, ctx.stream>>>(
-        op, xp, sh, op_out, ip, partial);
-    AG_CUDA_CHECK_LAUNCH();
+    launch(ctx, reduce_rows_kernel<Op>, grid_of(ceil_div(outer * splits, by)), dim3(bx, by), smem, op, xp, sh, op_out, ip, partial);
     finish(partial, splits);
     return;
   }
@@ -153,15 +149,12 @@ void run_reduce(const KernelContext& ctx, const Op& op, const Tensor& x, const T
   }
   ReduceShape sh{outer, r, inner, splits, chunk};
   if (splits == 1) {
-    reduce_cols_kernel<Op, true><<<grid_of(blocks), dim3(bx, by), smem, ctx.stream>>>(op, xp, sh, op_out, ip, nullptr);
-    AG_CUDA_CHECK_LAUNCH();
+    launch(ctx, reduce_cols_kernel<Op, true>, grid_of(blocks), dim3(bx, by), smem, op, xp, sh, op_out, ip, nullptr);
     return;
   }
   Tensor buf = partial_buffer(outer * splits * inner);
   auto* partial = ptr<State>(buf);
-  reduce_cols_kernel<Op, true><<<grid_of(blocks * splits), dim3(bx, by), smem, ctx.stream>>>(op, xp, sh, op_out, ip,
-                                                                                              partial);
-  AG_CUDA_CHECK_LAUNCH();
+  launch(ctx, reduce_cols_kernel<Op, true>, grid_of(blocks * splits), dim3(bx, by), smem, op, xp, sh, op_out, ip, partial);
   finish(partial, splits);
 }
 

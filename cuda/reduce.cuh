@@ -18,7 +18,7 @@ template <class T> struct SumOp {
   using Elem = T;
   using A = dacc_t<T>;
   using State = A;
-  bool mean;
+  int64_t mean;  // 0 or 1; not a bool, whose padding would enter the launch's key (Note [Kernel graphs])
   int64_t r;
   __device__ State identity() const { return A(0); }
   __device__ State accumulate(State s, A x, int64_t) const { return s + x; }

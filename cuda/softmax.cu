@@ -2,6 +2,7 @@
 // and their backward passes; a 16-bit input may be read as is into a float32 output
 // (log_softmax(x, dim, kFloat32): Note [Reading 16-bit inputs] in ops/softmax.cpp).
 #include "cuda/kernels.h"
+#include "cuda/launch.cuh"
 #include "cuda/reduce.cuh"
 
 namespace ampgrad::cuda {
@@ -153,12 +154,8 @@ void softmax(const Tensor& x, const Tensor& out, bool log) {
     using O = typename decltype(to)::type;
     const T* xp = ptr<const T>(x);
     O* op = ptr<O>(out);
-    if (inner == 1) {
-      softmax_rows_kernel<T, O><<<l.grid, l.block, 0, ctx.stream>>>(xp, op, outer, r, log);
-    } else {
-      softmax_cols_kernel<T, O><<<l.grid, l.block, 0, ctx.stream>>>(xp, op, outer, r, inner, log);
-    }
-    AG_CUDA_CHECK_LAUNCH();
+    if (inner == 1) launch(ctx, softmax_rows_kernel<T, O>, l.grid, l.block, 0, xp, op, outer, r, log);
+    else launch(ctx, softmax_cols_kernel<T, O>, l.grid, l.block, 0, xp, op, outer, r, inner, log);
   });
 }
 
@@ -173,12 +170,8 @@ void softmax_backward(const Tensor& g, const Tensor& y, const Tensor& grad_x, bo
     const O* gp = ptr<const O>(g);
     const O* yp = ptr<const O>(y);
     T* xp = ptr<T>(grad_x);
-    if (inner == 1) {
-      softmax_backward_rows_kernel<O, T><<<l.grid, l.block, 0, ctx.stream>>>(gp, yp, xp, outer, r, log);
-    } else {
-      softmax_backward_cols_kernel<O, T><<<l.grid, l.block, 0, ctx.stream>>>(gp, yp, xp, outer, r, inner, log);
-    }
-    AG_CUDA_CHECK_LAUNCH();
+    if (inner == 1) launch(ctx, softmax_backward_rows_kernel<O, T>, l.grid, l.block, 0, gp, yp, xp, outer, r, log);
+    else launch(ctx, softmax_backward_cols_kernel<O, T>, l.grid, l.block, 0, gp, yp, xp, outer, r, inner, log);
   });
 }
 

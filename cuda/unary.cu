@@ -1,5 +1,6 @@
 // CUDA unary elementwise kernels (core/kernel_kinds.h formulas): contiguous and strided paths.
 #include "cuda/common.cuh"
+#include "cuda/launch.cuh"
 #include "cuda/kernels.h"
 
 namespace ampgrad::cuda {
@@ -86,15 +87,12 @@ void launch_unary(const KernelContext& ctx, const Tensor& x, const Tensor& out, 
   T* op = ptr<T>(out);
   const int64_t n = out.numel();
   if (flat_together({&out, &x}) && is_aligned(xp, 16) && is_aligned(op, 16)) {
-    unary_kernel<K, T><<<ctx.grid_stride_blocks(n / kVecSize<T> + 1), kBlockSize, 0, ctx.stream>>>(xp, op, n, pa, pb);
-    AG_CUDA_CHECK_LAUNCH();
+    launch(ctx, unary_kernel<K, T>, ctx.grid_stride_blocks(n / kVecSize<T> + 1), kBlockSize, 0, xp, op, n, pa, pb);
     return;
   }
   auto g = make_geometry<2>(out.shape(), {&out.strides(), &x.strides()});
   for_each_chunk(g, [&](const Geometry<2>& geo, uint32_t count, const std::array<int64_t, 2>& off) {
-    unary_strided_kernel<K, T>
-        <<<blocks_for(count), kBlockSize, 0, ctx.stream>>>(xp + off[1], op + off[0], geo, count, pa, pb);
-    AG_CUDA_CHECK_LAUNCH();
+    launch(ctx, unary_strided_kernel<K, T>, blocks_for(count), kBlockSize, 0, xp + off[1], op + off[0], geo, count, pa, pb);
   });
 }
 

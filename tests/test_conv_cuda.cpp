@@ -443,13 +443,20 @@ TEST_CASE("conv_cuda: batches past cuDNN's 32-bit indexing are split", "[cuda][.
 #if AMPGRAD_WITH_CUDA
 TEST_CASE("conv_cuda: repeated convolutions run as graphs of their cuDNN calls, with the same results", "[cuda]") {
   if (skip_without_cuda()) return;
-  struct On {  // an empty table (turning it off empties it); restores the switch, also on failure
+  // An empty table (turning it off empties it), kernels launched directly so that only the
+  // cuDNN calls count (Note [Kernel graphs]); restores the switches, also on failure.
+  struct On {
     bool prev = ag::cuda::call_graphs_enabled();
+    ag::cuda::KernelGraphs prev_kernels = ag::cuda::kernel_graphs();
     On() {
       ag::cuda::set_call_graphs_enabled(false);
       ag::cuda::set_call_graphs_enabled(true);
+      ag::cuda::set_kernel_graphs(ag::cuda::KernelGraphs::off);
     }
-    ~On() { ag::cuda::set_call_graphs_enabled(prev); }
+    ~On() {
+      ag::cuda::set_call_graphs_enabled(prev);
+      ag::cuda::set_kernel_graphs(prev_kernels);
+    }
   } on;
   const uint64_t seed = fresh_seed();
   INFO("seed " << seed);

@@ -594,18 +594,26 @@ TEST_CASE("cuda: index_select and index_add skip out-of-range device indices", "
 }
 
 #if AMPGRAD_WITH_CUDA
-// Sets the process-wide switch, starting from an empty table (turning it off empties it), and
-// restores it when a test leaves, also on failure.
+// Sets the process-wide switches, starting from an empty table (turning it off empties it), and
+// restores them when a test leaves, also on failure. Kernels launch directly unless `kernels`
+// (Note [Kernel graphs]), so that the library-call tests count library calls only, and with
+// `kernels` always through run_call, whatever the device's backlog.
 struct CallGraphs {
-  explicit CallGraphs(bool on) : prev(ag::cuda::call_graphs_enabled()) {
+  explicit CallGraphs(bool on, bool kernels = false, ag::cuda::KernelGraphs mode = ag::cuda::KernelGraphs::always)
+      : prev(ag::cuda::call_graphs_enabled()), prev_kernels(ag::cuda::kernel_graphs()) {
     ag::cuda::set_call_graphs_enabled(false);
     ag::cuda::set_call_graphs_enabled(on);
+    ag::cuda::set_kernel_graphs(kernels ? mode : ag::cuda::KernelGraphs::off);
   }
-  ~CallGraphs() { ag::cuda::set_call_graphs_enabled(prev); }
+  ~CallGraphs() {
+    ag::cuda::set_call_graphs_enabled(prev);
+    ag::cuda::set_kernel_graphs(prev_kernels);
+  }
   bool prev;
+  ag::cuda::KernelGraphs prev_kernels;
 };
 
-TEST_CASE("cuda: call keys compare every word, in order, and refuse to overflow") {
+TEST_CASE("cuda: call keys compare every word, in order, inline and spilled") {
   // Host-only: runs without a GPU too.
   int x = 0, y = 0;
   auto key = [](const void* p, float alpha) {
@@ -625,9 +633,29 @@ TEST_CASE("cuda: call keys compare every word, in order, and refuse to overflow"
   ag::cuda::CallKey shorter;
   shorter.add(uint64_t{1});
   CHECK_FALSE(a == shorter);
-  ag::cuda::CallKey full;
-  for (int i = 0; i < ag::cuda::CallKey::kWords; ++i) full.add(static_cast<uint64_t>(i));
-  CHECK_THROWS_AS(full.add(uint64_t{99}), ag::Error);
+  // Keys longer than the inline words (a kernel's arguments) spill to the heap and compare
+  // the same way, up to their last word.
+  auto long_key = [](int words, uint64_t last) {
+    ag::cuda::CallKey k;
+    for (int i = 0; i + 1 < words; ++i) k.add(static_cast<uint64_t>(i * 7 + 1));
+    return k.add(last);
+  };
+  const int n = 4 * ag::cuda::CallKey::kInlineWords + 3;
+  CHECK(long_key(n, 5) == long_key(n, 5));
+  CHECK(long_key(n, 5).hash() == long_key(n, 5).hash());
+  CHECK_FALSE(long_key(n, 5) == long_key(n, 6));
+  CHECK_FALSE(long_key(n, 5).hash() == long_key(n, 6).hash());
+  CHECK_FALSE(long_key(n, 5) == long_key(n + 1, 5));
+  ag::cuda::CallKey copy = long_key(n, 9);
+  CHECK(copy == long_key(n, 9));
+  CHECK(copy.size() == n);
+  // Bytes: whole words, then the tail zero-padded.
+  ag::cuda::CallKey by_bytes, by_words;
+  const unsigned char bytes[13] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13};
+  by_bytes.add_bytes(bytes, 13);
+  by_words.add(uint64_t{0x0807060504030201}).add(uint64_t{0x0d0c0b0a09});
+  CHECK(by_bytes == by_words);
+  CHECK(by_bytes.size() == 2);
 }
 
 TEST_CASE("cuda: a repeated GEMM runs as a graph of its call, bitwise equal to the direct call", "[cuda]") {
@@ -736,11 +764,19 @@ TEST_CASE("cuda: the call-graph table keeps at most kCallGraphEntries keys", "[c
   check_close(out, ref, 1e-5, 1e-5);
 }
 
-TEST_CASE("cuda: training steps are bitwise the same with and without call graphs", "[cuda]") {
+TEST_CASE("cuda: training steps are bitwise the same with and without call and kernel graphs", "[cuda]") {
   if (skip_without_cuda()) return;
   const uint64_t seed = fresh_seed();
-  auto train = [&](bool graphs) {
-    CallGraphs mode(graphs);
+  INFO("seed " << seed);
+  constexpr int kSteps = 12;
+  struct Run {
+    std::vector<double> losses, params;
+    int64_t launched = 0, steady_direct = 0, failed = 0;
+  };
+  // fp32 and AMP (the scaler's step folded into SGD's cooperative launch from the second step
+  // on), with call graphs off, on for library calls, and on for kernels too.
+  auto train = [&](bool amp, bool graphs, bool kernels) {
+    CallGraphs mode(graphs, kernels);
     ag::manual_seed(seed);
     auto net = std::make_shared<ag::nn::Sequential>();
     net->push_back(std::make_shared<ag::nn::Linear>(40, 64));
@@ -750,33 +786,138 @@ TEST_CASE("cuda: training steps are bitwise the same with and without call graph
     const ag::Tensor x = sym({32, 40}).to(kGpu);
     const ag::Tensor y = (ag::rand({32}) * 10.0).to(ag::kInt64).to(kGpu);
     ag::optim::SGD opt(net->parameters(), ag::optim::SGDOptions(0.05).momentum(0.9));
-    ag::amp::GradScaler scaler;
-    std::vector<double> losses;
+    ag::amp::GradScaler scaler(ag::amp::GradScalerOptions().enabled(amp));
+    Run run;
     const ag::cuda::CallGraphStats s0 = ag::cuda::call_graph_stats();
-    for (int step = 0; step < 8; ++step) {
+    ag::cuda::CallGraphStats steady;
+    for (int step = 0; step < kSteps; ++step) {
+      if (step == kSteps - 3) steady = ag::cuda::call_graph_stats();
       opt.zero_grad();
       ag::Tensor loss;
       {
-        ag::amp::AutocastGuard autocast(ag::kCUDA, ag::kFloat16);
+        ag::amp::AutocastGuard autocast(ag::kCUDA, ag::kFloat16, amp);
+        loss = ag::nn::functional::cross_entropy((*net)(x), y);
+      }
+      scaler.scale(loss).backward();
+      scaler.step(opt);
+      scaler.update();
+      run.losses.push_back(loss.item<double>());  // a copy to the host, no kernel
+    }
+    const ag::cuda::CallGraphStats s1 = ag::cuda::call_graph_stats();
+    run.launched = s1.launched - s0.launched;
+    run.steady_direct = s1.direct - steady.direct;
+    run.failed = s1.failed - s0.failed;
+    for (const ag::Tensor& p : net->parameters())
+      for (double v : p.to_vector<double>()) run.params.push_back(v);
+    return run;
+  };
+  for (bool amp : {false, true}) {
+    CAPTURE(amp);
+    const Run off = train(amp, false, false), library = train(amp, true, false), all = train(amp, true, true);
+    CHECK(off.launched == 0);
+    CHECK(library.launched > 0);  // the steady state repeats its GEMMs' pointers
+    CHECK(all.launched > library.launched);
+    // Every launch of the last steps, kernels and the cooperative step included, is a graph:
+    // their keys repeat (no padding bytes in any kernel's arguments), and every capture works.
+    CHECK(all.steady_direct == 0);
+    CHECK(all.failed == 0);
+    CHECK(library.losses == off.losses);
+    CHECK(library.params == off.params);
+    CHECK(all.losses == off.losses);
+    CHECK(all.params == off.params);
+    CHECK(off.losses.back() < off.losses.front());
+  }
+}
+
+TEST_CASE("cuda: a CNN's steady-state training step launches its kernels as graphs", "[cuda]") {
+  if (skip_without_cuda()) return;
+  // Convolutions, batch norm, max pooling, casts, the loss, SGD: every launch of the last steps
+  // is a graph launch except dropout's mask, whose random offset changes every step. The
+  // kernels' results are those of direct launches (cuDNN's engines may sum in any order, so
+  // the comparison is within rounding, Note [cuDNN plans]).
+  const uint64_t seed = fresh_seed();
+  INFO("seed " << seed);
+  auto train = [&](bool amp, bool kernels) {
+    CallGraphs mode(true, kernels);
+    ag::manual_seed(seed);
+    auto net = std::make_shared<ag::nn::Sequential>();
+    net->push_back(std::make_shared<ag::nn::Conv2d>(1, 8, 3, ag::nn::Conv2dOptions{.padding = {1, 1}}));
+    net->push_back(std::make_shared<ag::nn::BatchNorm2d>(8));
+    net->push_back(std::make_shared<ag::nn::ReLU>());
+    net->push_back(std::make_shared<ag::nn::MaxPool2d>(2));
+    net->push_back(std::make_shared<ag::nn::Flatten>());
+    net->push_back(std::make_shared<ag::nn::Linear>(8 * 6 * 6, 32));
+    net->push_back(std::make_shared<ag::nn::ReLU>());
+    net->push_back(std::make_shared<ag::nn::Dropout>(0.25));
+    net->push_back(std::make_shared<ag::nn::Linear>(32, 10));
+    net->to(kGpu);
+    const ag::Tensor x = sym({16, 1, 12, 12}).to(kGpu);
+    const ag::Tensor y = (ag::rand({16}) * 10.0).to(ag::kInt64).to(kGpu);
+    ag::optim::SGD opt(net->parameters(), ag::optim::SGDOptions(0.05).momentum(0.9));
+    ag::amp::GradScaler scaler(ag::amp::GradScalerOptions().enabled(amp));
+    std::vector<double> losses;
+    std::vector<int64_t> direct_per_step;
+    const ag::cuda::CallGraphStats s0 = ag::cuda::call_graph_stats();
+    ag::cuda::CallGraphStats steady;
+    for (int step = 0; step < 12; ++step) {
+      if (step == 9) steady = ag::cuda::call_graph_stats();
+      const int64_t direct0 = ag::cuda::call_graph_stats().direct;
+      if (std::getenv("AMPGRAD_CALL_GRAPHS_TRACE")) std::fprintf(stderr, "step %d (amp %d, kernels %d)\n", step, amp, kernels);
+      opt.zero_grad();
+      ag::Tensor loss;
+      {
+        ag::amp::AutocastGuard autocast(ag::kCUDA, ag::kFloat16, amp);
         loss = ag::nn::functional::cross_entropy((*net)(x), y);
       }
       scaler.scale(loss).backward();
       scaler.step(opt);
       scaler.update();
       losses.push_back(loss.item<double>());
+      direct_per_step.push_back(ag::cuda::call_graph_stats().direct - direct0);
     }
-    const int64_t launched = ag::cuda::call_graph_stats().launched - s0.launched;
-    std::vector<double> params;
-    for (const ag::Tensor& p : net->parameters())
-      for (double v : p.to_vector<double>()) params.push_back(v);
-    return std::make_tuple(losses, params, launched);
+    const ag::cuda::CallGraphStats end = ag::cuda::call_graph_stats();
+    return std::make_tuple(losses, end.direct - steady.direct, end.failed - s0.failed, direct_per_step);
   };
-  const auto [loss_on, params_on, launched_on] = train(true);
-  const auto [loss_off, params_off, launched_off] = train(false);
-  CHECK(launched_off == 0);
-  CHECK(launched_on > 0);  // the steady state repeats its GEMMs' pointers
-  CHECK(loss_on == loss_off);
-  CHECK(params_on == params_off);
-  CHECK(loss_on.back() < loss_on.front());
+  for (bool amp : {false, true}) {
+    CAPTURE(amp);
+    const auto [direct_losses, direct_calls, direct_failed, unused] = train(amp, false);
+    CHECK(direct_calls == 0);  // kernels launched directly, not through run_call; every library call a graph
+    const auto [losses, steady_direct, failed, per_step] = train(amp, true);
+    CAPTURE(per_step);
+    CHECK(steady_direct == 3);  // dropout's mask, once in each of the last three steps
+    CHECK(failed == 0);
+    REQUIRE(losses.size() == direct_losses.size());
+    for (size_t i = 0; i < losses.size(); ++i) CHECK(losses[i] == Approx(direct_losses[i]).epsilon(amp ? 2e-2 : 1e-4));
+  }
+}
+TEST_CASE("cuda: kernels launch as graphs only while the device keeps up with the host", "[cuda]") {
+  if (skip_without_cuda()) return;
+  CallGraphs mode(true, true, ag::cuda::KernelGraphs::when_host_bound);
+  ag::manual_seed(fresh_seed());
+  ag::Tensor a = sym({4096}).to(kGpu);
+  const ag::Tensor b = sym({4096}).to(kGpu);
+  const std::vector<double> a0 = a.to_vector<double>(), bv = b.to_vector<double>();
+  auto adds = [&](int n) {
+    const ag::cuda::CallGraphStats s0 = ag::cuda::call_graph_stats();
+    for (int i = 0; i < n; ++i) a.add_(b);
+    return ag::cuda::call_graph_stats().launched - s0.launched;
+  };
+  // An idle device: the repeated add runs as a graph from its third call, and after at most
+  // one probe interval of the last verdict.
+  ag::cuda::synchronize();
+  adds(40);
+  ag::cuda::synchronize();
+  CHECK(adds(200) >= 180);
+  // Tens of milliseconds of GEMMs queued ahead: once the probe's ring holds events recorded
+  // behind them (32 launches), the adds launch directly, past the table.
+  const ag::Tensor m = sym({4096, 4096}).to(kGpu);
+  std::vector<ag::Tensor> keep;
+  for (int i = 0; i < 8; ++i) keep.push_back(ag::mm(m, m));
+  CHECK(adds(300) <= 120);
+  ag::cuda::synchronize();
+  // Either way, the same results: a + 540 b.
+  std::vector<double> expect(a0.size());
+  for (size_t i = 0; i < expect.size(); ++i) expect[i] = a0[i] + 540 * bv[i];
+  check_close(a, expect, 1e-3, 1e-4);
 }
 #endif
