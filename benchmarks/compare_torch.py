@@ -176,7 +176,7 @@ def main():
               "| model | batch | precision | mode | ampgrad | PyTorch | PyTorch / ampgrad | ampgrad, one step | PyTorch, one step | ratio |\n"
               "|---|---|---|---|---|---|---|---|---|---|")
         for r in rows:
-            if r["suite"] != "step" or "apart" in r["precision"]:  # --fold-ab's extra row: ampgrad only
+            if r["suite"] != "step" or r.get("ab") or "apart" in r["precision"]:  # A/B rows: ampgrad only
                 continue
             t = torch_step(r, args.reps)
             note = " (PyTorch: no scaler)" if r["mode"] == "CUDA graph" and r["precision"] != "fp32" else ""

@@ -17,6 +17,9 @@ struct BenchOptions {
   // step: also time the eager AMP step with the scaler's inf check and update as launches of
   // their own (GradScalerOptions::fold_into_step(false)), in turns with the others (--fold-ab).
   bool fold_ab = false;
+  // step: also time eager fp32 and AMP steps with ampgrad's kernels launched directly rather
+  // than as graphs (Note [Kernel graphs] in cuda/launch.cuh), in turns (--kernel-graphs-ab).
+  bool kernel_graphs_ab = false;
 };
 
 // Each suite prints its table and returns its rows as JSON objects.

@@ -1,11 +1,15 @@
 // `ampgrad bench step` (whole training steps, fp32 vs AMP, eager vs CUDA graph) and
 // `ampgrad bench optim` (one scaled Adam step over 64 tensors, in GB/s).
+#include <array>
 #include <cstdio>
 
 #include "ampgrad/ampgrad.h"
 #include "cli/bench.h"
 #include "cli/bench_timer.h"
 #include "cli/models.h"
+#if AMPGRAD_WITH_CUDA
+#include "cuda/call_graph.h"
+#endif
 
 namespace ampgrad::cli {
 
@@ -96,21 +100,46 @@ nlohmann::json bench_step(const BenchOptions& o) {
 #endif
     return st;
   };
+  // The variants timed in turns: fp32 and AMP, eager and graphed; the A/B setups, eager only:
+  // AMP with the scaler's launches apart (--fold-ab), and fp32 and AMP with kernels launched
+  // directly (--kernel-graphs-ab, Note [Kernel graphs] in cuda/launch.cuh). The latter run
+  // the very setups (model, tensors, memory) of the fp32 and AMP rows, so that only the
+  // launches differ.
+  struct Variant {
+    const char* precision;
+    bool amp, fold = true, kernel_graphs = true, ab = false;
+    int shares = -1;  // the variant whose setup this one steps, or -1 for its own
+  };
+  std::vector<Variant> variants = {{"fp32", false}, {"AMP fp16", true}};
+  if (o.fold_ab) variants.push_back({"AMP fp16, scaler apart", true, false, true, true});
+  if (o.kernel_graphs_ab && o.device.is_cuda()) {
+    variants.push_back({"fp32, kernels launched directly", false, true, false, true, 0});
+    variants.push_back({"AMP fp16, kernels launched directly", true, true, false, true, 1});
+  }
+  const size_t nv = variants.size();
   for (const StepCase& c : cases) {
-    // [fp32, AMP, AMP with the scaler's launches apart (--fold-ab, eager)][graphed]
-    double ms[3][2] = {}, host_ms[3][2] = {}, ms_single[3][2] = {};
+    // [variant][graphed]
+    std::vector<std::array<double, 2>> ms(nv), host_ms(nv), ms_single(nv);
     for (bool graphed : {false, true}) {
       if (graphed && !o.device.is_cuda()) continue;
-      std::vector<std::unique_ptr<Setup>> setups;
-      setups.push_back(make_setup(c, false, graphed));
-      setups.push_back(make_setup(c, true, graphed));
-      if (o.fold_ab && !graphed) setups.push_back(make_setup(c, true, graphed, /*fold=*/false));
+      std::vector<std::unique_ptr<Setup>> setups;  // one per variant timed
       std::vector<std::function<void()>> fns;
-      for (const auto& up : setups) {
-        Setup* s = up.get();
+      for (const Variant& v : variants) {
+        if (graphed && v.ab) continue;
+        setups.push_back(v.shares >= 0 ? nullptr : make_setup(c, v.amp, graphed, v.fold));
+        Setup* s = v.shares >= 0 ? setups[static_cast<size_t>(v.shares)].get() : setups.back().get();
 #if AMPGRAD_WITH_CUDA
         if (graphed) {
           fns.push_back([s] { s->graph->replay(); });
+          continue;
+        }
+        if (!v.kernel_graphs) {
+          fns.push_back([s] {
+            const cuda::KernelGraphs mode = cuda::kernel_graphs();
+            cuda::set_kernel_graphs(cuda::KernelGraphs::off);
+            s->step();
+            cuda::set_kernel_graphs(mode);
+          });
           continue;
         }
 #endif
@@ -124,18 +153,18 @@ nlohmann::json bench_step(const BenchOptions& o) {
         ms_single[a][graphed] = one[a];
       }
     }
-    for (int p = 0; p < 3; ++p) {
+    for (size_t p = 0; p < nv; ++p) {
       for (bool graphed : {false, true}) {
-        if ((graphed && !o.device.is_cuda()) || (p == 2 && (graphed || !o.fold_ab))) continue;
+        if ((graphed && !o.device.is_cuda()) || (graphed && variants[p].ab)) continue;
         const double t = ms[p][graphed], th = host_ms[p][graphed], t1 = ms_single[p][graphed];
-        const char* prec = p == 0 ? "fp32" : p == 1 ? "AMP fp16" : "AMP fp16, scaler apart";
+        const char* prec = variants[p].precision;
         const char* mode = graphed ? "CUDA graph" : "eager";
         std::printf("| %s | %lld | %s | %s | %.3f | %.3f | %.0f | %.3f |\n", c.name.c_str(),
                     static_cast<long long>(c.batch), prec, mode, t, th, c.batch / (t * 1e-3), t1);
         std::fflush(stdout);
         rows.push_back({{"suite", "step"}, {"model", c.name}, {"batch", c.batch}, {"precision", prec}, {"mode", mode},
                         {"ms", t}, {"host_ms", th}, {"ms_single", t1}, {"images_per_s", c.batch / (t * 1e-3)},
-                        {"device", o.device.str()}});
+                        {"ab", variants[p].ab}, {"device", o.device.str()}});
       }
     }
   }
