@@ -33,8 +33,8 @@ namespace ampgrad {
 // the step counters and runs the scale update. Only the update is folded (no barrier needed)
 // after unscale_ (the check already ran), with a found-inf reducer (DDP: the all-reduce goes
 // between check and step), for steps over 2^20 elements (device-bound, where a launch saved
-// is worth nothing and a grid capped to what fits at once may cost), and while a CUDA graph captures (cooperative launches are kept
-// out of graphs). Where one launch does not cover the step, the check and the update run as
+// is worth nothing and a grid capped to what fits at once may cost), and while a CudaGraph captures (cooperative launches are kept
+// out of whole-step captures; the one-kernel graphs of Note [Kernel graphs] hold them). Where one launch does not cover the step, the check and the update run as
 // launches of their own around it.
 // The update then happens inside step(), before update() is called, and it is the update
 // of one optimizer's flag: GradScaler folds only when the last update() saw one optimizer

@@ -5,6 +5,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -70,8 +71,12 @@ struct KeyHash {
   size_t operator()(const CallKey& k) const { return k.hash(); }
 };
 
+// Slots of the first-sighting filter (hashes of keys seen once).
+constexpr size_t kSeenSlots = 4096;
+
 struct Table {
   std::mutex mu;
+  std::vector<size_t> seen = std::vector<size_t>(kSeenSlots, 0);
   std::list<Entry> lru;  // most recently used first
   std::unordered_map<CallKey, std::list<Entry>::iterator, KeyHash> index;
   CallGraphStats stats;
@@ -93,6 +98,7 @@ struct Table {
       if (e.exec) (void)cudaGraphExecDestroy(e.exec);
     lru.clear();
     index.clear();
+    std::fill(seen.begin(), seen.end(), 0);
   }
 };
 
@@ -165,14 +171,23 @@ void run_call(int device, CUstream_st* stream, const CallKey& key, void (*enqueu
   if (!t.enabled.load(std::memory_order_relaxed) || capturing(device)) return direct(lock);
   auto it = t.index.find(key);
   if (it == t.index.end()) {
+    // A key enters the table on its second sighting (Note [Call graphs]): keys seen once
+    // (a kernel argument that changes every call) must not push out the graphs of keys that
+    // repeat. The first sighting leaves only its hash, in a direct-mapped filter.
+    const size_t h = key.hash();
+    size_t& seen = t.seen[h % kSeenSlots];
+    if (seen != h) {
+      seen = h;
+      if (t.trace) trace_new_key(key);
+      return direct(lock);
+    }
     if (static_cast<int>(t.lru.size()) >= kCallGraphEntries) {
       Entry& last = t.lru.back();
       if (last.exec) (void)cudaGraphExecDestroy(last.exec);
       t.index.erase(last.key);
       t.lru.pop_back();
     }
-    if (t.trace) trace_new_key(key);
-    t.lru.push_front(Entry{key});
+    t.lru.push_front(Entry{key, 1});
     it = t.index.emplace(key, t.lru.begin()).first;
   } else if (it->second != t.lru.begin()) {
     t.lru.splice(t.lru.begin(), t.lru, it->second);
@@ -180,6 +195,12 @@ void run_call(int device, CUstream_st* stream, const CallKey& key, void (*enqueu
   Entry& e = *it->second;
   if (!e.exec) {
     if (e.never || ++e.calls <= kDirectCalls) return direct(lock);
+    // An error already pending would surface inside the capture and be cleared with it: let
+    // the direct call report it, and capture another time.
+    if (cudaPeekAtLastError() != cudaSuccess) {
+      --e.calls;
+      return direct(lock);
+    }
     // Captured under the lock; other threads must not queue work on this stream meanwhile,
     // which ampgrad's one-thread-at-a-time rule ensures (Note [CUDA stream]): their work would
     // join the capture.
@@ -229,8 +250,8 @@ namespace {
 // event in a ring of kProbeEvents; before it does, it asks whether the event it overwrites,
 // recorded kProbeLaunches * kProbeEvents launches ago, has completed. If not, the device is
 // that far behind the host and launches go directly until the next probe.
-constexpr int kProbeLaunches = 8;
-constexpr int kProbeEvents = 4;
+constexpr int kProbeLaunches = 16;
+constexpr int kProbeEvents = 2;
 constexpr int kMaxProbeDevices = 64;
 
 struct Backlog {
@@ -261,6 +282,13 @@ bool device_behind(int device, cudaStream_t stream) {
     b.stream = stream;
     b.next = 0;
     b.behind = false;
+  }
+  // A capture ampgrad does not know of (another device's CudaGraph in global mode, say): no
+  // events now, and kernels go directly.
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &status) != cudaSuccess || status != cudaStreamCaptureStatusNone) {
+    (void)cudaGetLastError();
+    return b.behind = true;
   }
   cudaEvent_t& e = b.events[b.next];
   if (e) {

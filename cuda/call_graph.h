@@ -21,7 +21,8 @@ namespace ampgrad::cuda {
 // operand, output, bias and workspace pointers, alpha, beta and the stream) recurs every step.
 //
 // run_call() therefore keys a call by everything that determines what it enqueues. The first
-// two calls of a key run directly; the third is captured on the library stream
+// two calls of a key run directly (the first leaves only the key's hash in a filter, so that
+// keys seen once never take a place in the table); the third is captured on the library stream
 // (cudaStreamCaptureModeThreadLocal) into a graph of that one call, instantiated and launched,
 // and later calls with the key only launch the graph. A graph replays exactly the kernels,
 // and kernel arguments, that the direct call would enqueue now: the key holds every input
@@ -47,6 +48,16 @@ namespace ampgrad::cuda {
 class CallKey {
  public:
   static constexpr int kInlineWords = 48;
+  CallKey() = default;
+  CallKey(const CallKey& o) : heap_(o.heap_), n_(o.n_) {
+    if (heap_.empty()) std::memcpy(inline_, o.inline_, sizeof(uint64_t) * static_cast<size_t>(n_));
+  }
+  CallKey& operator=(const CallKey& o) {
+    heap_ = o.heap_;
+    n_ = o.n_;
+    if (heap_.empty()) std::memcpy(inline_, o.inline_, sizeof(uint64_t) * static_cast<size_t>(n_));
+    return *this;
+  }
   CallKey& add(uint64_t v) {
     if (heap_.empty() && n_ < kInlineWords) inline_[n_] = v;
     else spill(v);
