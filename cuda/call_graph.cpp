@@ -12,6 +12,7 @@
 #include <list>
 #include <mutex>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "cuda/check.h"
 #include "cuda/graph.h"
@@ -71,12 +72,12 @@ struct KeyHash {
   size_t operator()(const CallKey& k) const { return k.hash(); }
 };
 
-// Slots of the first-sighting filter (hashes of keys seen once).
-constexpr size_t kSeenSlots = 4096;
+// Hashes of keys seen once kept at most (then forgotten, all at once).
+constexpr size_t kSeenOnceMax = 8192;
 
 struct Table {
   std::mutex mu;
-  std::vector<size_t> seen = std::vector<size_t>(kSeenSlots, 0);
+  std::unordered_set<size_t> seen_once;
   std::list<Entry> lru;  // most recently used first
   std::unordered_map<CallKey, std::list<Entry>::iterator, KeyHash> index;
   CallGraphStats stats;
@@ -98,7 +99,7 @@ struct Table {
       if (e.exec) (void)cudaGraphExecDestroy(e.exec);
     lru.clear();
     index.clear();
-    std::fill(seen.begin(), seen.end(), 0);
+    seen_once.clear();
   }
 };
 
@@ -173,11 +174,12 @@ void run_call(int device, CUstream_st* stream, const CallKey& key, void (*enqueu
   if (it == t.index.end()) {
     // A key enters the table on its second sighting (Note [Call graphs]): keys seen once
     // (a kernel argument that changes every call) must not push out the graphs of keys that
-    // repeat. The first sighting leaves only its hash, in a direct-mapped filter.
+    // repeat. The first sighting leaves only its hash. (A direct-mapped filter of hashes
+    // lost keys for good when two that recur every step shared a slot.)
     const size_t h = key.hash();
-    size_t& seen = t.seen[h % kSeenSlots];
-    if (seen != h) {
-      seen = h;
+    if (t.seen_once.erase(h) == 0) {
+      if (t.seen_once.size() >= kSeenOnceMax) t.seen_once.clear();
+      t.seen_once.insert(h);
       if (t.trace) trace_new_key(key);
       return direct(lock);
     }

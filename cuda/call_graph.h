@@ -21,8 +21,8 @@ namespace ampgrad::cuda {
 // operand, output, bias and workspace pointers, alpha, beta and the stream) recurs every step.
 //
 // run_call() therefore keys a call by everything that determines what it enqueues. The first
-// two calls of a key run directly (the first leaves only the key's hash in a filter, so that
-// keys seen once never take a place in the table); the third is captured on the library stream
+// two calls of a key run directly (the first leaves only the key's hash, so that keys seen
+// once never take a place in the table); the third is captured on the library stream
 // (cudaStreamCaptureModeThreadLocal) into a graph of that one call, instantiated and launched,
 // and later calls with the key only launch the graph. A graph replays exactly the kernels,
 // and kernel arguments, that the direct call would enqueue now: the key holds every input
