@@ -49,6 +49,22 @@ __global__ void spin_kernel(long long cycles) {
     }                                                                           \
   } while (0)
 
+// A graph of one kernel node, instantiated: false if anything fails.
+static bool one_node_graph(const void* func, void** kargs, dim3 grid, dim3 block, cudaGraphExec_t* exec) {
+  cudaGraph_t g;
+  if (cudaGraphCreate(&g, 0) != cudaSuccess) return false;
+  cudaKernelNodeParams p{};
+  p.func = const_cast<void*>(func);
+  p.gridDim = grid;
+  p.blockDim = block;
+  p.kernelParams = kargs;
+  cudaGraphNode_t node;
+  const bool ok = cudaGraphAddKernelNode(&node, g, nullptr, 0, &p) == cudaSuccess &&
+                  cudaGraphInstantiateWithFlags(exec, g, 0) == cudaSuccess;
+  cudaGraphDestroy(g);
+  return ok;
+}
+
 static double per_call_us(cudaStream_t s, const std::function<void()>& fn) {
   std::vector<double> t;
   for (int r = 0; r < 9; ++r) {
@@ -130,19 +146,8 @@ int main() {
               behind_busy([&] { empty_kernel<<<1, 32, 0, s>>>(0); }),
               behind_busy([&] { (void)cudaLaunchKernelExC(&ccfg, reinterpret_cast<const void*>(&empty_kernel), args); }));
   // One-node graphs of the same kernels.
-  auto one_node = [&](const void* func, void** kargs, cudaGraphExec_t* exec) {
-    cudaGraph_t g;
-    if (cudaGraphCreate(&g, 0) != cudaSuccess) return false;
-    cudaKernelNodeParams p{};
-    p.func = const_cast<void*>(func);
-    p.gridDim = dim3(1);
-    p.blockDim = dim3(32);
-    p.kernelParams = kargs;
-    cudaGraphNode_t node;
-    bool ok = cudaGraphAddKernelNode(&node, g, nullptr, 0, &p) == cudaSuccess &&
-              cudaGraphInstantiateWithFlags(exec, g, 0) == cudaSuccess;
-    cudaGraphDestroy(g);
-    return ok;
+  auto one_node = [](const void* func, void** kargs, cudaGraphExec_t* exec) {
+    return one_node_graph(func, kargs, dim3(1), dim3(32), exec);
   };
   BigArgs big{};
   void* big_args[] = {&big};
@@ -211,18 +216,7 @@ int main() {
   for (long long n : {1LL << 15, 1LL << 19, 1LL << 22}) {
     const unsigned grid = static_cast<unsigned>(std::min<long long>((n + 255) / 256, 132LL * 32));
     auto node = [&](const void* func, void** kargs, cudaGraphExec_t* exec) {
-      cudaGraph_t g;
-      if (cudaGraphCreate(&g, 0) != cudaSuccess) return false;
-      cudaKernelNodeParams p{};
-      p.func = const_cast<void*>(func);
-      p.gridDim = dim3(grid);
-      p.blockDim = dim3(256);
-      p.kernelParams = kargs;
-      cudaGraphNode_t nd;
-      bool ok = cudaGraphAddKernelNode(&nd, g, nullptr, 0, &p) == cudaSuccess &&
-                cudaGraphInstantiateWithFlags(exec, g, 0) == cudaSuccess;
-      cudaGraphDestroy(g);
-      return ok;
+      return one_node_graph(func, kargs, dim3(grid), dim3(256), exec);
     };
     long long nn = n;
     void* sargs[] = {&x, &y, &nn};
@@ -249,17 +243,7 @@ int main() {
     for (int i = 0; i < k; ++i) {
       yk[i] = outs + i * n;
       void* a[] = {&x, &yk[i], &nn};
-      cudaGraph_t g;
-      CK(cudaGraphCreate(&g, 0));
-      cudaKernelNodeParams p{};
-      p.func = reinterpret_cast<void*>(&scale_kernel);
-      p.gridDim = dim3(2048);
-      p.blockDim = dim3(256);
-      p.kernelParams = a;
-      cudaGraphNode_t nd;
-      CK(cudaGraphAddKernelNode(&nd, g, nullptr, 0, &p));
-      CK(cudaGraphInstantiateWithFlags(&execs[i], g, 0));
-      CK(cudaGraphDestroy(g));
+      if (!one_node_graph(reinterpret_cast<const void*>(&scale_kernel), a, dim3(2048), dim3(256), &execs[i])) return 1;
     }
     int i = 0, j = 0;
     std::printf("  device us per kernel, 64 different kernels in turn: <<<>>> %.2f, graphs %.2f\n",

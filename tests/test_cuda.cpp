@@ -766,6 +766,22 @@ TEST_CASE("cuda: the call-graph table keeps at most kCallGraphEntries keys", "[c
   check_close(out, ref, 1e-5, 1e-5);
 }
 
+// One training step: forward under autocast (when amp), the scaled backward, the scaler's
+// step and update. Returns the loss.
+ag::Tensor scaled_step(ag::nn::Sequential& net, ag::optim::SGD& opt, ag::amp::GradScaler& scaler, const ag::Tensor& x,
+                       const ag::Tensor& y, bool amp) {
+  opt.zero_grad();
+  ag::Tensor loss;
+  {
+    ag::amp::AutocastGuard autocast(ag::kCUDA, ag::kFloat16, amp);
+    loss = ag::nn::functional::cross_entropy(net(x), y);
+  }
+  scaler.scale(loss).backward();
+  scaler.step(opt);
+  scaler.update();
+  return loss;
+}
+
 TEST_CASE("cuda: training steps are bitwise the same with and without call and kernel graphs", "[cuda]") {
   if (skip_without_cuda()) return;
   const uint64_t seed = fresh_seed();
@@ -794,15 +810,7 @@ TEST_CASE("cuda: training steps are bitwise the same with and without call and k
     ag::cuda::CallGraphStats steady;
     for (int step = 0; step < kSteps; ++step) {
       if (step == kSteps - 3) steady = ag::cuda::call_graph_stats();
-      opt.zero_grad();
-      ag::Tensor loss;
-      {
-        ag::amp::AutocastGuard autocast(ag::kCUDA, ag::kFloat16, amp);
-        loss = ag::nn::functional::cross_entropy((*net)(x), y);
-      }
-      scaler.scale(loss).backward();
-      scaler.step(opt);
-      scaler.update();
+      const ag::Tensor loss = scaled_step(*net, opt, scaler, x, y, amp);
       run.losses.push_back(loss.item<double>());  // a copy to the host, no kernel
     }
     const ag::cuda::CallGraphStats s1 = ag::cuda::call_graph_stats();
@@ -865,15 +873,7 @@ TEST_CASE("cuda: a CNN's steady-state training step launches its kernels as grap
       if (step == 9) steady = ag::cuda::call_graph_stats();
       const int64_t direct0 = ag::cuda::call_graph_stats().direct;
       if (std::getenv("AMPGRAD_CALL_GRAPHS_TRACE")) std::fprintf(stderr, "step %d (amp %d, kernels %d)\n", step, amp, kernels);
-      opt.zero_grad();
-      ag::Tensor loss;
-      {
-        ag::amp::AutocastGuard autocast(ag::kCUDA, ag::kFloat16, amp);
-        loss = ag::nn::functional::cross_entropy((*net)(x), y);
-      }
-      scaler.scale(loss).backward();
-      scaler.step(opt);
-      scaler.update();
+      const ag::Tensor loss = scaled_step(*net, opt, scaler, x, y, amp);
       losses.push_back(loss.item<double>());
       direct_per_step.push_back(ag::cuda::call_graph_stats().direct - direct0);
     }
