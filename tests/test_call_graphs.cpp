@@ -1,0 +1,352 @@
+// Call graphs and kernel graphs (Note [Call graphs] in cuda/call_graph.h, Note [Kernel graphs]
+// in cuda/launch.cuh): keys, the table, captures that fail, and training steps whose library
+// calls and kernels launch as graphs, bitwise equal to direct launches.
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <tuple>
+#include <vector>
+
+#include "common.h"
+#include "cuda/kernels.h"
+
+namespace {
+
+const ag::Device kGpu(ag::kCUDA);
+
+ag::Tensor sym(const ag::Shape& s) { return ag::rand(s) * 2.0 - 1.0; }
+
+// Sets the process-wide switches, starting from an empty table (turning it off empties it), and
+// restores them when a test leaves, also on failure. Kernels launch directly unless `kernels`
+// (Note [Kernel graphs]), so that the library-call tests count library calls only, and with
+// `kernels` always through run_call, whatever the device's backlog.
+struct CallGraphs {
+  explicit CallGraphs(bool on, bool kernels = false, ag::cuda::KernelGraphs mode = ag::cuda::KernelGraphs::always)
+      : prev(ag::cuda::call_graphs_enabled()), prev_kernels(ag::cuda::kernel_graphs()) {
+    ag::cuda::set_call_graphs_enabled(false);
+    ag::cuda::set_call_graphs_enabled(on);
+    ag::cuda::set_kernel_graphs(kernels ? mode : ag::cuda::KernelGraphs::off);
+  }
+  ~CallGraphs() {
+    ag::cuda::set_call_graphs_enabled(prev);
+    ag::cuda::set_kernel_graphs(prev_kernels);
+  }
+  bool prev;
+  ag::cuda::KernelGraphs prev_kernels;
+};
+
+TEST_CASE("cuda: call keys compare every word, in order, inline and spilled") {
+  // Host-only: runs without a GPU too.
+  int x = 0, y = 0;
+  auto key = [](const void* p, float alpha) {
+    ag::cuda::CallKey k;
+    k.add(uint64_t{1}).add(p).add_bits(alpha);
+    return k;
+  };
+  CHECK(key(&x, 1.0f) == key(&x, 1.0f));
+  CHECK(key(&x, 1.0f).hash() == key(&x, 1.0f).hash());
+  CHECK_FALSE(key(&x, 1.0f) == key(&y, 1.0f));
+  CHECK_FALSE(key(&x, 1.0f) == key(&x, 2.0f));
+  CHECK_FALSE(key(&x, 0.0f) == key(&x, -0.0f));  // bits, not values
+  ag::cuda::CallKey a, b;
+  a.add(uint64_t{1}).add(uint64_t{2});
+  b.add(uint64_t{2}).add(uint64_t{1});
+  CHECK_FALSE(a == b);
+  ag::cuda::CallKey shorter;
+  shorter.add(uint64_t{1});
+  CHECK_FALSE(a == shorter);
+  // Keys longer than the inline words (a kernel's arguments) spill to the heap and compare
+  // the same way, up to their last word.
+  auto long_key = [](int words, uint64_t last) {
+    ag::cuda::CallKey k;
+    for (int i = 0; i + 1 < words; ++i) k.add(static_cast<uint64_t>(i * 7 + 1));
+    return k.add(last);
+  };
+  const int n = 4 * ag::cuda::CallKey::kInlineWords + 3;
+  CHECK(long_key(n, 5) == long_key(n, 5));
+  CHECK(long_key(n, 5).hash() == long_key(n, 5).hash());
+  CHECK_FALSE(long_key(n, 5) == long_key(n, 6));
+  CHECK_FALSE(long_key(n, 5).hash() == long_key(n, 6).hash());
+  CHECK_FALSE(long_key(n, 5) == long_key(n + 1, 5));
+  ag::cuda::CallKey copy = long_key(n, 9);
+  CHECK(copy == long_key(n, 9));
+  CHECK(copy.size() == n);
+  // Bytes: whole words, then the tail zero-padded.
+  ag::cuda::CallKey by_bytes, by_words;
+  const unsigned char bytes[13] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13};
+  by_bytes.add_bytes(bytes, 13);
+  by_words.add(uint64_t{0x0807060504030201}).add(uint64_t{0x0d0c0b0a09});
+  CHECK(by_bytes == by_words);
+  CHECK(by_bytes.size() == 2);
+}
+
+TEST_CASE("cuda: a repeated GEMM runs as a graph of its call, bitwise equal to the direct call", "[cuda]") {
+  if (skip_without_cuda()) return;
+  CallGraphs on(true);
+  ag::manual_seed(fresh_seed());
+  for (ag::DType dt : {ag::kFloat16, ag::kFloat32}) {
+    CAPTURE(ag::dtype_name(dt));
+    ag::Tensor a = sym({1, 48, 40}).to(kGpu).to(dt), b = sym({1, 40, 24}).to(kGpu).to(dt);
+    ag::Tensor out = ag::empty({1, 48, 24}, ag::TensorOptions(dt).device(kGpu));
+    auto reference = [&](double alpha) {  // float64, of the inputs as the GEMM reads them
+      std::vector<double> r = ag::mm(a.select(0, 0).cpu().to(ag::kFloat64), b.select(0, 0).cpu().to(ag::kFloat64)).to_vector<double>();
+      for (double& v : r) v *= alpha;
+      return r;
+    };
+    // float32 accumulation of 40 products on CUDA against float64 (test_cuda's Kind::sum).
+    const double rtol = 4 * eps_of(dt), atol = rtol + 4 * eps_of(ag::kFloat32) * 40;
+    // Two direct calls, then the capture (which also runs), then graph launches.
+    const ag::cuda::CallGraphStats s0 = ag::cuda::call_graph_stats();
+    std::vector<std::vector<double>> runs;
+    for (int i = 0; i < 5; ++i) {
+      ag::cuda::gemm(a, b, out, 1.0, 0.0);
+      runs.push_back(out.to_vector<double>());
+    }
+    const ag::cuda::CallGraphStats s1 = ag::cuda::call_graph_stats();
+    CHECK(s1.direct - s0.direct == 2);
+    CHECK(s1.captured - s0.captured == 1);
+    CHECK(s1.launched - s0.launched == 3);
+    for (const auto& r : runs) CHECK(r == runs[0]);
+    check_close(out, reference(1), atol, rtol);
+    // The graph reads the operands' memory as it is when it runs.
+    a.copy_(sym({1, 48, 40}).to(kGpu).to(dt));
+    out.fill_(NAN);
+    ag::cuda::gemm(a, b, out, 1.0, 0.0);
+    CHECK(ag::cuda::call_graph_stats().launched - s1.launched == 1);
+    check_close(out, reference(1), atol, rtol);
+    // Another alpha is another call: direct.
+    const ag::cuda::CallGraphStats s2 = ag::cuda::call_graph_stats();
+    ag::cuda::gemm(a, b, out, 2.0, 0.0);
+    CHECK(ag::cuda::call_graph_stats().direct - s2.direct == 1);
+    check_close(out, reference(2), 2 * atol, rtol);
+    // Inside a CudaGraph capture the call is captured directly, never a nested graph launch.
+    const ag::cuda::CallGraphStats s3 = ag::cuda::call_graph_stats();
+    ag::cuda::CudaGraph graph;
+    graph.capture([&] { ag::cuda::gemm(a, b, out, 1.0, 0.0); });
+    const ag::cuda::CallGraphStats s4 = ag::cuda::call_graph_stats();
+    CHECK(s4.direct - s3.direct == 1);
+    CHECK(s4.launched == s3.launched);
+    out.fill_(NAN);
+    graph.replay();
+    check_close(out, reference(1), atol, rtol);
+  }
+  // Turned off: every call runs directly and the table is emptied.
+  ag::cuda::set_call_graphs_enabled(false);
+  CHECK(ag::cuda::call_graph_stats().entries == 0);
+  const ag::Tensor a = sym({1, 8, 8}).to(kGpu), b = sym({1, 8, 8}).to(kGpu), out = ag::empty({1, 8, 8}, ag::TensorOptions().device(kGpu));
+  const ag::cuda::CallGraphStats s5 = ag::cuda::call_graph_stats();
+  for (int i = 0; i < 4; ++i) ag::cuda::gemm(a, b, out, 1.0, 0.0);
+  CHECK(ag::cuda::call_graph_stats().direct - s5.direct == 4);
+  CHECK(ag::cuda::call_graph_stats().launched == s5.launched);
+  check_close(out, ag::mm(a.select(0, 0).cpu(), b.select(0, 0).cpu()).to_vector<double>(), 1e-5, 1e-5);
+}
+
+TEST_CASE("cuda: a call that cannot be captured runs directly from then on", "[cuda]") {
+  if (skip_without_cuda()) return;
+  CallGraphs on(true);
+  ag::cuda::CallKey key;
+  key.add(uint64_t{0x7e57}).add_bits(1.5);
+  const int device = ag::cuda::current_device();
+  // Synchronizing is not allowed while the stream captures: the third call's capture fails
+  // with an error from inside it, and that call and every later one run directly.
+  int synced = 0;
+  auto call = [&] {
+    ag::cuda::synchronize();
+    ++synced;
+  };
+  const ag::cuda::CallGraphStats s0 = ag::cuda::call_graph_stats();
+  for (int i = 0; i < 5; ++i) REQUIRE_NOTHROW(ag::cuda::run_call(device, ag::cuda::current_stream(device), key, call));
+  const ag::cuda::CallGraphStats s1 = ag::cuda::call_graph_stats();
+  CHECK(s1.failed - s0.failed == 1);
+  CHECK(s1.captured == s0.captured);
+  CHECK(s1.launched == s0.launched);
+  CHECK(s1.direct - s0.direct == 5);
+  // Five direct runs, plus the capture attempt's if synchronize() did not throw inside it.
+  CHECK((synced == 5 || synced == 6));
+  // The stream is out of capture mode and usable.
+  const ag::Tensor a = sym({64}).to(kGpu);
+  check_close(a * 2, (a.cpu() * 2).to_vector<double>(), 0, 0);
+}
+
+TEST_CASE("cuda: the call-graph table keeps at most kCallGraphEntries keys", "[cuda]") {
+  if (skip_without_cuda()) return;
+  CallGraphs on(true);
+  const ag::Tensor a = sym({1, 8, 8}).to(kGpu), b = sym({1, 8, 8}).to(kGpu), out = ag::empty({1, 8, 8}, ag::TensorOptions().device(kGpu));
+  // Distinct alphas are distinct keys; each runs three times (direct, direct, captured).
+  for (int i = 0; i < ag::cuda::kCallGraphEntries + 8; ++i)
+    for (int r = 0; r < 3; ++r) ag::cuda::gemm(a, b, out, 1.0 + i / 1024.0, 0.0);
+  CHECK(ag::cuda::call_graph_stats().entries == ag::cuda::kCallGraphEntries);
+  // The oldest keys were evicted with their graphs; the newest still launch theirs.
+  const ag::cuda::CallGraphStats s0 = ag::cuda::call_graph_stats();
+  ag::cuda::gemm(a, b, out, 1.0 + (ag::cuda::kCallGraphEntries + 7) / 1024.0, 0.0);
+  ag::cuda::gemm(a, b, out, 1.0, 0.0);
+  const ag::cuda::CallGraphStats s1 = ag::cuda::call_graph_stats();
+  CHECK(s1.launched - s0.launched == 1);
+  CHECK(s1.direct - s0.direct == 1);
+  std::vector<double> ref = ag::mm(a.select(0, 0).cpu(), b.select(0, 0).cpu()).to_vector<double>();
+  check_close(out, ref, 1e-5, 1e-5);
+}
+
+// One training step: forward under autocast (when amp), the scaled backward, the scaler's
+// step and update. Returns the loss.
+ag::Tensor scaled_step(ag::nn::Sequential& net, ag::optim::SGD& opt, ag::amp::GradScaler& scaler, const ag::Tensor& x,
+                       const ag::Tensor& y, bool amp) {
+  opt.zero_grad();
+  ag::Tensor loss;
+  {
+    ag::amp::AutocastGuard autocast(ag::kCUDA, ag::kFloat16, amp);
+    loss = ag::nn::functional::cross_entropy(net(x), y);
+  }
+  scaler.scale(loss).backward();
+  scaler.step(opt);
+  scaler.update();
+  return loss;
+}
+
+TEST_CASE("cuda: training steps are bitwise the same with and without call and kernel graphs", "[cuda]") {
+  if (skip_without_cuda()) return;
+  const uint64_t seed = fresh_seed();
+  INFO("seed " << seed);
+  constexpr int kSteps = 12;
+  struct Run {
+    std::vector<double> losses, params;
+    int64_t launched = 0, steady_direct = 0, failed = 0;
+  };
+  // fp32 and AMP (the scaler's step folded into SGD's cooperative launch from the second step
+  // on), with call graphs off, on for library calls, and on for kernels too.
+  auto train = [&](bool amp, bool graphs, bool kernels) {
+    CallGraphs mode(graphs, kernels);
+    ag::manual_seed(seed);
+    auto net = std::make_shared<ag::nn::Sequential>();
+    net->push_back(std::make_shared<ag::nn::Linear>(40, 64));
+    net->push_back(std::make_shared<ag::nn::ReLU>());
+    net->push_back(std::make_shared<ag::nn::Linear>(64, 10));
+    net->to(kGpu);
+    const ag::Tensor x = sym({32, 40}).to(kGpu);
+    const ag::Tensor y = (ag::rand({32}) * 10.0).to(ag::kInt64).to(kGpu);
+    ag::optim::SGD opt(net->parameters(), ag::optim::SGDOptions(0.05).momentum(0.9));
+    ag::amp::GradScaler scaler(ag::amp::GradScalerOptions().enabled(amp));
+    Run run;
+    const ag::cuda::CallGraphStats s0 = ag::cuda::call_graph_stats();
+    ag::cuda::CallGraphStats steady;
+    for (int step = 0; step < kSteps; ++step) {
+      if (step == kSteps - 3) steady = ag::cuda::call_graph_stats();
+      const ag::Tensor loss = scaled_step(*net, opt, scaler, x, y, amp);
+      run.losses.push_back(loss.item<double>());  // a copy to the host, no kernel
+    }
+    const ag::cuda::CallGraphStats s1 = ag::cuda::call_graph_stats();
+    run.launched = s1.launched - s0.launched;
+    run.steady_direct = s1.direct - steady.direct;
+    run.failed = s1.failed - s0.failed;
+    for (const ag::Tensor& p : net->parameters())
+      for (double v : p.to_vector<double>()) run.params.push_back(v);
+    return run;
+  };
+  for (bool amp : {false, true}) {
+    CAPTURE(amp);
+    const Run off = train(amp, false, false), library = train(amp, true, false), all = train(amp, true, true);
+    CHECK(off.launched == 0);
+    CHECK(library.launched > 0);  // the steady state repeats its GEMMs' pointers
+    CHECK(all.launched > library.launched);
+    // Every launch of the last steps, kernels and the cooperative step included, is a graph:
+    // their keys repeat (no padding bytes in any kernel's arguments), and every capture works.
+    CHECK(all.steady_direct == 0);
+    CHECK(all.failed == 0);
+    CHECK(library.losses == off.losses);
+    CHECK(library.params == off.params);
+    CHECK(all.losses == off.losses);
+    CHECK(all.params == off.params);
+    CHECK(off.losses.back() < off.losses.front());
+  }
+}
+
+TEST_CASE("cuda: a CNN's steady-state training step launches its kernels as graphs", "[cuda]") {
+  if (skip_without_cuda()) return;
+  // Convolutions, batch norm, max pooling, casts, the loss, SGD: every launch of the last steps
+  // is a graph launch except dropout's mask, whose random offset changes every step. The
+  // kernels' results are those of direct launches (cuDNN's engines may sum in any order, so
+  // the comparison is within rounding, Note [cuDNN plans]).
+  const uint64_t seed = fresh_seed();
+  INFO("seed " << seed);
+  auto train = [&](bool amp, bool kernels) {
+    CallGraphs mode(true, kernels);
+    ag::manual_seed(seed);
+    auto net = std::make_shared<ag::nn::Sequential>();
+    net->push_back(std::make_shared<ag::nn::Conv2d>(1, 8, 3, ag::nn::Conv2dOptions{.padding = {1, 1}}));
+    net->push_back(std::make_shared<ag::nn::BatchNorm2d>(8));
+    net->push_back(std::make_shared<ag::nn::ReLU>());
+    net->push_back(std::make_shared<ag::nn::MaxPool2d>(2));
+    net->push_back(std::make_shared<ag::nn::Flatten>());
+    net->push_back(std::make_shared<ag::nn::Linear>(8 * 6 * 6, 32));
+    net->push_back(std::make_shared<ag::nn::ReLU>());
+    net->push_back(std::make_shared<ag::nn::Dropout>(0.25));
+    net->push_back(std::make_shared<ag::nn::Linear>(32, 10));
+    net->to(kGpu);
+    const ag::Tensor x = sym({16, 1, 12, 12}).to(kGpu);
+    const ag::Tensor y = (ag::rand({16}) * 10.0).to(ag::kInt64).to(kGpu);
+    ag::optim::SGD opt(net->parameters(), ag::optim::SGDOptions(0.05).momentum(0.9));
+    ag::amp::GradScaler scaler(ag::amp::GradScalerOptions().enabled(amp));
+    std::vector<double> losses;
+    std::vector<int64_t> direct_per_step;
+    const ag::cuda::CallGraphStats s0 = ag::cuda::call_graph_stats();
+    ag::cuda::CallGraphStats steady;
+    for (int step = 0; step < 12; ++step) {
+      if (step == 9) steady = ag::cuda::call_graph_stats();
+      const int64_t direct0 = ag::cuda::call_graph_stats().direct;
+      if (std::getenv("AMPGRAD_CALL_GRAPHS_TRACE")) std::fprintf(stderr, "step %d (amp %d, kernels %d)\n", step, amp, kernels);
+      const ag::Tensor loss = scaled_step(*net, opt, scaler, x, y, amp);
+      losses.push_back(loss.item<double>());
+      direct_per_step.push_back(ag::cuda::call_graph_stats().direct - direct0);
+    }
+    const ag::cuda::CallGraphStats end = ag::cuda::call_graph_stats();
+    return std::make_tuple(losses, end.direct - steady.direct, end.failed - s0.failed, direct_per_step);
+  };
+  for (bool amp : {false, true}) {
+    CAPTURE(amp);
+    const auto [direct_losses, direct_calls, direct_failed, unused] = train(amp, false);
+    CHECK(direct_calls == 0);  // kernels launched directly, not through run_call; every library call a graph
+    const auto [losses, steady_direct, failed, per_step] = train(amp, true);
+    CAPTURE(per_step);
+    CHECK(steady_direct == 3);  // dropout's mask, once in each of the last three steps
+    CHECK(failed == 0);
+    REQUIRE(losses.size() == direct_losses.size());
+    for (size_t i = 0; i < losses.size(); ++i) CHECK(losses[i] == Approx(direct_losses[i]).epsilon(amp ? 2e-2 : 1e-4));
+  }
+}
+
+TEST_CASE("cuda: kernels launch as graphs only while the device keeps up with the host", "[cuda]") {
+  if (skip_without_cuda()) return;
+  CallGraphs mode(true, true, ag::cuda::KernelGraphs::when_host_bound);
+  ag::manual_seed(fresh_seed());
+  ag::Tensor a = sym({4096}).to(kGpu);
+  const ag::Tensor b = sym({4096}).to(kGpu);
+  const std::vector<double> a0 = a.to_vector<double>(), bv = b.to_vector<double>();
+  auto adds = [&](int n) {
+    const ag::cuda::CallGraphStats s0 = ag::cuda::call_graph_stats();
+    for (int i = 0; i < n; ++i) a.add_(b);
+    return ag::cuda::call_graph_stats().launched - s0.launched;
+  };
+  // A device that keeps up (the host waits for it every 10 launches, never 32 behind): the
+  // repeated add runs as a graph from its third call on.
+  ag::cuda::synchronize();
+  adds(40);
+  int64_t launched = 0;
+  for (int r = 0; r < 20; ++r) {
+    ag::cuda::synchronize();
+    launched += adds(10);
+  }
+  CHECK(launched >= 190);
+  // Tens of milliseconds of GEMMs queued ahead: once the probe's ring holds events recorded
+  // behind them (32 launches), the adds launch directly, past the table.
+  const ag::Tensor m = sym({4096, 4096}).to(kGpu);
+  std::vector<ag::Tensor> keep;
+  for (int i = 0; i < 8; ++i) keep.push_back(ag::mm(m, m));
+  CHECK(adds(300) <= 120);
+  ag::cuda::synchronize();
+  // Either way, the same results: a + 540 b.
+  std::vector<double> expect(a0.size());
+  for (size_t i = 0; i < expect.size(); ++i) expect[i] = a0[i] + 540 * bv[i];
+  check_close(a, expect, 1e-3, 1e-4);
+}
+
+}  // namespace
