@@ -6,6 +6,7 @@
 #include "autograd/node.h"
 #include "ops/ops.h"
 #if AMPGRAD_WITH_CUDA
+#include "cuda/call_graph.h"
 #include "cuda/graph.h"
 #endif
 
@@ -90,6 +91,11 @@ void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph) {
   }
   NoGradGuard no_grad;  // formulas build no graph of their own (no double backward)
   amp::AutocastSuspend no_autocast;  // nor are they recast
+#if AMPGRAD_WITH_CUDA
+  // The forward's calls go to the device now, while the host works out the backward's (Note
+  // [Launch batches] in cuda/call_graph.h).
+  if (root.is_cuda()) cuda::submit_launches(root.device().index);
+#endif
 
   Edge start = gradient_edge(root);
   // Count, for each node, how many edges lead into it from nodes reachable from the root.

@@ -153,6 +153,7 @@ void add_bench(CLI::App& app) {
   auto reps = std::make_shared<int>(30);
   auto fold_ab = std::make_shared<bool>(false);
   auto kernel_graphs_ab = std::make_shared<bool>(false);
+  auto launch_batches_ab = std::make_shared<bool>(false);
   CLI::App* cmd = app.add_subcommand("bench", "Measure each precision's speed and accuracy (matmul, conv, step, optim)");
   cmd->add_option("suite", *suite, "matmul, conv, step, optim or all")
       ->check(CLI::IsMember({"matmul", "conv", "step", "optim", "all"}))->capture_default_str();
@@ -166,10 +167,15 @@ void add_bench(CLI::App& app) {
   cmd->add_flag("--kernel-graphs-ab", *kernel_graphs_ab,
                 "step: also time the eager fp32 and AMP steps with ampgrad's kernels launched directly, not as "
                 "one-kernel CUDA graphs, in turns with the others (what kernel graphs save; CUDA only)");
+  cmd->add_flag("--launch-batches-ab", *launch_batches_ab,
+                "step: also time the eager fp32 and AMP steps with each graph launched at once, not held back "
+                "and submitted as one graph per phase of the step, in turns with the others (what batches "
+                "save; CUDA only)");
   cmd->callback([=] {
     BenchOptions o;
     o.fold_ab = *fold_ab;
     o.kernel_graphs_ab = *kernel_graphs_ab;
+    o.launch_batches_ab = *launch_batches_ab;
     o.device = resolve_device(*device);
     o.quick = *quick;
     o.reps = *reps;

@@ -20,6 +20,10 @@ struct BenchOptions {
   // step: also time eager fp32 and AMP steps with ampgrad's kernels launched directly rather
   // than as graphs (Note [Kernel graphs] in cuda/launch.cuh), in turns (--kernel-graphs-ab).
   bool kernel_graphs_ab = false;
+  // step: also time eager fp32 and AMP steps with every graph launched at once rather than held
+  // back and submitted in batches (Note [Launch batches] in cuda/call_graph.h), in turns
+  // (--launch-batches-ab).
+  bool launch_batches_ab = false;
 };
 
 // Each suite prints its table and returns its rows as JSON objects.

@@ -101,20 +101,26 @@ nlohmann::json bench_step(const BenchOptions& o) {
     return st;
   };
   // The variants timed in turns: fp32 and AMP, eager and graphed; the A/B setups, eager only:
-  // AMP with the scaler's launches apart (--fold-ab), and fp32 and AMP with kernels launched
-  // directly (--kernel-graphs-ab, Note [Kernel graphs] in cuda/launch.cuh). The latter run
-  // the very setups (model, tensors, memory) of the fp32 and AMP rows, so that only the
-  // launches differ.
+  // AMP with the scaler's launches apart (--fold-ab), fp32 and AMP with kernels launched
+  // directly (--kernel-graphs-ab, Note [Kernel graphs] in cuda/launch.cuh), and fp32 and AMP
+  // with graphs launched at once, not in batches (--launch-batches-ab, Note [Launch batches]
+  // in cuda/call_graph.h). The latter two run the very setups (model, tensors, memory) of the
+  // fp32 and AMP rows, so that only the launches differ.
   struct Variant {
     const char* precision;
     bool amp, fold = true, kernel_graphs = true, ab = false;
     int shares = -1;  // the variant whose setup this one steps, or -1 for its own
+    bool batches = true;
   };
   std::vector<Variant> variants = {{"fp32", false}, {"AMP fp16", true}};
   if (o.fold_ab) variants.push_back({"AMP fp16, scaler apart", true, false, true, true});
   if (o.kernel_graphs_ab && o.device.is_cuda()) {
     variants.push_back({"fp32, kernels launched directly", false, true, false, true, 0});
     variants.push_back({"AMP fp16, kernels launched directly", true, true, false, true, 1});
+  }
+  if (o.launch_batches_ab && o.device.is_cuda()) {
+    variants.push_back({"fp32, graphs not batched", false, true, true, true, 0, false});
+    variants.push_back({"AMP fp16, graphs not batched", true, true, true, true, 1, false});
   }
   const size_t nv = variants.size();
   for (const StepCase& c : cases) {
@@ -139,6 +145,15 @@ nlohmann::json bench_step(const BenchOptions& o) {
             cuda::set_kernel_graphs(cuda::KernelGraphs::off);
             s->step();
             cuda::set_kernel_graphs(mode);
+          });
+          continue;
+        }
+        if (!v.batches) {
+          fns.push_back([s] {
+            const bool on = cuda::launch_batches();
+            cuda::set_launch_batches(false);
+            s->step();
+            cuda::set_launch_batches(on);
           });
           continue;
         }

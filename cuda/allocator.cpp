@@ -178,13 +178,15 @@ class CudaAllocator final : public Allocator {
     }
     DeviceGuard guard(dev);
     configure_pool(dev);
-    cudaStream_t stream = current_stream(dev);
+    // Held-back calls (Note [Launch batches]) need not be submitted first: the pool hands out
+    // only memory freed to it, and a free submits them (current_stream below).
+    cudaStream_t stream = launch_stream(dev);
     void* p = nullptr;
     cudaError_t err = cudaMallocAsync(&p, nbytes, stream);
     if (err == cudaErrorMemoryAllocation) {
       (void)cudaGetLastError();  // not sticky: clear it so later checks do not see it
       release_cached(dev);
-      AG_CUDA_CHECK(cudaStreamSynchronize(stream));
+      AG_CUDA_CHECK(cudaStreamSynchronize(current_stream(dev)));
       AG_CUDA_CHECK(cudaMemPoolTrimTo(pool_of(dev), 0));
       err = cudaMallocAsync(&p, nbytes, stream);
     }

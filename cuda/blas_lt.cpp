@@ -215,7 +215,7 @@ bool lt_gemm(const LtGemm& g, void* workspace, size_t workspace_bytes) {
   }
   if (!plan->ok) return false;
   const void* vec = g.bias ? g.bias : g.bias_grad;
-  cudaStream_t stream = current_stream(g.device);
+  cudaStream_t stream = launch_stream(g.device);
   // Everything the call below depends on besides the plan's fixed descriptors (Note [Call graphs]).
   CallKey call;
   call.add(uint64_t{1})  // cuBLASLt

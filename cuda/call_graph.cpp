@@ -60,11 +60,20 @@ namespace {
 
 // Calls of a key that run directly before the next one is captured.
 constexpr int kDirectCalls = 2;
+// Calls held back on a device before they are submitted anyway (Note [Launch batches]).
+constexpr size_t kMaxHeld = 64;
+constexpr int kMaxDevices = 64;
+constexpr int kBatchEntries = 128;
 
+// A key's graph: for a call, captured from its enqueue (the graph kept, for batches); for a
+// batch, composed of the graphs of its calls.
 struct Entry {
   CallKey key;
+  uint64_t id = 0;        // a call's, unique for the process: batches are keyed by these
   int calls = 0;
-  bool never = false;  // its capture failed
+  bool never = false;     // its capture (or composition) failed
+  bool launched = false;  // its graph launched once from run_call: later calls may be held back
+  cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
 };
 
@@ -75,13 +84,86 @@ struct KeyHash {
 // Hashes of keys seen once kept at most (then forgotten, all at once).
 constexpr size_t kSeenOnceMax = 8192;
 
+// A graph no longer in a cache whose call may still be held back: destroyed once nothing is.
+struct Retired {
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+};
+
+// Keys and their graphs, least recently used first out. A key takes a place on its second
+// sighting; the first leaves only its hash (Note [Call graphs]).
+class GraphCache {
+ public:
+  explicit GraphCache(size_t capacity) : capacity_(capacity) {}
+
+  // The key's entry, now the most recently used; nullptr on its first sighting. An entry
+  // pushed out goes to `retired`.
+  Entry* find(const CallKey& key, std::vector<Retired>& retired, bool* first_sighting) {
+    *first_sighting = false;
+    auto it = index_.find(key);
+    if (it != index_.end()) {
+      if (it->second != lru_.begin()) lru_.splice(lru_.begin(), lru_, it->second);
+      return &*it->second;
+    }
+    // (A direct-mapped filter of hashes lost keys for good when two that recur every step
+    // shared a slot.)
+    const size_t h = key.hash();
+    if (seen_once_.erase(h) == 0) {
+      if (seen_once_.size() >= kSeenOnceMax) seen_once_.clear();
+      seen_once_.insert(h);
+      *first_sighting = true;
+      return nullptr;
+    }
+    if (lru_.size() >= capacity_) {
+      Entry& last = lru_.back();
+      retired.push_back({last.graph, last.exec});
+      index_.erase(last.key);
+      lru_.pop_back();
+    }
+    lru_.push_front(Entry{key});
+    lru_.front().calls = 1;  // the first sighting
+    index_.emplace(key, lru_.begin());
+    return &lru_.front();
+  }
+  void clear(std::vector<Retired>& retired) {
+    for (Entry& e : lru_) retired.push_back({e.graph, e.exec});
+    lru_.clear();
+    index_.clear();
+    seen_once_.clear();
+  }
+  size_t size() const { return lru_.size(); }
+
+ private:
+  size_t capacity_;
+  std::unordered_set<size_t> seen_once_;
+  std::list<Entry> lru_;  // most recently used first
+  std::unordered_map<CallKey, std::list<Entry>::iterator, KeyHash> index_;
+};
+
+// A call held back (Note [Launch batches]).
+struct Held {
+  uint64_t id;
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+};
+
+struct HeldCalls {
+  cudaStream_t stream = nullptr;
+  std::vector<Held> calls;
+};
+
 struct Table {
   std::mutex mu;
-  std::unordered_set<size_t> seen_once;
-  std::list<Entry> lru;  // most recently used first
-  std::unordered_map<CallKey, std::list<Entry>::iterator, KeyHash> index;
+  GraphCache calls{kCallGraphEntries};
+  GraphCache batches{kBatchEntries};
+  uint64_t next_id = 0;
+  HeldCalls held[kMaxDevices];
+  std::atomic<size_t> held_count[kMaxDevices] = {};  // held[d].calls.size(), read without the lock
+  size_t held_total = 0;
+  std::vector<Retired> retired;
   CallGraphStats stats;
   std::atomic<bool> enabled{true};
+  std::atomic<bool> batching{true};
   std::atomic<KernelGraphs> kernels{KernelGraphs::when_host_bound};
   bool trace = false;  // AMPGRAD_CALL_GRAPHS_TRACE=1: every new key to stderr
 
@@ -91,15 +173,19 @@ struct Table {
     const char* kenv = std::getenv("AMPGRAD_KERNEL_GRAPHS");
     if (kenv && kenv[0] == '0') kernels = KernelGraphs::off;
     if (kenv && kenv[0] == '1') kernels = KernelGraphs::always;
+    const char* benv = std::getenv("AMPGRAD_LAUNCH_BATCHES");
+    if (benv && benv[0] == '0') batching = false;
     const char* tenv = std::getenv("AMPGRAD_CALL_GRAPHS_TRACE");
     trace = tenv && tenv[0] == '1';
   }
-  void clear() {
-    for (Entry& e : lru)
-      if (e.exec) (void)cudaGraphExecDestroy(e.exec);
-    lru.clear();
-    index.clear();
-    seen_once.clear();
+  // Destroys the graphs pushed out of the caches, once no held call can be one of them.
+  void bury() {
+    if (held_total > 0) return;
+    for (const Retired& r : retired) {
+      if (r.exec) (void)cudaGraphExecDestroy(r.exec);
+      if (r.graph) (void)cudaGraphDestroy(r.graph);
+    }
+    retired.clear();
   }
 };
 
@@ -113,13 +199,13 @@ Table& table() {
 // taking the table's lock again.
 thread_local bool t_capturing = false;
 
-// Captures enqueue's work into a graph of its own and instantiates it; nullptr (with the
-// stream out of capture mode and no work enqueued) if anything fails, enqueue throwing
-// included: a library call that cannot be captured reports an error from inside the capture.
-cudaGraphExec_t capture(cudaStream_t stream, void (*enqueue)(void*), void* ctx) {
+// Captures enqueue's work into a graph of its own and instantiates it; false (with the stream
+// out of capture mode and no work enqueued) if anything fails, enqueue throwing included: a
+// library call that cannot be captured reports an error from inside the capture.
+bool capture(cudaStream_t stream, void (*enqueue)(void*), void* ctx, Entry& e) {
   if (cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
     (void)cudaGetLastError();
-    return nullptr;
+    return false;
   }
   bool threw = false;
   t_capturing = true;
@@ -137,9 +223,100 @@ cudaGraphExec_t capture(cudaStream_t stream, void (*enqueue)(void*), void* ctx) 
   cudaGraphExec_t exec = nullptr;
   // An empty graph means the work went to another stream, i.e. it ran now: never replay that.
   if (ok && cudaGraphInstantiateWithFlags(&exec, graph, 0) != cudaSuccess) exec = nullptr;
-  if (graph) (void)cudaGraphDestroy(graph);
+  (void)cudaGetLastError();
+  if (!exec) {
+    if (graph) (void)cudaGraphDestroy(graph);
+    return false;
+  }
+  e.graph = graph;
+  e.exec = exec;
+  return true;
+}
+
+// One graph whose nodes are the calls' graphs, in order, each after the one before.
+cudaGraphExec_t compose(const std::vector<Held>& calls) {
+  cudaGraph_t g = nullptr;
+  if (cudaGraphCreate(&g, 0) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return nullptr;
+  }
+  cudaGraphNode_t prev = nullptr;
+  bool ok = true;
+  for (const Held& h : calls) {
+    cudaGraphNode_t node = nullptr;
+    ok = cudaGraphAddChildGraphNode(&node, g, prev ? &prev : nullptr, prev ? 1 : 0, h.graph) == cudaSuccess;
+    if (!ok) break;
+    prev = node;
+  }
+  cudaGraphExec_t exec = nullptr;
+  if (ok && cudaGraphInstantiateWithFlags(&exec, g, 0) != cudaSuccess) exec = nullptr;
+  (void)cudaGraphDestroy(g);
   (void)cudaGetLastError();
   return exec;
+}
+
+// Launches a held call's graph. It launched before, so a failure now is the device's: reported.
+void launch_held(const Held& h, cudaStream_t stream) { AG_CUDA_CHECK(cudaGraphLaunch(h.exec, stream)); }
+
+// Submits the calls held back on `device`, as one batch graph where this sequence of calls
+// repeats (Note [Launch batches]). The caller has the device current and holds the lock.
+void submit_locked(Table& t, int device) {
+  if (device < 0 || device >= kMaxDevices) return;
+  HeldCalls& h = t.held[device];
+  if (h.calls.empty()) return;
+  std::vector<Held> calls;
+  calls.swap(h.calls);
+  t.held_total -= calls.size();
+  t.held_count[device].store(0, std::memory_order_relaxed);
+  struct Bury {
+    Table& t;
+    ~Bury() { t.bury(); }
+  } bury{t};
+  if (calls.size() == 1) return launch_held(calls[0], h.stream);
+  CallKey key;
+  key.add(uint64_t{3}).add(static_cast<const void*>(h.stream));  // 3: a batch
+  for (const Held& c : calls) key.add(c.id);
+  bool first = false;
+  Entry* b = t.batches.find(key, t.retired, &first);
+  if (b && !b->exec && !b->never && ++b->calls > kDirectCalls) {
+    b->exec = compose(calls);
+    if (b->exec) {
+      ++t.stats.batches_composed;
+    } else {
+      b->never = true;
+      ++t.stats.failed;
+    }
+  }
+  if (b && b->exec) {
+    if (cudaGraphLaunch(b->exec, h.stream) == cudaSuccess) {
+      ++t.stats.batches;
+      t.stats.batched += static_cast<int64_t>(calls.size());
+      return;
+    }
+    (void)cudaGetLastError();
+    t.retired.push_back({nullptr, b->exec});
+    b->exec = nullptr;
+    b->never = true;
+    ++t.stats.failed;
+  }
+  for (const Held& c : calls) launch_held(c, h.stream);
+}
+
+// Whether kernels go through run_call now, by the mode and the backlog probe's last answer
+// (Note [Kernel graphs]): only then is the host what binds, and are calls held back (Note
+// [Launch batches]). While the device is behind, holding would only delay its work; while
+// kernels launch directly, each of them would submit the calls held before it.
+bool kernels_as_graphs_now(Table& t, int device);
+
+// Holds a call back on `device`, behind those held already.
+void hold(Table& t, int device, cudaStream_t stream, const Entry& e) {
+  HeldCalls& h = t.held[device];
+  if (!h.calls.empty() && h.stream != stream) submit_locked(t, device);
+  h.stream = stream;
+  h.calls.push_back({e.id, e.graph, e.exec});
+  ++t.held_total;
+  t.held_count[device].store(h.calls.size(), std::memory_order_relaxed);
+  if (h.calls.size() >= kMaxHeld) submit_locked(t, device);
 }
 
 // A key seen for the first time, for finding the calls whose keys do not repeat: its hash,
@@ -163,73 +340,90 @@ void trace_new_key(const CallKey& key) {
 void run_call(int device, CUstream_st* stream, const CallKey& key, void (*enqueue)(void*), void* ctx) {
   if (t_capturing) return enqueue(ctx);
   Table& t = table();
-  auto direct = [&](std::unique_lock<std::mutex>& lock) {
+  std::unique_lock<std::mutex> lock(t.mu);
+  // Run directly: after the calls held back, which come first in stream order.
+  auto direct = [&] {
     ++t.stats.direct;
+    submit_locked(t, device);
     lock.unlock();
     enqueue(ctx);
   };
-  std::unique_lock<std::mutex> lock(t.mu);
-  if (!t.enabled.load(std::memory_order_relaxed) || capturing(device)) return direct(lock);
-  auto it = t.index.find(key);
-  if (it == t.index.end()) {
-    // A key enters the table on its second sighting (Note [Call graphs]): keys seen once
-    // (a kernel argument that changes every call) must not push out the graphs of keys that
-    // repeat. The first sighting leaves only its hash. (A direct-mapped filter of hashes
-    // lost keys for good when two that recur every step shared a slot.)
-    const size_t h = key.hash();
-    if (t.seen_once.erase(h) == 0) {
-      if (t.seen_once.size() >= kSeenOnceMax) t.seen_once.clear();
-      t.seen_once.insert(h);
-      if (t.trace) trace_new_key(key);
-      return direct(lock);
-    }
-    if (static_cast<int>(t.lru.size()) >= kCallGraphEntries) {
-      Entry& last = t.lru.back();
-      if (last.exec) (void)cudaGraphExecDestroy(last.exec);
-      t.index.erase(last.key);
-      t.lru.pop_back();
-    }
-    t.lru.push_front(Entry{key, 1});
-    it = t.index.emplace(key, t.lru.begin()).first;
-  } else if (it->second != t.lru.begin()) {
-    t.lru.splice(t.lru.begin(), t.lru, it->second);
+  if (!t.enabled.load(std::memory_order_relaxed) || capturing(device)) return direct();
+  bool first = false;
+  Entry* e = t.calls.find(key, t.retired, &first);
+  if (!e) {
+    if (first && t.trace) trace_new_key(key);
+    return direct();
   }
-  Entry& e = *it->second;
-  if (!e.exec) {
-    if (e.never || ++e.calls <= kDirectCalls) return direct(lock);
+  if (!e->exec) {
+    if (e->never || ++e->calls <= kDirectCalls) return direct();
     // An error already pending would surface inside the capture and be cleared with it: let
     // the direct call report it, and capture another time.
     if (cudaPeekAtLastError() != cudaSuccess) {
-      --e.calls;
-      return direct(lock);
+      --e->calls;
+      return direct();
     }
     // Captured under the lock; other threads must not queue work on this stream meanwhile,
     // which ampgrad's one-thread-at-a-time rule ensures (Note [CUDA stream]): their work would
-    // join the capture.
-    e.exec = capture(stream, enqueue, ctx);
-    if (!e.exec) {
-      e.never = true;
+    // join the capture. Capturing queues nothing, so calls held back may stay held.
+    if (!capture(stream, enqueue, ctx, *e)) {
+      e->never = true;
       ++t.stats.failed;
-      return direct(lock);  // the failed capture enqueued nothing; a real error throws here
+      return direct();  // the failed capture enqueued nothing; a real error throws here
     }
+    e->id = ++t.next_id;
     ++t.stats.captured;
   }
-  if (cudaGraphLaunch(e.exec, stream) != cudaSuccess) {
-    (void)cudaGetLastError();
-    (void)cudaGraphExecDestroy(e.exec);
-    e.exec = nullptr;
-    e.never = true;
-    ++t.stats.failed;
-    return direct(lock);  // the launch queued nothing; a device error throws from the direct call
+  if (e->launched && t.batching.load(std::memory_order_relaxed) && device >= 0 && device < kMaxDevices &&
+      kernels_as_graphs_now(t, device)) {
+    hold(t, device, stream, *e);
+    ++t.stats.launched;
+    return;
   }
+  submit_locked(t, device);
+  if (cudaGraphLaunch(e->exec, stream) != cudaSuccess) {
+    (void)cudaGetLastError();
+    t.retired.push_back({e->graph, e->exec});
+    e->graph = nullptr;
+    e->exec = nullptr;
+    e->never = true;
+    ++t.stats.failed;
+    t.bury();
+    return direct();  // the launch queued nothing; a device error throws from the direct call
+  }
+  e->launched = true;
   ++t.stats.launched;
 }
+
+void submit_launches(int device) {
+  // Inside a call's capture (a library's work asking for the stream) nothing may join it.
+  if (t_capturing || device < 0 || device >= kMaxDevices) return;
+  Table& t = table();
+  if (t.held_count[device].load(std::memory_order_relaxed) == 0) return;
+  DeviceGuard guard(device);
+  std::lock_guard<std::mutex> lock(t.mu);
+  submit_locked(t, device);
+}
+
+void set_launch_batches(bool enabled) {
+  Table& t = table();
+  std::lock_guard<std::mutex> lock(t.mu);
+  t.batching = enabled;
+  if (!enabled)
+    for (int d = 0; d < kMaxDevices; ++d)
+      if (!t.held[d].calls.empty()) {
+        DeviceGuard guard(d);
+        submit_locked(t, d);
+      }
+}
+
+bool launch_batches() { return table().batching.load(std::memory_order_relaxed); }
 
 CallGraphStats call_graph_stats() {
   Table& t = table();
   std::lock_guard<std::mutex> lock(t.mu);
   CallGraphStats s = t.stats;
-  s.entries = static_cast<int64_t>(t.lru.size());
+  s.entries = static_cast<int64_t>(t.calls.size());
   return s;
 }
 
@@ -237,7 +431,16 @@ void set_call_graphs_enabled(bool enabled) {
   Table& t = table();
   std::lock_guard<std::mutex> lock(t.mu);
   t.enabled = enabled;
-  if (!enabled) t.clear();
+  if (!enabled) {
+    for (int d = 0; d < kMaxDevices; ++d)
+      if (!t.held[d].calls.empty()) {
+        DeviceGuard guard(d);
+        submit_locked(t, d);
+      }
+    t.calls.clear(t.retired);
+    t.batches.clear(t.retired);
+    t.bury();
+  }
 }
 
 bool call_graphs_enabled() { return table().enabled.load(std::memory_order_relaxed); }
@@ -254,19 +457,18 @@ namespace {
 // that far behind the host and launches go directly until the next probe.
 constexpr int kProbeLaunches = 16;
 constexpr int kProbeEvents = 2;
-constexpr int kMaxProbeDevices = 64;
 
 struct Backlog {
   std::mutex mu;
   int launches = 0;
   int next = 0;
-  bool behind = false;
+  std::atomic<bool> behind{false};  // read without the lock by kernels_as_graphs_now
   cudaStream_t stream = nullptr;
   cudaEvent_t events[kProbeEvents] = {};
 };
 
 Backlog& backlog(int device) {
-  static auto* all = new Backlog[kMaxProbeDevices];  // leaked: events outlive static destruction
+  static auto* all = new Backlog[kMaxDevices];  // leaked: events outlive static destruction
   return all[device];
 }
 
@@ -309,10 +511,18 @@ bool device_behind(int device, cudaStream_t stream) {
 
 }  // namespace
 
+namespace {
+bool kernels_as_graphs_now(Table& t, int device) {
+  const KernelGraphs mode = t.kernels.load(std::memory_order_relaxed);
+  if (mode != KernelGraphs::when_host_bound) return mode == KernelGraphs::always;
+  return device >= kMaxDevices || !backlog(device).behind.load(std::memory_order_relaxed);
+}
+}  // namespace
+
 bool launch_kernels_as_graphs(int device, CUstream_st* stream) {
   const KernelGraphs mode = kernel_graphs();
   if (mode == KernelGraphs::off || !call_graphs_enabled() || t_capturing || capturing(device)) return false;
-  if (mode == KernelGraphs::always || device < 0 || device >= kMaxProbeDevices) return true;
+  if (mode == KernelGraphs::always || device < 0 || device >= kMaxDevices) return true;
   return !device_behind(device, stream);
 }
 

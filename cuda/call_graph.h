@@ -41,6 +41,41 @@ namespace ampgrad::cuda {
 // (torch.cuda.graphs), which ampgrad has too (Note [CUDA graphs]); this keeps eager steps fast.
 // ampgrad's own kernels go through run_call as well while the host binds (Note [Kernel
 // graphs] in cuda/launch.cuh): a kernel launch is keyed by the kernel and its arguments.
+// Calls whose graph has launched before are held back and submitted together, as one graph
+// once the sequence repeats (Note [Launch batches]).
+
+// Note [Launch batches]
+// With every call of a small network's step a graph launch, the host's time went to the
+// launches themselves: 15 graph launches at 1.5-2.5 us were 39 % of the small MLP's AMP step
+// (benchmarks/host_profile.py). One graph holding a whole phase of the step (its forward; its
+// backward and optimizer step) launches in about the time of one of them. So run_call, for a
+// key whose graph has launched before, does not launch it: it holds the call back, in order,
+// on its device (HeldCalls). The held calls are submitted when anything else is about to
+// reach the stream or the host is about to look at it:
+//   - a call that runs directly, or the first launch of a new graph (run_call), a kernel
+//     launched directly (launch(), launch_cooperative()), a byte copy or fill, a cuBLAS or
+//     cuDNN call outside run_call: they call submit_launches() before they enqueue;
+//   - anyone taking the stream from current_stream(): copies to and from the host, events,
+//     synchronization, NCCL, the allocator's frees to the pool, a CudaGraph's capture and
+//     replay, and code outside the library that queues its own work on ampgrad's stream;
+//     launch_stream() is the stream without that, for the launch paths above only;
+//   - synchronize();
+//   - the phases of a step: backward() submits the forward's calls before it starts, and an
+//     optimizer's step() submits the backward's and its own when it ends;
+//   - kMaxHeld calls held.
+// The work reaches the stream in the order it was asked for, only later, and nothing can look
+// at the stream or the memory in between; so results are those of immediate launches. The
+// submitted sequence is keyed like a call, by the ids of its calls' graphs: its first two
+// sightings launch the graphs one by one, the third composes one graph of them (each a child
+// graph node after the one before) and launches it, and later sightings launch that graph.
+// A graph pushed out of the table while its call is held is destroyed after the call is
+// submitted. A held graph that fails to launch (it launched before) reports the device's error.
+// What it costs: the device starts a phase's work when the phase's last call is asked for,
+// not at its first. So calls are held only while kernels go through run_call (Note [Kernel
+// graphs]): while the host binds, the host time saved is worth more; while the device is
+// behind, holding would only delay its work (and kernels launched directly would submit the
+// held calls every few calls anyway).
+// set_launch_batches(false) or AMPGRAD_LAUNCH_BATCHES=0 launches every graph at once.
 
 // Everything that determines what a call enqueues, as 64-bit words: a GEMM's few dozen, a
 // kernel's arguments (Note [Kernel graphs] in cuda/launch.cuh) up to a few hundred. Keys of up
@@ -104,8 +139,11 @@ struct CallGraphStats {
   int64_t direct = 0;     // calls run directly (first sightings, failed keys, captures, disabled)
   int64_t captured = 0;   // graphs captured
   int64_t launched = 0;   // calls run as a graph launch (captures included)
-  int64_t failed = 0;     // captures or graph launches that failed; their keys run directly from then on
+  int64_t failed = 0;     // captures, compositions or graph launches that failed; their keys run directly from then on
   int64_t entries = 0;    // keys in the table now
+  int64_t batches = 0;    // batch graphs launched (Note [Launch batches])
+  int64_t batched = 0;    // calls that ran inside them (counted in launched when they were held)
+  int64_t batches_composed = 0;
 };
 CallGraphStats call_graph_stats();
 // On by default; AMPGRAD_CALL_GRAPHS=0 turns it off at start. Turning it off destroys the graphs.
@@ -122,5 +160,12 @@ KernelGraphs kernel_graphs();
 // call graphs on, no CudaGraph capturing, and (when_host_bound) the device not far behind
 // the host (Note [Kernel graphs]). Cheap: it looks at the device every kProbeLaunches calls.
 bool launch_kernels_as_graphs(int device, CUstream_st* stream);
+
+// Submits the calls held back on `device` (Note [Launch batches]): before work that does not
+// go through run_call reaches its stream, and at the end of a step's phases. Cheap when none are.
+void submit_launches(int device);
+// On by default; AMPGRAD_LAUNCH_BATCHES=0 turns it off at start. Turning it off submits what is held.
+void set_launch_batches(bool enabled);
+bool launch_batches();
 
 }  // namespace ampgrad::cuda

@@ -145,7 +145,7 @@ class KernelContext {
   explicit KernelContext(const Tensor& t)
       : guard_(t.device().index),
         device(t.device().index),
-        stream(current_stream(t.device().index)),
+        stream(launch_stream(t.device().index)),  // Note [Launch batches]
         sm_count(device_properties(t.device().index).sm_count) {}
   KernelContext(const KernelContext&) = delete;
   KernelContext& operator=(const KernelContext&) = delete;

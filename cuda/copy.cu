@@ -76,7 +76,13 @@ void copy(const Tensor& dst, const Tensor& src) {
   KernelContext ctx(dst);
   const bool flat = flat_together({&dst, &src});
   if (dst.dtype() == src.dtype() && flat) {
-    AG_CUDA_CHECK(cudaMemcpyAsync(dst.data_ptr(), src.data_ptr(), dst.nbytes(), cudaMemcpyDeviceToDevice, ctx.stream));
+    // A byte copy goes through run_call like a kernel (Note [Kernel graphs]).
+    void* d = dst.data_ptr();
+    const void* s = src.data_ptr();
+    const size_t n = dst.nbytes();
+    CallKey key;
+    key.add(uint64_t{5}).add(d).add(s).add(uint64_t{n}).add(static_cast<const void*>(ctx.stream));  // 5: a copy
+    launch_stream_op(ctx, key, [&] { AG_CUDA_CHECK(cudaMemcpyAsync(d, s, n, cudaMemcpyDeviceToDevice, ctx.stream)); });
     return;
   }
   auto g = make_geometry<2>(dst.shape(), {&dst.strides(), &src.strides()});
@@ -119,7 +125,12 @@ void fill(const Tensor& dst, double value) {
   bool bytes_equal = true;  // e.g. zero: a memset does it
   for (size_t b = 1; b < es; ++b) bytes_equal = bytes_equal && ((bits >> (8 * b)) & 0xff) == (bits & 0xff);
   if (dst.is_contiguous() && bytes_equal) {
-    AG_CUDA_CHECK(cudaMemsetAsync(dst.data_ptr(), static_cast<int>(bits & 0xff), dst.nbytes(), ctx.stream));
+    void* d = dst.data_ptr();
+    const int byte = static_cast<int>(bits & 0xff);
+    const size_t n = dst.nbytes();
+    CallKey key;
+    key.add(uint64_t{4}).add(d).add(uint64_t(byte)).add(uint64_t{n}).add(static_cast<const void*>(ctx.stream));  // 4: a fill
+    launch_stream_op(ctx, key, [&] { AG_CUDA_CHECK(cudaMemsetAsync(d, byte, n, ctx.stream)); });
     return;
   }
   auto g = make_geometry<1>(dst.shape(), {&dst.strides()});

@@ -508,10 +508,11 @@ bool run_conv(const ConvGeometry& g, void* x, void* w, void* y, bool benchmark, 
   // Only cached plans, which live as long as the process: a key's plan address must not be
   // reused by another plan (the out-of-memory fallback's plan is freed after the call).
   if (plan != e.plan) {
+    submit_launches(g.device);  // the calls held back come first (Note [Launch batches])
     execute(h, *plan, x, w, y, wsp);
     return true;
   }
-  cudaStream_t stream = current_stream(g.device);
+  cudaStream_t stream = launch_stream(g.device);
   CallKey call;
   call.add(uint64_t{2}).add(plan.get()).add(x).add(w).add(y).add(wsp).add(stream);
   run_call(g.device, stream, call, [&] { execute(h, *plan, x, w, y, wsp); });

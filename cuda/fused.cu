@@ -566,6 +566,7 @@ bool launch_cooperative(const KernelContext& ctx, void (*kernel)(Params...), dim
     else (void)cudaGetLastError();
   };
   if (!launch_kernels_as_graphs(ctx.device, ctx.stream)) {
+    submit_launches(ctx.device);  // the calls held back come first (Note [Launch batches])
     enqueue();
   } else {
     CallKey key;

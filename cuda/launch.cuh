@@ -60,7 +60,10 @@ void launch(const KernelContext& ctx, void (*kernel)(P...), dim3 grid, dim3 bloc
     std::apply([&](const auto&... p) { kernel<<<grid, block, smem, ctx.stream>>>(p...); }, params);
     AG_CUDA_CHECK_LAUNCH();
   };
-  if (!launch_kernels_as_graphs(ctx.device, ctx.stream)) return enqueue();
+  if (!launch_kernels_as_graphs(ctx.device, ctx.stream)) {
+    submit_launches(ctx.device);  // the calls held back come first (Note [Launch batches])
+    return enqueue();
+  }
   CallKey key;
   key.add(reinterpret_cast<const void*>(kernel))
       .add(uint64_t{grid.x} | uint64_t{grid.y} << 32)
@@ -69,6 +72,17 @@ void launch(const KernelContext& ctx, void (*kernel)(P...), dim3 grid, dim3 bloc
       .add(static_cast<uint64_t>(smem))
       .add(static_cast<const void*>(ctx.stream));
   std::apply([&](const auto&... p) { (detail::add_argument(key, p), ...); }, params);
+  run_call(ctx.device, ctx.stream, key, enqueue);
+}
+
+// A byte copy or fill on ctx.stream (enqueue), keyed by `key`: like a kernel, as a graph when
+// it repeats while kernels go through run_call, else directly.
+template <class F>
+void launch_stream_op(const KernelContext& ctx, const CallKey& key, F&& enqueue) {
+  if (!launch_kernels_as_graphs(ctx.device, ctx.stream)) {
+    submit_launches(ctx.device);  // the calls held back come first (Note [Launch batches])
+    return enqueue();
+  }
   run_call(ctx.device, ctx.stream, key, enqueue);
 }
 

@@ -6,6 +6,7 @@
 
 #include "core/config.h"
 #include "cuda/blas_lt.h"
+#include "cuda/call_graph.h"
 #include "cuda/check.h"
 #include "cuda/kernels.h"
 #include "cuda/runtime.h"
@@ -180,6 +181,7 @@ bool run_gemm(const Tensor& a, const Tensor& bm, const Tensor& out, double alpha
   const void* alpha_p = f64 ? static_cast<const void*>(&alpha) : static_cast<const void*>(&alpha_f);
   const void* beta_p = f64 ? static_cast<const void*>(&beta) : static_cast<const void*>(&beta_f);
 
+  submit_launches(device);  // the calls held back come first (Note [Launch batches])
   AG_CUBLAS_CHECK(cublasGemmStridedBatchedEx_64(blas.handle, ob.op, oa.op, n, m, k, alpha_p, tb.data_ptr(), type, ob.ld,
                                                 vb.sb, ta.data_ptr(), type, oa.ld, va.sb, beta_p,
                                                 out.data_ptr(), out_type, n, m * n, batch, compute, CUBLAS_GEMM_DEFAULT));

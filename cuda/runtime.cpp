@@ -5,6 +5,7 @@
 #include <memory>
 #include <mutex>
 
+#include "cuda/call_graph.h"
 #include "cuda/check.h"
 
 namespace ampgrad::cuda {
@@ -101,6 +102,12 @@ void set_device(int device) {
 
 CUstream_st* current_stream(int device) {
   if (device < 0) device = current_device();
+  CUstream_st* s = launch_stream(device);
+  submit_launches(device);
+  return s;
+}
+
+CUstream_st* launch_stream(int device) {
   DeviceState& st = state_of(device);
   std::call_once(st.stream_once, [&] {
     DeviceGuard guard(device);
@@ -111,7 +118,10 @@ CUstream_st* current_stream(int device) {
   return st.stream;
 }
 
-void synchronize() { AG_CUDA_CHECK(cudaDeviceSynchronize()); }
+void synchronize() {
+  submit_launches(current_device());
+  AG_CUDA_CHECK(cudaDeviceSynchronize());
+}
 
 namespace {
 // The device that owns a device pointer (copies run on that device's stream); for anything

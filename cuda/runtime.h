@@ -52,7 +52,12 @@ void set_device(int device);
 // (Note [CUDA allocator]). Non-blocking means it does not synchronize with the legacy default
 // stream: code that mixes ampgrad with its own CUDA work on another stream must call
 // synchronize() (or use current_stream()) to order the two.
+// current_stream() first submits the calls ampgrad holds back (Note [Launch batches] in
+// cuda/call_graph.h), so that work queued on the stream it returns comes after them.
 CUstream_st* current_stream(int device = -1);  // -1: the current device
+// The same stream without submitting them: for the launch paths of cuda/ only, which go
+// through run_call or call submit_launches() before they enqueue anything themselves.
+CUstream_st* launch_stream(int device);
 // Waits for all work on the current device.
 void synchronize();
 

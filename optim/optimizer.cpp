@@ -8,6 +8,7 @@
 #include "core/fused_kernels.h"
 #include "ops/ops.h"
 #if AMPGRAD_WITH_CUDA
+#include "cuda/call_graph.h"
 #include "cuda/fused_kernels.h"
 #endif
 
@@ -107,6 +108,11 @@ void Optimizer::step_gated(const Tensor& found_inf, const Tensor& inv_scale, con
     s.check_grads = check_grads;
     fused_step(g, s, idx);
     step_written(s);
+#if AMPGRAD_WITH_CUDA
+    // A phase of the step ends: its calls, and the backward's, go to the device now (Note
+    // [Launch batches] in cuda/call_graph.h).
+    if (s.params[0].is_cuda()) cuda::submit_launches(s.params[0].device().index);
+#endif
   }
 }
 

@@ -1,6 +1,9 @@
 // Call graphs and kernel graphs (Note [Call graphs] in cuda/call_graph.h, Note [Kernel graphs]
 // in cuda/launch.cuh): keys, the table, captures that fail, and training steps whose library
-// calls and kernels launch as graphs, bitwise equal to direct launches.
+// calls and kernels launch as graphs, bitwise equal to direct launches; graphs held back and
+// submitted in batches (Note [Launch batches]).
+#include <cuda_runtime_api.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -19,20 +22,27 @@ ag::Tensor sym(const ag::Shape& s) { return ag::rand(s) * 2.0 - 1.0; }
 // Sets the process-wide switches, starting from an empty table (turning it off empties it), and
 // restores them when a test leaves, also on failure. Kernels launch directly unless `kernels`
 // (Note [Kernel graphs]), so that the library-call tests count library calls only, and with
-// `kernels` always through run_call, whatever the device's backlog.
+// `kernels` always through run_call, whatever the device's backlog. Graphs that launched before
+// are held back and submitted in batches (Note [Launch batches]) unless `batches` is false.
 struct CallGraphs {
-  explicit CallGraphs(bool on, bool kernels = false, ag::cuda::KernelGraphs mode = ag::cuda::KernelGraphs::always)
-      : prev(ag::cuda::call_graphs_enabled()), prev_kernels(ag::cuda::kernel_graphs()) {
+  explicit CallGraphs(bool on, bool kernels = false, ag::cuda::KernelGraphs mode = ag::cuda::KernelGraphs::always,
+                      bool batches = true)
+      : prev(ag::cuda::call_graphs_enabled()),
+        prev_kernels(ag::cuda::kernel_graphs()),
+        prev_batches(ag::cuda::launch_batches()) {
     ag::cuda::set_call_graphs_enabled(false);
     ag::cuda::set_call_graphs_enabled(on);
     ag::cuda::set_kernel_graphs(kernels ? mode : ag::cuda::KernelGraphs::off);
+    ag::cuda::set_launch_batches(batches);
   }
   ~CallGraphs() {
     ag::cuda::set_call_graphs_enabled(prev);
     ag::cuda::set_kernel_graphs(prev_kernels);
+    ag::cuda::set_launch_batches(prev_batches);
   }
   bool prev;
   ag::cuda::KernelGraphs prev_kernels;
+  bool prev_batches;
 };
 
 TEST_CASE("cuda: call keys compare every word, in order, inline and spilled") {
@@ -347,6 +357,138 @@ TEST_CASE("cuda: kernels launch as graphs only while the device keeps up with th
   std::vector<double> expect(a0.size());
   for (size_t i = 0; i < expect.size(); ++i) expect[i] = a0[i] + 540 * bv[i];
   check_close(a, expect, 1e-3, 1e-4);
+}
+
+TEST_CASE("cuda: a training step's calls are submitted as batches, bitwise equal to launching each", "[cuda]") {
+  if (skip_without_cuda()) return;
+  // Note [Launch batches]: with every call a graph, a step's forward is submitted as one batch
+  // graph when backward() starts, and its backward and optimizer step as another when the
+  // step ends; results are those of graphs launched one by one, and of direct launches. (With
+  // AMP a step's sequences repeat every second step: the scaler's folded update writes the
+  // scale into a fresh tensor each step, so the loss scale's product alternates between two.)
+  const uint64_t seed = fresh_seed();
+  INFO("seed " << seed);
+  constexpr int kSteps = 20, kSteady = 4;
+  struct Run {
+    std::vector<double> losses, params;
+    ag::cuda::CallGraphStats steady;  // of the last kSteady steps
+  };
+  auto train = [&](bool amp, bool graphs, bool batches) {
+    CallGraphs mode(graphs, true, ag::cuda::KernelGraphs::always, batches);
+    ag::manual_seed(seed);
+    auto net = std::make_shared<ag::nn::Sequential>();
+    net->push_back(std::make_shared<ag::nn::Linear>(40, 64));
+    net->push_back(std::make_shared<ag::nn::ReLU>());
+    net->push_back(std::make_shared<ag::nn::Linear>(64, 64));
+    net->push_back(std::make_shared<ag::nn::ReLU>());
+    net->push_back(std::make_shared<ag::nn::Linear>(64, 10));
+    net->to(kGpu);
+    const ag::Tensor x = sym({32, 40}).to(kGpu);
+    const ag::Tensor y = (ag::rand({32}) * 10.0).to(ag::kInt64).to(kGpu);
+    ag::optim::SGD opt(net->parameters(), ag::optim::SGDOptions(0.05).momentum(0.9));
+    ag::amp::GradScaler scaler(ag::amp::GradScalerOptions().enabled(amp));
+    Run run;
+    const int64_t failed0 = ag::cuda::call_graph_stats().failed;
+    ag::cuda::CallGraphStats s0;
+    for (int step = 0; step < kSteps; ++step) {
+      if (step == kSteps - kSteady) s0 = ag::cuda::call_graph_stats();
+      const ag::Tensor loss = scaled_step(*net, opt, scaler, x, y, amp);
+      run.losses.push_back(loss.item<double>());  // a copy to the host: submits what is held
+    }
+    const ag::cuda::CallGraphStats s1 = ag::cuda::call_graph_stats();
+    run.steady.direct = s1.direct - s0.direct;
+    run.steady.launched = s1.launched - s0.launched;
+    run.steady.batches = s1.batches - s0.batches;
+    run.steady.batched = s1.batched - s0.batched;
+    run.steady.failed = s1.failed - failed0;
+    for (const ag::Tensor& p : net->parameters())
+      for (double v : p.to_vector<double>()) run.params.push_back(v);
+    return run;
+  };
+  for (bool amp : {false, true}) {
+    CAPTURE(amp);
+    const Run direct = train(amp, false, false), one_by_one = train(amp, true, false), batched = train(amp, true, true);
+    const ag::cuda::CallGraphStats& s = batched.steady;
+    INFO("steady state: launched " << s.launched << ", batches " << s.batches << ", batched " << s.batched
+                                   << ", direct " << s.direct << ", failed " << s.failed);
+    CHECK(one_by_one.steady.batches == 0);
+    CHECK(s.direct == 0);
+    CHECK(s.failed == 0);
+    // Two batches a step (the forward; the backward and the step), every call inside one but
+    // what the loss's read to the host asks for after the step.
+    CHECK(s.batches == 2 * kSteady);
+    CHECK(s.batched >= s.launched - kSteady);
+    CHECK(s.launched == one_by_one.steady.launched);
+    CHECK(batched.losses == direct.losses);
+    CHECK(batched.params == direct.params);
+    CHECK(one_by_one.losses == direct.losses);
+    CHECK(direct.losses.back() < direct.losses.front());
+  }
+}
+
+TEST_CASE("cuda: held-back calls reach the stream before anything else looks at it", "[cuda]") {
+  if (skip_without_cuda()) return;
+  CallGraphs mode(true, true, ag::cuda::KernelGraphs::always, true);
+  ag::manual_seed(fresh_seed());
+  const int64_t n = 3000;
+  ag::Tensor b = sym({n}).to(kGpu), c = ag::empty({n}, ag::TensorOptions().device(kGpu));
+  std::vector<double> expect_b = b.to_vector<double>(), expect_c(n);
+  // Each round: two kernels, a byte copy and a kernel, on fixed buffers: the same four keys
+  // every round, held back from the fourth round on, a batch from the sixth.
+  auto round = [&] {
+    b.mul_(0.75);
+    b.add_(0.25);
+    c.copy_(b);
+    c.mul_(2.0);
+    for (int64_t i = 0; i < n; ++i) {
+      expect_b[i] = static_cast<double>(static_cast<float>(static_cast<float>(expect_b[i]) * 0.75f) + 0.25f);
+      expect_c[i] = static_cast<double>(static_cast<float>(expect_b[i]) * 2.0f);
+    }
+  };
+  const ag::cuda::CallGraphStats s0 = ag::cuda::call_graph_stats();
+  for (int r = 0; r < 10; ++r) {
+    round();
+    // The host reads: what was held is submitted first.
+    check_close(c, expect_c, 1e-6, 1e-6);
+  }
+  const ag::cuda::CallGraphStats s1 = ag::cuda::call_graph_stats();
+  CHECK(s1.batches - s0.batches >= 4);
+  CHECK(s1.failed == s0.failed);
+  // Code outside the library queuing its own work on the stream current_stream() returns.
+  round();
+  std::vector<float> host(static_cast<size_t>(n));
+  cudaStream_t stream = ag::cuda::current_stream();
+  REQUIRE(cudaMemcpyAsync(host.data(), c.data_ptr(), n * sizeof(float), cudaMemcpyDeviceToHost, stream) == cudaSuccess);
+  REQUIRE(cudaStreamSynchronize(stream) == cudaSuccess);
+  auto host_close = [&] {
+    for (int64_t i = 0; i < n; ++i) REQUIRE(host[static_cast<size_t>(i)] == Approx(expect_c[i]).epsilon(1e-6));
+  };
+  host_close();
+  // synchronize() submits too.
+  round();
+  ag::cuda::synchronize();
+  REQUIRE(cudaMemcpy(host.data(), c.data_ptr(), n * sizeof(float), cudaMemcpyDeviceToHost) == cudaSuccess);
+  host_close();
+  // A CudaGraph capture starts after them (it runs nothing itself) and replays without them.
+  round();
+  ag::cuda::CudaGraph graph;
+  graph.capture([&] { c.mul_(2.0); });
+  graph.replay();
+  for (int64_t i = 0; i < n; ++i) expect_c[i] = static_cast<double>(static_cast<float>(expect_c[i]) * 2.0f);
+  check_close(c, expect_c, 1e-6, 1e-6);
+}
+
+TEST_CASE("cuda: turning call graphs or batches off submits the calls held back", "[cuda]") {
+  if (skip_without_cuda()) return;
+  CallGraphs mode(true, true, ag::cuda::KernelGraphs::always, true);
+  ag::Tensor t = ag::full({64}, 1.5, ag::TensorOptions().device(kGpu));
+  for (int i = 0; i < 8; ++i) t.add_(1.0);  // held back from the fourth on
+  ag::cuda::set_launch_batches(false);
+  ag::cuda::set_launch_batches(true);
+  for (int i = 0; i < 8; ++i) t.add_(1.0);
+  ag::cuda::set_call_graphs_enabled(false);  // destroys the table's graphs: after submitting
+  ag::cuda::set_call_graphs_enabled(true);
+  check_close(t, std::vector<double>(64, 17.5), 0, 0);
 }
 
 }  // namespace
