@@ -53,6 +53,8 @@ inline Timings time_interleaved(Device dev, const std::vector<std::function<void
   };
 #if AMPGRAD_WITH_CUDA
   if (dev.is_cuda()) {
+    // The stream is taken again before every event: current_stream() submits the calls held
+    // back (Note [Launch batches] in cuda/call_graph.h), which belong to the sample before it.
     cudaStream_t s = cuda::current_stream(dev.index);
     cudaEvent_t a, b;
     AG_CUDA_CHECK(cudaEventCreate(&a));
@@ -61,9 +63,10 @@ inline Timings time_interleaved(Device dev, const std::vector<std::function<void
     for (int r = 0; r < reps; ++r) {
       for (size_t j = 0; j < n; ++j) {
         const size_t v = (static_cast<size_t>(r) + j) % n;
-        AG_CUDA_CHECK(cudaEventRecord(a, s));
+        AG_CUDA_CHECK(cudaEventRecord(a, cuda::current_stream(dev.index)));
         const auto t0 = std::chrono::steady_clock::now();
         for (int c = 0; c < calls; ++c) fns[v]();
+        s = cuda::current_stream(dev.index);
         host[v].push_back(since(t0) / calls);
         AG_CUDA_CHECK(cudaEventRecord(b, s));
         AG_CUDA_CHECK(cudaEventSynchronize(b));

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/storage.h"
+#include "cuda/call_graph.h"
 #include "cuda/check.h"
 #include "cuda/runtime.h"
 
@@ -179,7 +180,8 @@ class CudaAllocator final : public Allocator {
     DeviceGuard guard(dev);
     configure_pool(dev);
     // Held-back calls (Note [Launch batches]) need not be submitted first: the pool hands out
-    // only memory freed to it, and a free submits them (current_stream below).
+    // only memory freed to it, and a free to the pool submits them (deallocate). A block freed
+    // to the host cache is handed out again by the same stream's later work, after them.
     cudaStream_t stream = launch_stream(dev);
     void* p = nullptr;
     cudaError_t err = cudaMallocAsync(&p, nbytes, stream);
@@ -243,10 +245,12 @@ class CudaAllocator final : public Allocator {
     }
     cudaStream_t stream = nullptr;
     try {
-      stream = current_stream(dev);  // exists: the block was allocated on it
+      stream = launch_stream(dev);  // exists: the block was allocated on it
     } catch (...) {
       return;
     }
+    // Calls held back (Note [Launch batches]) may use the block: they go first.
+    try_submit_launches(dev);
     // Fails harmlessly at process exit once the runtime is unloading; clear the error so the
     // next launch check does not report it.
     if (cudaFreeAsync(ptr, stream) != cudaSuccess) (void)cudaGetLastError();

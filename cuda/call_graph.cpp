@@ -10,9 +10,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <list>
+#include <string>
 #include <mutex>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 
 #include "cuda/check.h"
 #include "cuda/graph.h"
@@ -60,8 +62,6 @@ namespace {
 
 // Calls of a key that run directly before the next one is captured.
 constexpr int kDirectCalls = 2;
-// Calls held back on a device before they are submitted anyway (Note [Launch batches]).
-constexpr size_t kMaxHeld = 64;
 constexpr int kMaxDevices = 64;
 constexpr int kBatchEntries = 128;
 
@@ -73,6 +73,7 @@ struct Entry {
   int calls = 0;
   bool never = false;     // its capture (or composition) failed
   bool launched = false;  // its graph launched once from run_call: later calls may be held back
+  int device = -1;        // whose stream it was captured on (keys hold the stream)
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
 };
@@ -84,8 +85,10 @@ struct KeyHash {
 // Hashes of keys seen once kept at most (then forgotten, all at once).
 constexpr size_t kSeenOnceMax = 8192;
 
-// A graph no longer in a cache whose call may still be held back: destroyed once nothing is.
+// A graph no longer in a cache whose call may still be held back: destroyed once nothing is
+// held on its device.
 struct Retired {
+  int device = -1;
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
 };
@@ -116,7 +119,7 @@ class GraphCache {
     }
     if (lru_.size() >= capacity_) {
       Entry& last = lru_.back();
-      retired.push_back({last.graph, last.exec});
+      retired.push_back({last.device, last.graph, last.exec});
       index_.erase(last.key);
       lru_.pop_back();
     }
@@ -126,7 +129,7 @@ class GraphCache {
     return &lru_.front();
   }
   void clear(std::vector<Retired>& retired) {
-    for (Entry& e : lru_) retired.push_back({e.graph, e.exec});
+    for (Entry& e : lru_) retired.push_back({e.device, e.graph, e.exec});
     lru_.clear();
     index_.clear();
     seen_once_.clear();
@@ -159,8 +162,10 @@ struct Table {
   uint64_t next_id = 0;
   HeldCalls held[kMaxDevices];
   std::atomic<size_t> held_count[kMaxDevices] = {};  // held[d].calls.size(), read without the lock
-  size_t held_total = 0;
   std::vector<Retired> retired;
+  // A submit that failed where it could not throw (a free): thrown by the next run_call or
+  // submit_launches() that can.
+  std::string failed_submit;
   CallGraphStats stats;
   std::atomic<bool> enabled{true};
   std::atomic<bool> batching{true};
@@ -178,14 +183,25 @@ struct Table {
     const char* tenv = std::getenv("AMPGRAD_CALL_GRAPHS_TRACE");
     trace = tenv && tenv[0] == '1';
   }
-  // Destroys the graphs pushed out of the caches, once no held call can be one of them.
+  // Destroys the graphs pushed out of the caches that no held call can be.
   void bury() {
-    if (held_total > 0) return;
+    size_t kept = 0;
     for (const Retired& r : retired) {
+      if (r.device >= 0 && r.device < kMaxDevices && !held[r.device].calls.empty()) {
+        retired[kept++] = r;
+        continue;
+      }
       if (r.exec) (void)cudaGraphExecDestroy(r.exec);
       if (r.graph) (void)cudaGraphDestroy(r.graph);
     }
-    retired.clear();
+    retired.resize(kept);
+  }
+  // Throws the error of a submit that could not report it (see failed_submit).
+  void rethrow_failed_submit() {
+    if (failed_submit.empty()) return;
+    std::string what;
+    what.swap(failed_submit);
+    throw Error(what);
   }
 };
 
@@ -198,6 +214,9 @@ Table& table() {
 // launched by a library call's work) is part of that capture and runs directly, without
 // taking the table's lock again.
 thread_local bool t_capturing = false;
+// Set by launch_kernels_as_graphs() when it sends a kernel to run_call, which then holds it or
+// not by that answer rather than probing the backlog a second time for the same launch.
+thread_local bool t_probed = false;
 
 // Captures enqueue's work into a graph of its own and instantiates it; false (with the stream
 // out of capture mode and no work enqueued) if anything fails, enqueue throwing included: a
@@ -266,7 +285,6 @@ void submit_locked(Table& t, int device) {
   if (h.calls.empty()) return;
   std::vector<Held> calls;
   calls.swap(h.calls);
-  t.held_total -= calls.size();
   t.held_count[device].store(0, std::memory_order_relaxed);
   struct Bury {
     Table& t;
@@ -294,7 +312,7 @@ void submit_locked(Table& t, int device) {
       return;
     }
     (void)cudaGetLastError();
-    t.retired.push_back({nullptr, b->exec});
+    t.retired.push_back({device, nullptr, b->exec});
     b->exec = nullptr;
     b->never = true;
     ++t.stats.failed;
@@ -306,7 +324,9 @@ void submit_locked(Table& t, int device) {
 // (Note [Kernel graphs]): only then is the host what binds, and are calls held back (Note
 // [Launch batches]). While the device is behind, holding would only delay its work; while
 // kernels launch directly, each of them would submit the calls held before it.
-bool kernels_as_graphs_now(Table& t, int device);
+// A library call (not probed by launch_kernels_as_graphs) probes here, so that a loop of library
+// calls alone sees the backlog too.
+bool kernels_as_graphs_now(Table& t, int device, cudaStream_t stream, bool probed);
 
 // Holds a call back on `device`, behind those held already.
 void hold(Table& t, int device, cudaStream_t stream, const Entry& e) {
@@ -314,9 +334,8 @@ void hold(Table& t, int device, cudaStream_t stream, const Entry& e) {
   if (!h.calls.empty() && h.stream != stream) submit_locked(t, device);
   h.stream = stream;
   h.calls.push_back({e.id, e.graph, e.exec});
-  ++t.held_total;
   t.held_count[device].store(h.calls.size(), std::memory_order_relaxed);
-  if (h.calls.size() >= kMaxHeld) submit_locked(t, device);
+  if (h.calls.size() >= static_cast<size_t>(kMaxHeldCalls)) submit_locked(t, device);
 }
 
 // A key seen for the first time, for finding the calls whose keys do not repeat: its hash,
@@ -338,9 +357,11 @@ void trace_new_key(const CallKey& key) {
 }  // namespace
 
 void run_call(int device, CUstream_st* stream, const CallKey& key, void (*enqueue)(void*), void* ctx) {
+  const bool probed = std::exchange(t_probed, false);
   if (t_capturing) return enqueue(ctx);
   Table& t = table();
   std::unique_lock<std::mutex> lock(t.mu);
+  t.rethrow_failed_submit();
   // Run directly: after the calls held back, which come first in stream order.
   auto direct = [&] {
     ++t.stats.direct;
@@ -372,10 +393,11 @@ void run_call(int device, CUstream_st* stream, const CallKey& key, void (*enqueu
       return direct();  // the failed capture enqueued nothing; a real error throws here
     }
     e->id = ++t.next_id;
+    e->device = device;
     ++t.stats.captured;
   }
   if (e->launched && t.batching.load(std::memory_order_relaxed) && device >= 0 && device < kMaxDevices &&
-      kernels_as_graphs_now(t, device)) {
+      kernels_as_graphs_now(t, device, stream, probed)) {
     hold(t, device, stream, *e);
     ++t.stats.launched;
     return;
@@ -383,7 +405,7 @@ void run_call(int device, CUstream_st* stream, const CallKey& key, void (*enqueu
   submit_locked(t, device);
   if (cudaGraphLaunch(e->exec, stream) != cudaSuccess) {
     (void)cudaGetLastError();
-    t.retired.push_back({e->graph, e->exec});
+    t.retired.push_back({device, e->graph, e->exec});
     e->graph = nullptr;
     e->exec = nullptr;
     e->never = true;
@@ -402,7 +424,19 @@ void submit_launches(int device) {
   if (t.held_count[device].load(std::memory_order_relaxed) == 0) return;
   DeviceGuard guard(device);
   std::lock_guard<std::mutex> lock(t.mu);
+  t.rethrow_failed_submit();
   submit_locked(t, device);
+}
+
+void try_submit_launches(int device) noexcept {
+  try {
+    submit_launches(device);
+  } catch (const std::exception& e) {
+    Table& t = table();
+    std::lock_guard<std::mutex> lock(t.mu);
+    if (t.failed_submit.empty()) t.failed_submit = e.what();
+  } catch (...) {
+  }
 }
 
 void set_launch_batches(bool enabled) {
@@ -512,10 +546,11 @@ bool device_behind(int device, cudaStream_t stream) {
 }  // namespace
 
 namespace {
-bool kernels_as_graphs_now(Table& t, int device) {
+bool kernels_as_graphs_now(Table& t, int device, cudaStream_t stream, bool probed) {
   const KernelGraphs mode = t.kernels.load(std::memory_order_relaxed);
   if (mode != KernelGraphs::when_host_bound) return mode == KernelGraphs::always;
-  return device >= kMaxDevices || !backlog(device).behind.load(std::memory_order_relaxed);
+  if (device >= kMaxDevices) return true;
+  return probed ? !backlog(device).behind.load(std::memory_order_relaxed) : !device_behind(device, stream);
 }
 }  // namespace
 
@@ -523,7 +558,7 @@ bool launch_kernels_as_graphs(int device, CUstream_st* stream) {
   const KernelGraphs mode = kernel_graphs();
   if (mode == KernelGraphs::off || !call_graphs_enabled() || t_capturing || capturing(device)) return false;
   if (mode == KernelGraphs::always || device < 0 || device >= kMaxDevices) return true;
-  return !device_behind(device, stream);
+  return t_probed = !device_behind(device, stream);
 }
 
 }  // namespace ampgrad::cuda

@@ -62,7 +62,7 @@ namespace ampgrad::cuda {
 //   - synchronize();
 //   - the phases of a step: backward() submits the forward's calls before it starts, and an
 //     optimizer's step() submits the backward's and its own when it ends;
-//   - kMaxHeld calls held.
+//   - kMaxHeldCalls calls held.
 // The work reaches the stream in the order it was asked for, only later, and nothing can look
 // at the stream or the memory in between; so results are those of immediate launches. The
 // submitted sequence is keyed like a call, by the ids of its calls' graphs: its first two
@@ -125,9 +125,12 @@ class CallKey {
 };
 
 constexpr int kCallGraphEntries = 512;
+// Calls held back on a device before they are submitted anyway (Note [Launch batches]).
+constexpr int kMaxHeldCalls = 64;
 
 // Enqueues a call's work on `stream` (the library stream of `device`, made current by the
-// caller): directly, or by launching the graph captured from an earlier call with an equal key.
+// caller): directly, or by launching the graph captured from an earlier call with an equal key,
+// or by holding that launch back until submit_launches() (Note [Launch batches]).
 void run_call(int device, CUstream_st* stream, const CallKey& key, void (*enqueue)(void*), void* ctx);
 template <typename F>
 void run_call(int device, CUstream_st* stream, const CallKey& key, F&& enqueue) {
@@ -164,6 +167,10 @@ bool launch_kernels_as_graphs(int device, CUstream_st* stream);
 // Submits the calls held back on `device` (Note [Launch batches]): before work that does not
 // go through run_call reaches its stream, and at the end of a step's phases. Cheap when none are.
 void submit_launches(int device);
+// The same where nothing may throw (the allocator's frees): an error is kept, and thrown by the
+// next run_call or submit_launches() (the held calls after the one that failed are dropped;
+// the device's error is what a later call would report anyway).
+void try_submit_launches(int device) noexcept;
 // On by default; AMPGRAD_LAUNCH_BATCHES=0 turns it off at start. Turning it off submits what is held.
 void set_launch_batches(bool enabled);
 bool launch_batches();

@@ -53,7 +53,8 @@ void set_device(int device);
 // stream: code that mixes ampgrad with its own CUDA work on another stream must call
 // synchronize() (or use current_stream()) to order the two.
 // current_stream() first submits the calls ampgrad holds back (Note [Launch batches] in
-// cuda/call_graph.h), so that work queued on the stream it returns comes after them.
+// cuda/call_graph.h), so that work queued on the stream it returns comes after them; a handle
+// kept from an earlier call does not submit what was held since: take it again before use.
 CUstream_st* current_stream(int device = -1);  // -1: the current device
 // The same stream without submitting them: for the launch paths of cuda/ only, which go
 // through run_call or call submit_launches() before they enqueue anything themselves.

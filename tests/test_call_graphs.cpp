@@ -469,24 +469,54 @@ TEST_CASE("cuda: held-back calls reach the stream before anything else looks at 
   ag::cuda::synchronize();
   REQUIRE(cudaMemcpy(host.data(), c.data_ptr(), n * sizeof(float), cudaMemcpyDeviceToHost) == cudaSuccess);
   host_close();
-  // A CudaGraph capture starts after them (it runs nothing itself) and replays without them.
+  // A CudaGraph capture starts after them (it runs nothing itself, and they are not part of
+  // it): c holds the round's result after the capture, and each replay doubles it once.
   round();
   ag::cuda::CudaGraph graph;
   graph.capture([&] { c.mul_(2.0); });
+  check_close(c, expect_c, 1e-6, 1e-6);
   graph.replay();
   for (int64_t i = 0; i < n; ++i) expect_c[i] = static_cast<double>(static_cast<float>(expect_c[i]) * 2.0f);
   check_close(c, expect_c, 1e-6, 1e-6);
+  graph.replay();
+  for (int64_t i = 0; i < n; ++i) expect_c[i] = static_cast<double>(static_cast<float>(expect_c[i]) * 2.0f);
+  check_close(c, expect_c, 1e-6, 1e-6);
+}
+
+TEST_CASE("cuda: calls are held back until a submit, at most kMaxHeldCalls of them", "[cuda]") {
+  if (skip_without_cuda()) return;
+  CallGraphs mode(true, true, ag::cuda::KernelGraphs::always, true);
+  ag::Tensor t = ag::full({64}, 1.5, ag::TensorOptions().device(kGpu));
+  const int kCalls = 200;
+  for (int i = 0; i < kCalls; ++i) t.add_(1.0);
+  // The first three ran (direct, direct, captured and launched); the rest were held, and
+  // submitted kMaxHeldCalls at a time. The device's memory, read past ampgrad, shows that.
+  const int held = (kCalls - 3) % ag::cuda::kMaxHeldCalls;
+  std::vector<float> host(64);
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+  REQUIRE(cudaMemcpy(host.data(), t.data_ptr(), 64 * sizeof(float), cudaMemcpyDeviceToHost) == cudaSuccess);
+  CHECK(host == std::vector<float>(64, static_cast<float>(1.5 + kCalls - held)));
+  check_close(t, std::vector<double>(64, 1.5 + kCalls), 0, 0);  // a read submits the rest
 }
 
 TEST_CASE("cuda: turning call graphs or batches off submits the calls held back", "[cuda]") {
   if (skip_without_cuda()) return;
   CallGraphs mode(true, true, ag::cuda::KernelGraphs::always, true);
   ag::Tensor t = ag::full({64}, 1.5, ag::TensorOptions().device(kGpu));
+  // Read without anything of ampgrad's that would submit: the device's memory, as it is.
+  auto raw = [&] {
+    std::vector<float> host(64);
+    REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+    REQUIRE(cudaMemcpy(host.data(), t.data_ptr(), 64 * sizeof(float), cudaMemcpyDeviceToHost) == cudaSuccess);
+    return host;
+  };
   for (int i = 0; i < 8; ++i) t.add_(1.0);  // held back from the fourth on
   ag::cuda::set_launch_batches(false);
+  CHECK(raw() == std::vector<float>(64, 9.5f));
   ag::cuda::set_launch_batches(true);
   for (int i = 0; i < 8; ++i) t.add_(1.0);
   ag::cuda::set_call_graphs_enabled(false);  // destroys the table's graphs: after submitting
+  CHECK(raw() == std::vector<float>(64, 17.5f));
   ag::cuda::set_call_graphs_enabled(true);
   check_close(t, std::vector<double>(64, 17.5), 0, 0);
 }
