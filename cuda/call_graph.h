@@ -56,9 +56,10 @@ namespace ampgrad::cuda {
 //     launched directly (launch(), launch_cooperative()), a byte copy or fill, a cuBLAS or
 //     cuDNN call outside run_call: they call submit_launches() before they enqueue;
 //   - anyone taking the stream from current_stream(): copies to and from the host, events,
-//     synchronization, NCCL, the allocator's frees to the pool, a CudaGraph's capture and
-//     replay, and code outside the library that queues its own work on ampgrad's stream;
-//     launch_stream() is the stream without that, for the launch paths above only;
+//     synchronization, NCCL, a CudaGraph's capture and replay, and code outside the library
+//     that queues its own work on ampgrad's stream; launch_stream() is the stream without
+//     that, for the launch paths above only; a free to the pool (the allocator) submits too;
+//     a block freed to the host cache is only handed to later work on the same stream;
 //   - synchronize();
 //   - the phases of a step: backward() submits the forward's calls before it starts, and an
 //     optimizer's step() submits the backward's and its own when it ends;
@@ -69,12 +70,16 @@ namespace ampgrad::cuda {
 // sightings launch the graphs one by one, the third composes one graph of them (each a child
 // graph node after the one before) and launches it, and later sightings launch that graph.
 // A graph pushed out of the table while its call is held is destroyed after the call is
-// submitted. A held graph that fails to launch (it launched before) reports the device's error.
+// submitted. A held graph that fails to launch (it launched before) reports the device's error
+// (from a free, which cannot throw, at the next run_call or submit_launches()); the calls held
+// after it are dropped.
 // What it costs: the device starts a phase's work when the phase's last call is asked for,
 // not at its first. So calls are held only while kernels go through run_call (Note [Kernel
 // graphs]): while the host binds, the host time saved is worth more; while the device is
 // behind, holding would only delay its work (and kernels launched directly would submit the
-// held calls every few calls anyway).
+// held calls every few calls anyway). A kernel's launch probes the backlog in
+// launch_kernels_as_graphs(); a library call probes it in run_call, so that a loop of GEMMs
+// alone does not hold calls on an old answer. The probe's event sees only submitted work.
 // set_launch_batches(false) or AMPGRAD_LAUNCH_BATCHES=0 launches every graph at once.
 
 // Everything that determines what a call enqueues, as 64-bit words: a GEMM's few dozen, a
