@@ -213,6 +213,37 @@ ag::Tensor scaled_step(ag::nn::Sequential& net, ag::optim::SGD& opt, ag::amp::Gr
   return loss;
 }
 
+// A seeded MLP (ReLU between Linear layers of these widths), a batch of 32, SGD with momentum
+// and a scaler (enabled with amp): the setup of the training-step tests.
+struct MlpSetup {
+  MlpSetup(uint64_t seed, const std::vector<int64_t>& widths, bool amp) : amp(amp) {
+    ag::manual_seed(seed);
+    net = std::make_shared<ag::nn::Sequential>();
+    for (size_t i = 0; i + 1 < widths.size(); ++i) {
+      if (i > 0) net->push_back(std::make_shared<ag::nn::ReLU>());
+      net->push_back(std::make_shared<ag::nn::Linear>(widths[i], widths[i + 1]));
+    }
+    net->to(kGpu);
+    x = sym({32, widths.front()}).to(kGpu);
+    y = (ag::rand({32}) * static_cast<double>(widths.back())).to(ag::kInt64).to(kGpu);
+    opt = std::make_unique<ag::optim::SGD>(net->parameters(), ag::optim::SGDOptions(0.05).momentum(0.9));
+    scaler = std::make_unique<ag::amp::GradScaler>(ag::amp::GradScalerOptions().enabled(amp));
+  }
+  // One step; its loss read to the host.
+  double step() { return scaled_step(*net, *opt, *scaler, x, y, amp).item<double>(); }
+  std::vector<double> params() const {
+    std::vector<double> all;
+    for (const ag::Tensor& p : net->parameters())
+      for (double v : p.to_vector<double>()) all.push_back(v);
+    return all;
+  }
+  bool amp;
+  std::shared_ptr<ag::nn::Sequential> net;
+  ag::Tensor x, y;
+  std::unique_ptr<ag::optim::SGD> opt;
+  std::unique_ptr<ag::amp::GradScaler> scaler;
+};
+
 TEST_CASE("cuda: training steps are bitwise the same with and without call and kernel graphs", "[cuda]") {
   if (skip_without_cuda()) return;
   const uint64_t seed = fresh_seed();
@@ -226,30 +257,19 @@ TEST_CASE("cuda: training steps are bitwise the same with and without call and k
   // on), with call graphs off, on for library calls, and on for kernels too.
   auto train = [&](bool amp, bool graphs, bool kernels) {
     CallGraphs mode(graphs, kernels);
-    ag::manual_seed(seed);
-    auto net = std::make_shared<ag::nn::Sequential>();
-    net->push_back(std::make_shared<ag::nn::Linear>(40, 64));
-    net->push_back(std::make_shared<ag::nn::ReLU>());
-    net->push_back(std::make_shared<ag::nn::Linear>(64, 10));
-    net->to(kGpu);
-    const ag::Tensor x = sym({32, 40}).to(kGpu);
-    const ag::Tensor y = (ag::rand({32}) * 10.0).to(ag::kInt64).to(kGpu);
-    ag::optim::SGD opt(net->parameters(), ag::optim::SGDOptions(0.05).momentum(0.9));
-    ag::amp::GradScaler scaler(ag::amp::GradScalerOptions().enabled(amp));
+    MlpSetup mlp(seed, {40, 64, 10}, amp);
     Run run;
     const ag::cuda::CallGraphStats s0 = ag::cuda::call_graph_stats();
     ag::cuda::CallGraphStats steady;
     for (int step = 0; step < kSteps; ++step) {
       if (step == kSteps - 3) steady = ag::cuda::call_graph_stats();
-      const ag::Tensor loss = scaled_step(*net, opt, scaler, x, y, amp);
-      run.losses.push_back(loss.item<double>());  // a copy to the host, no kernel
+      run.losses.push_back(mlp.step());
     }
     const ag::cuda::CallGraphStats s1 = ag::cuda::call_graph_stats();
     run.launched = s1.launched - s0.launched;
     run.steady_direct = s1.direct - steady.direct;
     run.failed = s1.failed - s0.failed;
-    for (const ag::Tensor& p : net->parameters())
-      for (double v : p.to_vector<double>()) run.params.push_back(v);
+    run.params = mlp.params();
     return run;
   };
   for (bool amp : {false, true}) {
@@ -375,25 +395,13 @@ TEST_CASE("cuda: a training step's calls are submitted as batches, bitwise equal
   };
   auto train = [&](bool amp, bool graphs, bool batches) {
     CallGraphs mode(graphs, true, ag::cuda::KernelGraphs::always, batches);
-    ag::manual_seed(seed);
-    auto net = std::make_shared<ag::nn::Sequential>();
-    net->push_back(std::make_shared<ag::nn::Linear>(40, 64));
-    net->push_back(std::make_shared<ag::nn::ReLU>());
-    net->push_back(std::make_shared<ag::nn::Linear>(64, 64));
-    net->push_back(std::make_shared<ag::nn::ReLU>());
-    net->push_back(std::make_shared<ag::nn::Linear>(64, 10));
-    net->to(kGpu);
-    const ag::Tensor x = sym({32, 40}).to(kGpu);
-    const ag::Tensor y = (ag::rand({32}) * 10.0).to(ag::kInt64).to(kGpu);
-    ag::optim::SGD opt(net->parameters(), ag::optim::SGDOptions(0.05).momentum(0.9));
-    ag::amp::GradScaler scaler(ag::amp::GradScalerOptions().enabled(amp));
+    MlpSetup mlp(seed, {40, 64, 64, 10}, amp);
     Run run;
     const int64_t failed0 = ag::cuda::call_graph_stats().failed;
     ag::cuda::CallGraphStats s0;
     for (int step = 0; step < kSteps; ++step) {
       if (step == kSteps - kSteady) s0 = ag::cuda::call_graph_stats();
-      const ag::Tensor loss = scaled_step(*net, opt, scaler, x, y, amp);
-      run.losses.push_back(loss.item<double>());  // a copy to the host: submits what is held
+      run.losses.push_back(mlp.step());  // a copy to the host: submits what is held
     }
     const ag::cuda::CallGraphStats s1 = ag::cuda::call_graph_stats();
     run.steady.direct = s1.direct - s0.direct;
@@ -401,8 +409,7 @@ TEST_CASE("cuda: a training step's calls are submitted as batches, bitwise equal
     run.steady.batches = s1.batches - s0.batches;
     run.steady.batched = s1.batched - s0.batched;
     run.steady.failed = s1.failed - failed0;
-    for (const ag::Tensor& p : net->parameters())
-      for (double v : p.to_vector<double>()) run.params.push_back(v);
+    run.params = mlp.params();
     return run;
   };
   for (bool amp : {false, true}) {
