@@ -139,21 +139,15 @@ nlohmann::json bench_step(const BenchOptions& o) {
           fns.push_back([s] { s->graph->replay(); });
           continue;
         }
-        if (!v.kernel_graphs) {
-          fns.push_back([s] {
+        if (!v.kernel_graphs || !v.batches) {
+          fns.push_back([s, v] {
             const cuda::KernelGraphs mode = cuda::kernel_graphs();
-            cuda::set_kernel_graphs(cuda::KernelGraphs::off);
+            const bool batches = cuda::launch_batches();
+            if (!v.kernel_graphs) cuda::set_kernel_graphs(cuda::KernelGraphs::off);
+            if (!v.batches) cuda::set_launch_batches(false);
             s->step();
             cuda::set_kernel_graphs(mode);
-          });
-          continue;
-        }
-        if (!v.batches) {
-          fns.push_back([s] {
-            const bool on = cuda::launch_batches();
-            cuda::set_launch_batches(false);
-            s->step();
-            cuda::set_launch_batches(on);
+            cuda::set_launch_batches(batches);
           });
           continue;
         }

@@ -53,20 +53,20 @@ inline Timings time_interleaved(Device dev, const std::vector<std::function<void
   };
 #if AMPGRAD_WITH_CUDA
   if (dev.is_cuda()) {
-    // The stream is taken again before every event: current_stream() submits the calls held
-    // back (Note [Launch batches] in cuda/call_graph.h), which belong to the sample before it.
-    cudaStream_t s = cuda::current_stream(dev.index);
+    // The stream is taken before every event: current_stream() submits the calls held back
+    // (Note [Launch batches] in cuda/call_graph.h), which belong to the sample before it.
+    auto stream = [&] { return cuda::current_stream(dev.index); };
     cudaEvent_t a, b;
     AG_CUDA_CHECK(cudaEventCreate(&a));
     AG_CUDA_CHECK(cudaEventCreate(&b));
-    AG_CUDA_CHECK(cudaStreamSynchronize(s));  // warm-up work must not leak into the first sample
+    AG_CUDA_CHECK(cudaStreamSynchronize(stream()));  // warm-up work must not leak into the first sample
     for (int r = 0; r < reps; ++r) {
       for (size_t j = 0; j < n; ++j) {
         const size_t v = (static_cast<size_t>(r) + j) % n;
-        AG_CUDA_CHECK(cudaEventRecord(a, cuda::current_stream(dev.index)));
+        AG_CUDA_CHECK(cudaEventRecord(a, stream()));
         const auto t0 = std::chrono::steady_clock::now();
         for (int c = 0; c < calls; ++c) fns[v]();
-        s = cuda::current_stream(dev.index);
+        cudaStream_t s = stream();  // submits the sample's held calls: part of its host time
         host[v].push_back(since(t0) / calls);
         AG_CUDA_CHECK(cudaEventRecord(b, s));
         AG_CUDA_CHECK(cudaEventSynchronize(b));

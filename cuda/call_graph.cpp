@@ -320,13 +320,85 @@ void submit_locked(Table& t, int device) {
   for (const Held& c : calls) launch_held(c, h.stream);
 }
 
+// Submits what is held on every device (a switch turned off). The caller holds the lock.
+void submit_all_locked(Table& t) {
+  for (int d = 0; d < kMaxDevices; ++d)
+    if (!t.held[d].calls.empty()) {
+      DeviceGuard guard(d);
+      submit_locked(t, d);
+    }
+}
+
+// Note [Kernel graphs] (the backlog probe): every kProbeLaunches-th kernel launch records an
+// event in a ring of kProbeEvents; before it does, it asks whether the event it overwrites,
+// recorded kProbeLaunches * kProbeEvents launches ago, has completed. If not, the device is
+// that far behind the host and launches go directly until the next probe.
+constexpr int kProbeLaunches = 16;
+constexpr int kProbeEvents = 2;
+
+struct Backlog {
+  std::mutex mu;
+  int launches = 0;
+  int next = 0;
+  std::atomic<bool> behind{false};  // read without the lock by kernels_as_graphs_now
+  cudaStream_t stream = nullptr;
+  cudaEvent_t events[kProbeEvents] = {};
+};
+
+Backlog& backlog(int device) {
+  static auto* all = new Backlog[kMaxDevices];  // leaked: events outlive static destruction
+  return all[device];
+}
+
+// Whether the device is far behind the host on `stream` (see above).
+bool device_behind(int device, cudaStream_t stream) {
+  Backlog& b = backlog(device);
+  std::lock_guard<std::mutex> lock(b.mu);
+  if (++b.launches < kProbeLaunches && b.stream == stream) return b.behind;
+  b.launches = 0;
+  if (b.stream != stream) {  // a new stream (the first launch): start over
+    for (cudaEvent_t& e : b.events) {
+      if (e) (void)cudaEventDestroy(e);
+      e = nullptr;
+    }
+    b.stream = stream;
+    b.next = 0;
+    b.behind = false;
+  }
+  // A capture ampgrad does not know of (another device's CudaGraph in global mode, say): no
+  // events now, and kernels go directly.
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &status) != cudaSuccess || status != cudaStreamCaptureStatusNone) {
+    (void)cudaGetLastError();
+    return b.behind = true;
+  }
+  cudaEvent_t& e = b.events[b.next];
+  if (e) {
+    const cudaError_t q = cudaEventQuery(e);
+    b.behind = q == cudaErrorNotReady;
+    if (q != cudaSuccess && q != cudaErrorNotReady) (void)cudaGetLastError();  // reported by the launch
+  } else if (cudaEventCreateWithFlags(&e, cudaEventDisableTiming) != cudaSuccess) {
+    (void)cudaGetLastError();
+    e = nullptr;
+    return b.behind;
+  }
+  if (cudaEventRecord(e, stream) != cudaSuccess) (void)cudaGetLastError();
+  b.next = (b.next + 1) % kProbeEvents;
+  return b.behind;
+}
+
 // Whether kernels go through run_call now, by the mode and the backlog probe's last answer
 // (Note [Kernel graphs]): only then is the host what binds, and are calls held back (Note
 // [Launch batches]). While the device is behind, holding would only delay its work; while
 // kernels launch directly, each of them would submit the calls held before it.
 // A library call (not probed by launch_kernels_as_graphs) probes here, so that a loop of library
 // calls alone sees the backlog too.
-bool kernels_as_graphs_now(Table& t, int device, cudaStream_t stream, bool probed);
+bool kernels_as_graphs_now(Table& t, int device, cudaStream_t stream, bool probed) {
+  const KernelGraphs mode = t.kernels.load(std::memory_order_relaxed);
+  if (mode != KernelGraphs::when_host_bound) return mode == KernelGraphs::always;
+  if (device >= kMaxDevices) return true;
+  return probed ? !backlog(device).behind.load(std::memory_order_relaxed) : !device_behind(device, stream);
+}
 
 // Holds a call back on `device`, behind those held already.
 void hold(Table& t, int device, cudaStream_t stream, const Entry& e) {
@@ -443,12 +515,7 @@ void set_launch_batches(bool enabled) {
   Table& t = table();
   std::lock_guard<std::mutex> lock(t.mu);
   t.batching = enabled;
-  if (!enabled)
-    for (int d = 0; d < kMaxDevices; ++d)
-      if (!t.held[d].calls.empty()) {
-        DeviceGuard guard(d);
-        submit_locked(t, d);
-      }
+  if (!enabled) submit_all_locked(t);
 }
 
 bool launch_batches() { return table().batching.load(std::memory_order_relaxed); }
@@ -466,11 +533,7 @@ void set_call_graphs_enabled(bool enabled) {
   std::lock_guard<std::mutex> lock(t.mu);
   t.enabled = enabled;
   if (!enabled) {
-    for (int d = 0; d < kMaxDevices; ++d)
-      if (!t.held[d].calls.empty()) {
-        DeviceGuard guard(d);
-        submit_locked(t, d);
-      }
+    submit_all_locked(t);
     t.calls.clear(t.retired);
     t.batches.clear(t.retired);
     t.bury();
@@ -482,77 +545,6 @@ bool call_graphs_enabled() { return table().enabled.load(std::memory_order_relax
 void set_kernel_graphs(KernelGraphs mode) { table().kernels = mode; }
 
 KernelGraphs kernel_graphs() { return table().kernels.load(std::memory_order_relaxed); }
-
-namespace {
-
-// Note [Kernel graphs] (the backlog probe): every kProbeLaunches-th kernel launch records an
-// event in a ring of kProbeEvents; before it does, it asks whether the event it overwrites,
-// recorded kProbeLaunches * kProbeEvents launches ago, has completed. If not, the device is
-// that far behind the host and launches go directly until the next probe.
-constexpr int kProbeLaunches = 16;
-constexpr int kProbeEvents = 2;
-
-struct Backlog {
-  std::mutex mu;
-  int launches = 0;
-  int next = 0;
-  std::atomic<bool> behind{false};  // read without the lock by kernels_as_graphs_now
-  cudaStream_t stream = nullptr;
-  cudaEvent_t events[kProbeEvents] = {};
-};
-
-Backlog& backlog(int device) {
-  static auto* all = new Backlog[kMaxDevices];  // leaked: events outlive static destruction
-  return all[device];
-}
-
-// Whether the device is far behind the host on `stream` (see above).
-bool device_behind(int device, cudaStream_t stream) {
-  Backlog& b = backlog(device);
-  std::lock_guard<std::mutex> lock(b.mu);
-  if (++b.launches < kProbeLaunches && b.stream == stream) return b.behind;
-  b.launches = 0;
-  if (b.stream != stream) {  // a new stream (the first launch): start over
-    for (cudaEvent_t& e : b.events) {
-      if (e) (void)cudaEventDestroy(e);
-      e = nullptr;
-    }
-    b.stream = stream;
-    b.next = 0;
-    b.behind = false;
-  }
-  // A capture ampgrad does not know of (another device's CudaGraph in global mode, say): no
-  // events now, and kernels go directly.
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  if (cudaStreamIsCapturing(stream, &status) != cudaSuccess || status != cudaStreamCaptureStatusNone) {
-    (void)cudaGetLastError();
-    return b.behind = true;
-  }
-  cudaEvent_t& e = b.events[b.next];
-  if (e) {
-    const cudaError_t q = cudaEventQuery(e);
-    b.behind = q == cudaErrorNotReady;
-    if (q != cudaSuccess && q != cudaErrorNotReady) (void)cudaGetLastError();  // reported by the launch
-  } else if (cudaEventCreateWithFlags(&e, cudaEventDisableTiming) != cudaSuccess) {
-    (void)cudaGetLastError();
-    e = nullptr;
-    return b.behind;
-  }
-  if (cudaEventRecord(e, stream) != cudaSuccess) (void)cudaGetLastError();
-  b.next = (b.next + 1) % kProbeEvents;
-  return b.behind;
-}
-
-}  // namespace
-
-namespace {
-bool kernels_as_graphs_now(Table& t, int device, cudaStream_t stream, bool probed) {
-  const KernelGraphs mode = t.kernels.load(std::memory_order_relaxed);
-  if (mode != KernelGraphs::when_host_bound) return mode == KernelGraphs::always;
-  if (device >= kMaxDevices) return true;
-  return probed ? !backlog(device).behind.load(std::memory_order_relaxed) : !device_behind(device, stream);
-}
-}  // namespace
 
 bool launch_kernels_as_graphs(int device, CUstream_st* stream) {
   const KernelGraphs mode = kernel_graphs();

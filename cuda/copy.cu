@@ -80,9 +80,13 @@ void copy(const Tensor& dst, const Tensor& src) {
     void* d = dst.data_ptr();
     const void* s = src.data_ptr();
     const size_t n = dst.nbytes();
-    CallKey key;
-    key.add(uint64_t{5}).add(d).add(s).add(uint64_t{n}).add(static_cast<const void*>(ctx.stream));  // 5: a copy
-    launch_stream_op(ctx, key, [&] { AG_CUDA_CHECK(cudaMemcpyAsync(d, s, n, cudaMemcpyDeviceToDevice, ctx.stream)); });
+    launch_call(
+        ctx,
+        [&] {
+          CallKey key;
+          return key.add(uint64_t{5}).add(d).add(s).add(uint64_t{n}).add(static_cast<const void*>(ctx.stream));  // 5: a copy
+        },
+        [&] { AG_CUDA_CHECK(cudaMemcpyAsync(d, s, n, cudaMemcpyDeviceToDevice, ctx.stream)); });
     return;
   }
   auto g = make_geometry<2>(dst.shape(), {&dst.strides(), &src.strides()});
@@ -128,9 +132,13 @@ void fill(const Tensor& dst, double value) {
     void* d = dst.data_ptr();
     const int byte = static_cast<int>(bits & 0xff);
     const size_t n = dst.nbytes();
-    CallKey key;
-    key.add(uint64_t{4}).add(d).add(uint64_t(byte)).add(uint64_t{n}).add(static_cast<const void*>(ctx.stream));  // 4: a fill
-    launch_stream_op(ctx, key, [&] { AG_CUDA_CHECK(cudaMemsetAsync(d, byte, n, ctx.stream)); });
+    launch_call(
+        ctx,
+        [&] {
+          CallKey key;
+          return key.add(uint64_t{4}).add(d).add(uint64_t(byte)).add(uint64_t{n}).add(static_cast<const void*>(ctx.stream));  // 4: a fill
+        },
+        [&] { AG_CUDA_CHECK(cudaMemsetAsync(d, byte, n, ctx.stream)); });
     return;
   }
   auto g = make_geometry<1>(dst.shape(), {&dst.strides()});

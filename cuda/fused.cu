@@ -565,18 +565,16 @@ bool launch_cooperative(const KernelContext& ctx, void (*kernel)(Params...), dim
     if (err != cudaErrorCooperativeLaunchTooLarge) AG_CUDA_CHECK(err);
     else (void)cudaGetLastError();
   };
-  if (!launch_kernels_as_graphs(ctx.device, ctx.stream)) {
-    submit_launches(ctx.device);  // the calls held back come first (Note [Launch batches])
-    enqueue();
-  } else {
-    CallKey key;
-    key.add(reinterpret_cast<const void*>(kernel)).add(uint64_t{grid.x}).add(uint64_t{0xc0}).add(
-        static_cast<const void*>(ctx.stream));
-    (detail::add_argument(key, detail::implicitly<std::remove_cv_t<Params>>(args)), ...);
-    // A launch refused inside the capture leaves an empty graph: the capture fails, and the
-    // key's calls (this one included) run directly, where the refusal shows in err.
-    run_call(ctx.device, ctx.stream, key, enqueue);
-  }
+  // A launch refused inside the capture leaves an empty graph: the capture fails, and the
+  // key's calls (this one included) run directly, where the refusal shows in err.
+  launch_call(
+      ctx,
+      [&] {
+        return detail::kernel_key(kernel, grid, cfg.blockDim, 0, ctx.stream,
+                                  detail::implicitly<std::remove_cv_t<Params>>(args)...)
+            .add(uint64_t{0xc0});  // cooperative
+      },
+      enqueue);
   return err != cudaErrorCooperativeLaunchTooLarge;
 }
 

@@ -49,41 +49,50 @@ template <class T> void add_argument(CallKey& key, const T& v) {
   if constexpr (!std::is_empty_v<T>) key.add_bytes(&v, sizeof(T));
 }
 
-}  // namespace detail
-
-// kernel<<<grid, block, smem, ctx.stream>>>(args...), checked, as a graph when it repeats.
+// The key of a kernel launch: the kernel, its configuration, the stream and the bytes of
+// every argument (as the kernel takes them).
 template <class... P, class... A>
-void launch(const KernelContext& ctx, void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, A&&... args) {
-  static_assert(sizeof...(P) == sizeof...(A), "launch: wrong number of kernel arguments");
-  const std::tuple<std::remove_cv_t<P>...> params(detail::implicitly<std::remove_cv_t<P>>(std::forward<A>(args))...);
-  auto enqueue = [&] {
-    std::apply([&](const auto&... p) { kernel<<<grid, block, smem, ctx.stream>>>(p...); }, params);
-    AG_CUDA_CHECK_LAUNCH();
-  };
-  if (!launch_kernels_as_graphs(ctx.device, ctx.stream)) {
-    submit_launches(ctx.device);  // the calls held back come first (Note [Launch batches])
-    return enqueue();
-  }
+CallKey kernel_key(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, const A&... args) {
   CallKey key;
   key.add(reinterpret_cast<const void*>(kernel))
       .add(uint64_t{grid.x} | uint64_t{grid.y} << 32)
       .add(uint64_t{grid.z} | uint64_t{block.x} << 32)
       .add(uint64_t{block.y} | uint64_t{block.z} << 32)
       .add(static_cast<uint64_t>(smem))
-      .add(static_cast<const void*>(ctx.stream));
-  std::apply([&](const auto&... p) { (detail::add_argument(key, p), ...); }, params);
-  run_call(ctx.device, ctx.stream, key, enqueue);
+      .add(static_cast<const void*>(stream));
+  (add_argument(key, args), ...);
+  return key;
 }
 
-// A byte copy or fill on ctx.stream (enqueue), keyed by `key`: like a kernel, as a graph when
-// it repeats while kernels go through run_call, else directly.
-template <class F>
-void launch_stream_op(const KernelContext& ctx, const CallKey& key, F&& enqueue) {
+}  // namespace detail
+
+// Queues `enqueue`'s work (a kernel launch, a byte copy or fill on ctx.stream) as a kernel is
+// queued: through run_call, keyed by make_key(), while kernels go as graphs; else directly,
+// after the calls held back (Note [Launch batches]). The key is built only when it is used.
+template <class K, class F>
+void launch_call(const KernelContext& ctx, K&& make_key, F&& enqueue) {
   if (!launch_kernels_as_graphs(ctx.device, ctx.stream)) {
-    submit_launches(ctx.device);  // the calls held back come first (Note [Launch batches])
+    submit_launches(ctx.device);
     return enqueue();
   }
-  run_call(ctx.device, ctx.stream, key, enqueue);
+  run_call(ctx.device, ctx.stream, make_key(), enqueue);
+}
+
+// kernel<<<grid, block, smem, ctx.stream>>>(args...), checked, as a graph when it repeats.
+template <class... P, class... A>
+void launch(const KernelContext& ctx, void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, A&&... args) {
+  static_assert(sizeof...(P) == sizeof...(A), "launch: wrong number of kernel arguments");
+  const std::tuple<std::remove_cv_t<P>...> params(detail::implicitly<std::remove_cv_t<P>>(std::forward<A>(args))...);
+  launch_call(
+      ctx,
+      [&] {
+        return std::apply([&](const auto&... p) { return detail::kernel_key(kernel, grid, block, smem, ctx.stream, p...); },
+                          params);
+      },
+      [&] {
+        std::apply([&](const auto&... p) { kernel<<<grid, block, smem, ctx.stream>>>(p...); }, params);
+        AG_CUDA_CHECK_LAUNCH();
+      });
 }
 
 }  // namespace ampgrad::cuda
