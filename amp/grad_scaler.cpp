@@ -4,22 +4,10 @@
 #include <cmath>
 
 #include "autograd/node.h"
+#include "core/fused_kernels.h"
 #include "ops/ops.h"
-#if AMPGRAD_WITH_CUDA
-#include "cuda/fused_kernels.h"
-#endif
 
 namespace ampgrad::amp {
-
-namespace {
-void check_and_unscale_kernel(const std::vector<Tensor>& grads, const Tensor& found_inf, const Tensor& inv_scale,
-                              bool write_back) {
-#if AMPGRAD_WITH_CUDA
-  if (found_inf.is_cuda()) return cuda::amp_check_and_unscale(grads, found_inf, inv_scale, write_back);
-#endif
-  cpu::amp_check_and_unscale(grads, found_inf, inv_scale, write_back);
-}
-}  // namespace
 
 GradScaler::GradScaler(GradScalerOptions options) : opt_(options) {
   AG_CHECK(opt_.init_scale_ > 0, "GradScaler: init_scale must be positive, got {}", opt_.init_scale_);
@@ -111,7 +99,7 @@ std::vector<Tensor> GradScaler::grads_of(optim::Optimizer& opt) {
 
 void GradScaler::check(PerOptimizer& st, const std::vector<Tensor>& grads, const Tensor& inv_scale, bool write_back) {
   // found_inf is zero here (Note [Scaler launches]).
-  if (!grads.empty()) check_and_unscale_kernel(grads, st.found_inf, inv_scale, write_back);
+  if (!grads.empty()) kernel::amp_check_and_unscale(st.found_inf.device(), grads, st.found_inf, inv_scale, write_back);
   if (const auto& reduce = found_inf_reducer()) reduce(st.found_inf);
 }
 
@@ -259,11 +247,7 @@ void GradScaler::update(std::optional<double> new_scale) {
     inv_scale_.fill_(1.0f / static_cast<float>(*new_scale));
     rec.clear_found = false;
   } else {
-#if AMPGRAD_WITH_CUDA
-    if (scale_.is_cuda()) cuda::amp_update_scale(u, found);
-    else
-#endif
-      cpu::amp_update_scale(u, found);
+    kernel::amp_update_scale(scale_.device(), u, found);
   }
   if (!rec.clear_found)
     for (Tensor* f : flags) f->zero_();

@@ -11,7 +11,7 @@
 #include <ampgrad/ampgrad.h>
 
 #include "cuda/check.h"
-#include "cuda/kernels.h"
+#include "cuda/runtime.h"
 
 namespace ag = ampgrad;
 

@@ -8,9 +8,6 @@
 #include "cli/bench_timer.h"
 #include "cli/commands.h"
 #include "cli/models.h"
-#if AMPGRAD_WITH_CUDA
-#include "cuda/kernels.h"
-#endif
 
 namespace ampgrad::cli {
 

@@ -8,7 +8,7 @@ install(TARGETS ampgrad EXPORT ampgradTargets
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 foreach(dir core autograd amp ops optim cuda data nn distributed)
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/${dir} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/ampgrad
-    FILES_MATCHING PATTERN "*.h")
+    FILES_MATCHING PATTERN "*.h" PATTERN "*.def")
 endforeach()
 install(FILES ${PROJECT_SOURCE_DIR}/include/ampgrad/ampgrad.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/ampgrad)
 install(EXPORT ampgradTargets NAMESPACE ampgrad:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/ampgrad)

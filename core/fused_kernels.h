@@ -1,11 +1,11 @@
-// The multi-tensor kernels behind the loss scaler and the optimizers (Note [Fused steps]):
-// CPU reference versions in optim/cpu_fused.cpp (ampgrad::cpu), CUDA ones in
-// cuda/fused.cu (ampgrad::cuda, declared in cuda/fused_kernels.h), same signatures.
+// The multi-tensor kernels behind the loss scaler and the optimizers (Note [Fused steps]),
+// their argument structs, and their declarations (CPU: optim/cpu_fused.cpp, CUDA: cuda/fused.cu).
 #pragma once
 
 #include <limits>
 #include <vector>
 
+#include "core/dispatch.h"
 #include "core/tensor.h"
 
 namespace ampgrad {
@@ -134,27 +134,32 @@ struct FusedStep {
 
 }  // namespace ampgrad
 
-namespace ampgrad::cpu {
+namespace ampgrad::kernel {
+
+// The fused kernels, declared once (Note [Kernel dispatch] in core/dispatch.h): CPU reference
+// versions in optim/cpu_fused.cpp, CUDA ones in cuda/fused.cu. Dispatched on the device of
+// the tensors they update.
 
 // Zeroes every tensor of `ts` (one device; contiguous; on CUDA 16-byte aligned) in one launch
 // (Optimizer::zero_grad(set_to_none=false)).
-void zero_tensors(const std::vector<Tensor>& ts);
+AG_DECLARE_KERNEL(zero_tensors, void(const std::vector<Tensor>& ts));
 // found_inf = 1 if any element of `grads` is inf or NaN (found_inf is never cleared here).
 // When `write_back`, also grads *= inv_scale in place (inv_scale is not read otherwise).
-void amp_check_and_unscale(const std::vector<Tensor>& grads, const Tensor& found_inf, const Tensor& inv_scale,
-                           bool write_back);
+AG_DECLARE_KERNEL(amp_check_and_unscale, void(const std::vector<Tensor>& grads, const Tensor& found_inf,
+                                              const Tensor& inv_scale, bool write_back));
 // GradScaler's update: u.scale and its state by u.rule, decided on found_inf (float32 [1]);
 // u.rec is written as ScaleRecord describes.
-void amp_update_scale(const ScaleUpdate& u, const Tensor& found_inf);
+AG_DECLARE_KERNEL(amp_update_scale, void(const ScaleUpdate& u, const Tensor& found_inf));
 // `steps` holds one float32 [1] tensor per param (PyTorch's state['step']): read before the
 // update, advanced by one after it when the step is taken (not when found_inf is set).
 // SGD: momentum buffers of the params' (master) dtype, one per param when momentum != 0
 // (else empty); on a param's first step (its step is 0) the buffer is set to the gradient.
-void sgd_step(const FusedStep& s, const std::vector<Tensor>& momentum_bufs, const std::vector<Tensor>& steps,
-              const SgdHyper& h);
+AG_DECLARE_KERNEL(sgd_step, void(const FusedStep& s, const std::vector<Tensor>& momentum_bufs,
+                                 const std::vector<Tensor>& steps, const SgdHyper& h));
 // Adam/AdamW; bias corrections use the advanced step (step + 1). max_exp_avg_sqs is empty
 // unless amsgrad. Both steps run s.update (and s.check_grads) as FusedStep describes.
-void adam_step(const FusedStep& s, const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
-               const std::vector<Tensor>& max_exp_avg_sqs, const std::vector<Tensor>& steps, const AdamHyper& h);
+AG_DECLARE_KERNEL(adam_step, void(const FusedStep& s, const std::vector<Tensor>& exp_avgs,
+                                  const std::vector<Tensor>& exp_avg_sqs, const std::vector<Tensor>& max_exp_avg_sqs,
+                                  const std::vector<Tensor>& steps, const AdamHyper& h));
 
-}  // namespace ampgrad::cpu
+}  // namespace ampgrad::kernel

@@ -14,16 +14,114 @@
 
 namespace ampgrad {
 
+// Note [Elementwise kinds]
+// Every elementwise kernel is a kind: a row of core/elementwise_kinds.def with its forward
+// formula, its backward formula and what the backward reads. This header makes the enums and
+// the formula functions from the rows; ops/cpu_elementwise.cpp and cuda/unary.cu,
+// cuda/binary.cu make their switches over the kinds from them too. The formulas are templates
+// over the type they compute in (float for 16-bit tensors, which are rounded once on store), so
+// the CPU and the CUDA kernels evaluate the same expression. An op's record names its kind
+// (ops/unary_ops.def, ops/binary_ops.def); adding an elementwise op is a row there, a row in
+// the .def, and a row in tests/op_table.cpp (docs/architecture.md walks through one).
+
 enum class UnaryKind : uint8_t {
-  Neg, Exp, Log, Log1p, Sqrt, Rsqrt, Reciprocal, Abs, Sign, Relu, Gelu, GeluGrad,
-  Tanh, Sigmoid, Softplus, Clamp, ClampMask, PowScalar, AddScalar, MulScalar, RSubScalar,
-  RDivScalar, NotEqualZero,
+#define AG_UNARY(Kind, ...) Kind,
+#include "core/elementwise_kinds.def"
 };
-// ReluBackward(g, x) = x > 0 ? g : 0: relu's backward in one pass (PyTorch's threshold_backward).
-enum class BinaryKind : uint8_t { Add, Sub, Mul, Div, Pow, Maximum, Minimum, ReluBackward, Eq, Ne, Lt, Le, Gt, Ge };
+enum class BinaryKind : uint8_t {
+#define AG_BINARY(Kind, ...) Kind,
+#include "core/elementwise_kinds.def"
+};
 enum class ReduceKind : uint8_t { Sum, Mean, Prod, Max, Min, Argmax, Argmin, Var, LogSumExp };
 
-constexpr bool is_comparison(BinaryKind k) { return k >= BinaryKind::Eq; }
+// What a kind's backward reads (the `reads` column).
+enum class UnaryGrad : uint8_t { x, y, g, pass, none };
+struct BinaryGrad {
+  bool differentiable;  // false for comparisons
+  bool kernel;          // false: the record composes its backward from ops
+  bool dx_x, dx_y;      // which operands the dx formula reads
+  bool dy_x, dy_y;      // and the dy formula
+};
+
+namespace detail {
+constexpr UnaryGrad kUnaryGrad[] = {
+#define AG_UNARY(Kind, types, forward, backward, reads) UnaryGrad::reads,
+#include "core/elementwise_kinds.def"
+};
+constexpr bool kUnaryInts[] = {
+#define AG_UNARY(Kind, types, ...) AG_KIND_TYPES_##types,
+#define AG_KIND_TYPES_ints true
+#define AG_KIND_TYPES_floats false
+#include "core/elementwise_kinds.def"
+#undef AG_KIND_TYPES_ints
+#undef AG_KIND_TYPES_floats
+};
+constexpr const char* kUnaryNames[] = {
+#define AG_UNARY(Kind, ...) #Kind,
+#include "core/elementwise_kinds.def"
+};
+// A reads token as (kernel, reads x, reads y).
+#define AG_BINARY_READS_x true, true, false
+#define AG_BINARY_READS_y true, false, true
+#define AG_BINARY_READS_xy true, true, true
+#define AG_BINARY_READS_g true, false, false
+#define AG_BINARY_READS_ops false, false, false
+#define AG_BINARY_READS_none false, false, false
+constexpr bool kBinaryReads[][2][3] = {
+#define AG_BINARY(Kind, types, forward, dx, dy, dx_reads, dy_reads) {{AG_BINARY_READS_##dx_reads}, {AG_BINARY_READS_##dy_reads}},
+#include "core/elementwise_kinds.def"
+};
+constexpr bool kBinaryDifferentiable[] = {
+#define AG_BINARY(Kind, types, forward, dx, dy, dx_reads, dy_reads) AG_BINARY_DIFF_##dx_reads,
+#define AG_BINARY_DIFF_x true
+#define AG_BINARY_DIFF_y true
+#define AG_BINARY_DIFF_xy true
+#define AG_BINARY_DIFF_g true
+#define AG_BINARY_DIFF_ops true
+#define AG_BINARY_DIFF_none false
+#include "core/elementwise_kinds.def"
+#undef AG_BINARY_DIFF_x
+#undef AG_BINARY_DIFF_y
+#undef AG_BINARY_DIFF_xy
+#undef AG_BINARY_DIFF_g
+#undef AG_BINARY_DIFF_ops
+#undef AG_BINARY_DIFF_none
+};
+#undef AG_BINARY_READS_x
+#undef AG_BINARY_READS_y
+#undef AG_BINARY_READS_xy
+#undef AG_BINARY_READS_g
+#undef AG_BINARY_READS_ops
+#undef AG_BINARY_READS_none
+// 0 arith, 1 floats, 2 compare
+constexpr int kBinaryTypes[] = {
+#define AG_BINARY(Kind, types, ...) AG_KIND_TYPES_##types,
+#define AG_KIND_TYPES_arith 0
+#define AG_KIND_TYPES_floats 1
+#define AG_KIND_TYPES_compare 2
+#include "core/elementwise_kinds.def"
+#undef AG_KIND_TYPES_arith
+#undef AG_KIND_TYPES_floats
+#undef AG_KIND_TYPES_compare
+};
+constexpr const char* kBinaryNames[] = {
+#define AG_BINARY(Kind, ...) #Kind,
+#include "core/elementwise_kinds.def"
+};
+}  // namespace detail
+
+constexpr UnaryGrad unary_grad_reads(UnaryKind k) { return detail::kUnaryGrad[static_cast<int>(k)]; }
+// Which unary kinds accept integer tensors; the others promote integers to float32 first.
+constexpr bool unary_takes_integers(UnaryKind k) { return detail::kUnaryInts[static_cast<int>(k)]; }
+constexpr const char* kind_name(UnaryKind k) { return detail::kUnaryNames[static_cast<int>(k)]; }
+constexpr BinaryGrad binary_grad(BinaryKind k) {
+  const auto& r = detail::kBinaryReads[static_cast<int>(k)];
+  return BinaryGrad{detail::kBinaryDifferentiable[static_cast<int>(k)], r[0][0], r[0][1], r[0][2], r[1][1], r[1][2]};
+}
+constexpr bool is_comparison(BinaryKind k) { return detail::kBinaryTypes[static_cast<int>(k)] == 2; }
+// Integer operands are computed in float32 (div, pow), as PyTorch's true division.
+constexpr bool binary_computes_in_float(BinaryKind k) { return detail::kBinaryTypes[static_cast<int>(k)] == 1; }
+constexpr const char* kind_name(BinaryKind k) { return detail::kBinaryNames[static_cast<int>(k)]; }
 
 namespace math {
 AG_HOST_DEVICE inline float exp(float x) { return ::expf(x); }
@@ -49,67 +147,116 @@ AG_HOST_DEVICE inline int64_t pow(int64_t x, int64_t y) {
   return r;
 }
 template <class T> AG_HOST_DEVICE inline bool isnan(T x) { return x != x; }
+template <class T> AG_HOST_DEVICE inline T sign(T x) { return T((x > T(0)) - (x < T(0))); }
+template <class T> AG_HOST_DEVICE inline T sigmoid(T x) { return T(1) / (T(1) + exp(-x)); }
+// The standard normal's distribution function and density (gelu and its derivative).
+template <class T> AG_HOST_DEVICE inline T normal_cdf(T x) {
+  return T(0.5) * (T(1) + erf(x * T(0.70710678118654752440)));
+}
+template <class T> AG_HOST_DEVICE inline T normal_pdf(T x) { return exp(T(-0.5) * x * x) * T(0.39894228040143267794); }
 }  // namespace math
+
+// Each kind's formulas as functions of the type T they compute in. A backward names only the
+// value its kind reads: the other parameter has no name there.
+namespace formulas {
+#define AG_GRAD_ARG_x x
+#define AG_GRAD_ARG_y y
+#define AG_GRAD_ARG_g
+#define AG_GRAD_ARG_pass
+#define AG_GRAD_ARG_none
+#define AG_UNARY(Kind, types, forward, backward, reads)                                                   \
+  template <class T> AG_HOST_DEVICE inline T Kind##_forward(T x, [[maybe_unused]] T a, [[maybe_unused]] T b) { \
+    return forward;                                                                                      \
+  }                                                                                                      \
+  template <class T>                                                                                     \
+  AG_HOST_DEVICE inline T Kind##_backward([[maybe_unused]] T g, [[maybe_unused]] T AG_GRAD_ARG_##reads,  \
+                                          [[maybe_unused]] T a, [[maybe_unused]] T b) {                  \
+    return backward;                                                                                     \
+  }
+#include "core/elementwise_kinds.def"
+#define AG_GRAD_X_x x
+#define AG_GRAD_X_y
+#define AG_GRAD_X_xy x
+#define AG_GRAD_X_g
+#define AG_GRAD_X_ops x
+#define AG_GRAD_X_none
+#define AG_GRAD_Y_x
+#define AG_GRAD_Y_y y
+#define AG_GRAD_Y_xy y
+#define AG_GRAD_Y_g
+#define AG_GRAD_Y_ops y
+#define AG_GRAD_Y_none
+#define AG_BINARY(Kind, types, forward, dx, dy, dx_reads, dy_reads)                                       \
+  template <class T> AG_HOST_DEVICE inline auto Kind##_forward(T x, T y) { return forward; }              \
+  template <class T>                                                                                      \
+  AG_HOST_DEVICE inline T Kind##_dx([[maybe_unused]] T g, [[maybe_unused]] T AG_GRAD_X_##dx_reads,        \
+                                    [[maybe_unused]] T AG_GRAD_Y_##dx_reads) {                            \
+    return dx;                                                                                            \
+  }                                                                                                       \
+  template <class T>                                                                                      \
+  AG_HOST_DEVICE inline T Kind##_dy([[maybe_unused]] T g, [[maybe_unused]] T AG_GRAD_X_##dy_reads,        \
+                                    [[maybe_unused]] T AG_GRAD_Y_##dy_reads) {                            \
+    return dy;                                                                                            \
+  }
+#include "core/elementwise_kinds.def"
+#undef AG_GRAD_ARG_x
+#undef AG_GRAD_ARG_y
+#undef AG_GRAD_ARG_g
+#undef AG_GRAD_ARG_pass
+#undef AG_GRAD_ARG_none
+#undef AG_GRAD_X_x
+#undef AG_GRAD_X_y
+#undef AG_GRAD_X_xy
+#undef AG_GRAD_X_g
+#undef AG_GRAD_X_ops
+#undef AG_GRAD_X_none
+#undef AG_GRAD_Y_x
+#undef AG_GRAD_Y_y
+#undef AG_GRAD_Y_xy
+#undef AG_GRAD_Y_g
+#undef AG_GRAD_Y_ops
+#undef AG_GRAD_Y_none
+}  // namespace formulas
 
 // y = f(x) for one element, computed in T (float for 16-bit inputs). `a`, `b` are the op's
 // scalar parameters (clamp bounds, the exponent, the scalar operand).
 template <UnaryKind K, class T> AG_HOST_DEVICE inline T unary_op(T x, T a, T b) {
-  if constexpr (K == UnaryKind::Neg) return -x;
-  else if constexpr (K == UnaryKind::Exp) return math::exp(x);
-  else if constexpr (K == UnaryKind::Log) return math::log(x);
-  else if constexpr (K == UnaryKind::Log1p) return math::log1p(x);
-  else if constexpr (K == UnaryKind::Sqrt) return math::sqrt(x);
-  else if constexpr (K == UnaryKind::Rsqrt) return T(1) / math::sqrt(x);
-  else if constexpr (K == UnaryKind::Reciprocal) return T(1) / x;
-  else if constexpr (K == UnaryKind::Abs) return math::abs(x);
-  else if constexpr (K == UnaryKind::Sign) return T((x > T(0)) - (x < T(0)));
-  else if constexpr (K == UnaryKind::Relu) return (x > T(0) || math::isnan(x)) ? x : T(0);  // NaN propagates (PyTorch)
-  else if constexpr (K == UnaryKind::Gelu) return T(0.5) * x * (T(1) + math::erf(x * T(0.70710678118654752440)));
-  else if constexpr (K == UnaryKind::GeluGrad) {  // d/dx gelu(x) = Phi(x) + x * phi(x)
-    T cdf = T(0.5) * (T(1) + math::erf(x * T(0.70710678118654752440)));
-    T pdf = math::exp(T(-0.5) * x * x) * T(0.39894228040143267794);
-    return cdf + x * pdf;
-  } else if constexpr (K == UnaryKind::Tanh) return math::tanh(x);
-  else if constexpr (K == UnaryKind::Sigmoid) return T(1) / (T(1) + math::exp(-x));
-  else if constexpr (K == UnaryKind::Softplus) {  // log(1 + e^x), stable for large |x| (threshold 20 as PyTorch)
-    return x > T(20) ? x : math::log1p(math::exp(x));
-  } else if constexpr (K == UnaryKind::Clamp) return math::isnan(x) ? x : (x < a ? a : (x > b ? b : x));
-  else if constexpr (K == UnaryKind::ClampMask) return (x >= a && x <= b) ? T(1) : T(0);
-  else if constexpr (K == UnaryKind::PowScalar) return math::pow(x, a);
-  else if constexpr (K == UnaryKind::AddScalar) return x + a;
-  else if constexpr (K == UnaryKind::MulScalar) return x * a;
-  else if constexpr (K == UnaryKind::RSubScalar) return a - x;
-  else if constexpr (K == UnaryKind::RDivScalar) return a / x;
-  else if constexpr (K == UnaryKind::NotEqualZero) return x != T(0) ? T(1) : T(0);
-  else return x;
+#define AG_UNARY(Kind, ...) \
+  if constexpr (K == UnaryKind::Kind) return formulas::Kind##_forward<T>(x, a, b); else
+#include "core/elementwise_kinds.def"
+  return x;
+}
+// The gradient of x from the gradient g of y and the saved value s (x or y, as the kind reads).
+template <UnaryKind K, class T> AG_HOST_DEVICE inline T unary_grad(T g, T s, T a, T b) {
+#define AG_UNARY(Kind, ...) \
+  if constexpr (K == UnaryKind::Kind) return formulas::Kind##_backward<T>(g, s, a, b); else
+#include "core/elementwise_kinds.def"
+  return g;
 }
 
 template <BinaryKind K, class T> AG_HOST_DEVICE inline T binary_op(T x, T y) {
-  if constexpr (K == BinaryKind::Add) return x + y;
-  else if constexpr (K == BinaryKind::Sub) return x - y;
-  else if constexpr (K == BinaryKind::Mul) return x * y;
-  else if constexpr (K == BinaryKind::Div) return x / y;
-  else if constexpr (K == BinaryKind::Pow) return math::pow(x, y);
-  else if constexpr (K == BinaryKind::Maximum) return (math::isnan(x) || x > y) ? x : y;  // NaN propagates
-  else if constexpr (K == BinaryKind::Minimum) return (math::isnan(x) || x < y) ? x : y;
-  else if constexpr (K == BinaryKind::ReluBackward) return y > T(0) ? x : T(0);
-  else return x;
+#define AG_BINARY(Kind, ...) \
+  if constexpr (K == BinaryKind::Kind) return static_cast<T>(formulas::Kind##_forward<T>(x, y)); else
+#include "core/elementwise_kinds.def"
+  return x;
 }
-
 template <BinaryKind K, class T> AG_HOST_DEVICE inline bool compare_op(T x, T y) {
-  if constexpr (K == BinaryKind::Eq) return x == y;
-  else if constexpr (K == BinaryKind::Ne) return x != y;
-  else if constexpr (K == BinaryKind::Lt) return x < y;
-  else if constexpr (K == BinaryKind::Le) return x <= y;
-  else if constexpr (K == BinaryKind::Gt) return x > y;
-  else return x >= y;
+#define AG_BINARY(Kind, ...) \
+  if constexpr (K == BinaryKind::Kind) return static_cast<bool>(formulas::Kind##_forward<T>(x, y)); else
+#include "core/elementwise_kinds.def"
+  return false;
 }
-
-// Which unary kinds accept integer tensors; the others promote integers to float32 first.
-constexpr bool unary_takes_integers(UnaryKind k) {
-  return k == UnaryKind::Neg || k == UnaryKind::Abs || k == UnaryKind::Sign || k == UnaryKind::Relu ||
-         k == UnaryKind::Clamp || k == UnaryKind::AddScalar || k == UnaryKind::MulScalar ||
-         k == UnaryKind::RSubScalar;
+template <BinaryKind K, class T> AG_HOST_DEVICE inline T binary_grad_x(T g, T x, T y) {
+#define AG_BINARY(Kind, ...) \
+  if constexpr (K == BinaryKind::Kind) return formulas::Kind##_dx<T>(g, x, y); else
+#include "core/elementwise_kinds.def"
+  return g;
+}
+template <BinaryKind K, class T> AG_HOST_DEVICE inline T binary_grad_y(T g, T x, T y) {
+#define AG_BINARY(Kind, ...) \
+  if constexpr (K == BinaryKind::Kind) return formulas::Kind##_dy<T>(g, x, y); else
+#include "core/elementwise_kinds.def"
+  return g;
 }
 
 }  // namespace ampgrad

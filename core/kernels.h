@@ -1,58 +1,111 @@
-// The kernel interface every device implements: the CPU reference kernels in ops/ define
-// ampgrad::cpu::*, the CUDA kernels in cuda/ define ampgrad::cuda::* with the same
-// signatures (cuda/kernels.h). Ops check their inputs, allocate outputs and pick the device;
+// Every kernel of the op families, declared once (Note [Kernel dispatch] in core/dispatch.h):
+// the CPU reference kernels in ops/cpu_*.cpp and the CUDA kernels in cuda/ register their
+// implementations of these. Ops check their inputs, allocate outputs and pick the device;
 // kernels only compute. Shapes reaching a kernel are already validated and broadcast.
 #pragma once
 
+#include "core/conv_params.h"
+#include "core/dispatch.h"
 #include "core/kernel_kinds.h"
 #include "core/tensor.h"
 
-namespace ampgrad::cpu {
+namespace ampgrad::kernel {
 
-// out = f(x). x has out's shape, any strides, the same dtype; out is contiguous.
-void unary(UnaryKind k, const Tensor& x, const Tensor& out, double a, double b);
+// ---- Elementwise (core/elementwise_kinds.def) ----------------------------------------------
+
+// out = f(x). x has out's shape, any strides, the same dtype; out is contiguous (or x itself).
+AG_DECLARE_KERNEL(unary, void(UnaryKind k, const Tensor& x, const Tensor& out, double a, double b));
+// grad_x = f'(g, s), the kind's backward formula: s is the forward's input x or output y (the
+// one the kind reads), g and s of grad_x's shape (any strides, broadcast dims stride 0) and
+// dtype; grad_x contiguous; a, b the forward's scalars.
+AG_DECLARE_KERNEL(unary_backward,
+                  void(UnaryKind k, const Tensor& g, const Tensor& s, const Tensor& grad_x, double a, double b));
 // out = f(x, y). x, y share a dtype and out's shape (broadcast dims have stride 0); out is
 // contiguous, of x's dtype, or Bool for comparisons.
-void binary(BinaryKind k, const Tensor& x, const Tensor& y, const Tensor& out);
+AG_DECLARE_KERNEL(binary, void(BinaryKind k, const Tensor& x, const Tensor& y, const Tensor& out));
+// grad_x = f'_x(g, x, y) and grad_y = f'_y(g, x, y), the kind's backward formulas, in one
+// pass: g, x, y of the broadcast shape (any strides) and one dtype; grad_x, grad_y contiguous
+// of that shape (either may be undefined: not computed).
+AG_DECLARE_KERNEL(binary_backward, void(BinaryKind k, const Tensor& g, const Tensor& x, const Tensor& y,
+                                        const Tensor& grad_x, const Tensor& grad_y));
 // out = cond ? x : y, all of out's shape; x, y of out's dtype; cond Bool.
-void where(const Tensor& cond, const Tensor& x, const Tensor& y, const Tensor& out);
+AG_DECLARE_KERNEL(where, void(const Tensor& cond, const Tensor& x, const Tensor& y, const Tensor& out));
+
+// ---- Copies ---------------------------------------------------------------------------------
+
 // dst = src converted to dst's dtype; same shape, any strides on both, same device.
-void copy(const Tensor& dst, const Tensor& src);
-void fill(const Tensor& dst, double value);
+AG_DECLARE_KERNEL(copy, void(const Tensor& dst, const Tensor& src));
+// dst = src between the host and a device: both contiguous, of one shape and dtype, one of
+// them on the CPU; dispatched on the other's device.
+AG_DECLARE_KERNEL(copy_across_devices, void(const Tensor& dst, const Tensor& src));
+AG_DECLARE_KERNEL(fill, void(const Tensor& dst, double value));
 // dst += src: floating dtypes that may differ, src of dst's shape (any strides, broadcast dims
 // stride 0). Each sum is formed in float (double when either is Float64) and rounded to dst's
 // dtype once, so a float16 gradient adds into a float32 one without a cast kernel or a
 // temporary (Note [Mixed-dtype accumulation] in ops/binary.cpp).
-void accumulate(const Tensor& dst, const Tensor& src);
+AG_DECLARE_KERNEL(accumulate, void(const Tensor& dst, const Tensor& src));
+
+// ---- Reductions and softmax -----------------------------------------------------------------
+
 // x contiguous [outer, r, inner] -> out contiguous [outer, inner] (x's dtype; Int64 for
 // Argmax/Argmin). `indices` (Int64 [outer, inner]) is filled for Max/Min when defined.
 // `param` is the correction of Var.
-void reduce(ReduceKind k, const Tensor& x, const Tensor& out, const Tensor& indices, double param);
+AG_DECLARE_KERNEL(reduce,
+                  void(ReduceKind k, const Tensor& x, const Tensor& out, const Tensor& indices, double param));
 // x contiguous [outer, r, inner]; out the same shape, of x's dtype or float32 (a 16-bit x read
 // as is: log_softmax(x, dim, kFloat32)); softmax (or log_softmax) over r.
-void softmax(const Tensor& x, const Tensor& out, bool log);
+AG_DECLARE_KERNEL(softmax, void(const Tensor& x, const Tensor& out, bool log));
 // The backward over r of softmax (log: log_softmax): g and y (the forward's output) contiguous
 // [outer, r, inner] of one dtype; grad_x the same shape, of y's dtype or the 16-bit dtype the
 // forward read. log: grad_x = g - exp(y) * sum_r g; softmax: grad_x = y * (g - sum_r g * y).
-void softmax_backward(const Tensor& g, const Tensor& y, const Tensor& grad_x, bool log);
+AG_DECLARE_KERNEL(softmax_backward, void(const Tensor& g, const Tensor& y, const Tensor& grad_x, bool log));
+
+// ---- Matrix products ------------------------------------------------------------------------
+
 // out[b] = alpha * a[b] @ bm[b] + beta * out[b]; a [B, M, K], bm [B, K, N] of out's dtype,
 // any strides (a batch stride may be 0); out contiguous [B, M, N]. beta == 0 ignores out.
 // The CUDA kernel also takes 2-D operands (a batch of one, ops/matmul.cpp's gemm2d) and 16-bit
 // a and bm with a float32 out (Note [Wide weight gradients] in ops/linear.cpp).
-void gemm(const Tensor& a, const Tensor& bm, const Tensor& out, double alpha, double beta);
+AG_DECLARE_KERNEL(gemm, void(const Tensor& a, const Tensor& bm, const Tensor& out, double alpha, double beta));
+// GEMM epilogues (CUDA only: ops check has(device) first). gemm_bias: out[0] = alpha * a[0] @
+// bm[0] + bias (bias [N] added to every row), then max(., 0) with relu (bias may then be
+// undefined). gemm_bias_grad: out[0] = a[0] @ bm[0] and bias_grad[i] = sum over k of
+// a[0][i, k] in one call. Both return false when they cannot (float64, batch > 1, an
+// unaligned bias, no such epilogue): nothing ran, use gemm.
+AG_DECLARE_KERNEL(gemm_bias,
+                  bool(const Tensor& a, const Tensor& bm, const Tensor& bias, const Tensor& out, double alpha, bool relu));
+AG_DECLARE_KERNEL(gemm_bias_grad, bool(const Tensor& a, const Tensor& bm, const Tensor& out, const Tensor& bias_grad));
+
+// ---- Indexing and losses --------------------------------------------------------------------
+
 // x contiguous [outer, d, inner], index Int64 contiguous [n] -> out contiguous [outer, n, inner].
-void index_select(const Tensor& x, const Tensor& index, const Tensor& out);
+AG_DECLARE_KERNEL(index_select, void(const Tensor& x, const Tensor& index, const Tensor& out));
 // out contiguous [outer, d, inner] += src contiguous [outer, n, inner] scattered by index [n].
-void index_add(const Tensor& out, const Tensor& index, const Tensor& src);
+AG_DECLARE_KERNEL(index_add, void(const Tensor& out, const Tensor& index, const Tensor& src));
 // Mean negative log-likelihood of lp contiguous floating [N, C] at target Int64 [N], rows
 // whose target is ignore_index skipped: loss (0-dim, lp's dtype) = -sum lp[i, t_i] / count,
 // count (0-dim Float32) the rows counted (a counted target outside [0, C) adds 0).
-void nll_loss_forward(const Tensor& lp, const Tensor& target, int64_t ignore_index, const Tensor& loss,
-                      const Tensor& count);
+AG_DECLARE_KERNEL(nll_loss_forward, void(const Tensor& lp, const Tensor& target, int64_t ignore_index,
+                                         const Tensor& loss, const Tensor& count));
 // grad_lp contiguous [N, C] = -grad / count at (i, t_i) of counted rows, 0 elsewhere; grad
 // 0-dim of grad_lp's dtype, count as nll_loss_forward wrote it. Neither is read on the host.
-void nll_loss_backward(const Tensor& grad, const Tensor& target, const Tensor& count, int64_t ignore_index,
-                       const Tensor& grad_lp);
+AG_DECLARE_KERNEL(nll_loss_backward, void(const Tensor& grad, const Tensor& target, const Tensor& count,
+                                          int64_t ignore_index, const Tensor& grad_lp));
+// Mean cross-entropy of logits x contiguous floating [N, C] at target Int64 [N], in one pass:
+// lse (contiguous [N], Float32, or Float64 for Float64 logits) = each row's logsumexp; loss
+// (0-dim, x's dtype or Float32 for 16-bit x read as is) = sum over counted rows of
+// lse - x[i, t_i] / count; count as nll_loss_forward. Rows whose target is ignore_index are
+// skipped; a counted target outside [0, C) adds 0.
+AG_DECLARE_KERNEL(cross_entropy_forward, void(const Tensor& x, const Tensor& target, int64_t ignore_index,
+                                              const Tensor& lse, const Tensor& loss, const Tensor& count));
+// grad_x (contiguous [N, C], x's dtype) = grad / count * (exp(x - lse) - onehot(t)) on counted
+// rows with targets in range, 0 elsewhere; grad 0-dim of the loss's dtype.
+AG_DECLARE_KERNEL(cross_entropy_backward, void(const Tensor& grad, const Tensor& x, const Tensor& target,
+                                               const Tensor& lse, const Tensor& count, int64_t ignore_index,
+                                               const Tensor& grad_x));
+
+// ---- Normalization --------------------------------------------------------------------------
+
 // Batch norm over x viewed as [outer, C, inner] (contiguous NCHW: outer N, inner H*W;
 // channels-last or 2-D: outer N*H*W, inner 1); per-channel tensors are contiguous [C] in the
 // accumulation dtype (Float32, Float64 for Float64 x). stats: mean and invstd = 1/sqrt(var +
@@ -61,47 +114,48 @@ void nll_loss_backward(const Tensor& grad, const Tensor& target, const Tensor& c
 // bias (weight, bias optional). backward: grad_bias = sum dy, grad_weight = sum dy * xhat (each
 // when defined), grad_x (when defined) = (dy - [training] (mean dy + xhat mean(dy xhat))) *
 // invstd * weight.
-void batch_norm_stats(const Tensor& x, int64_t outer, int64_t inner, double eps, const Tensor& mean,
-                      const Tensor& invstd, const Tensor& running_mean, const Tensor& running_var, double momentum);
-void batch_norm_apply(const Tensor& x, int64_t outer, int64_t inner, const Tensor& mean, const Tensor& invstd,
-                      const Tensor& weight, const Tensor& bias, const Tensor& y);
-void batch_norm_backward(const Tensor& dy, const Tensor& x, int64_t outer, int64_t inner, const Tensor& mean,
-                         const Tensor& invstd, const Tensor& weight, bool training, const Tensor& grad_x,
-                         const Tensor& grad_weight, const Tensor& grad_bias);
-// Mean cross-entropy of logits x contiguous floating [N, C] at target Int64 [N], in one pass:
-// lse (contiguous [N], Float32, or Float64 for Float64 logits) = each row's logsumexp; loss
-// (0-dim, x's dtype or Float32 for 16-bit x read as is) = sum over counted rows of
-// lse - x[i, t_i] / count; count as nll_loss_forward. Rows whose target is ignore_index are
-// skipped; a counted target outside [0, C) adds 0.
-void cross_entropy_forward(const Tensor& x, const Tensor& target, int64_t ignore_index, const Tensor& lse,
-                           const Tensor& loss, const Tensor& count);
-// grad_x (contiguous [N, C], x's dtype) = grad / count * (exp(x - lse) - onehot(t)) on counted
-// rows with targets in range, 0 elsewhere; grad 0-dim of the loss's dtype.
-void cross_entropy_backward(const Tensor& grad, const Tensor& x, const Tensor& target, const Tensor& lse,
-                            const Tensor& count, int64_t ignore_index, const Tensor& grad_x);
+AG_DECLARE_KERNEL(batch_norm_stats, void(const Tensor& x, int64_t outer, int64_t inner, double eps, const Tensor& mean,
+                                         const Tensor& invstd, const Tensor& running_mean, const Tensor& running_var,
+                                         double momentum));
+AG_DECLARE_KERNEL(batch_norm_apply, void(const Tensor& x, int64_t outer, int64_t inner, const Tensor& mean,
+                                         const Tensor& invstd, const Tensor& weight, const Tensor& bias,
+                                         const Tensor& y));
+AG_DECLARE_KERNEL(batch_norm_backward,
+                  void(const Tensor& dy, const Tensor& x, int64_t outer, int64_t inner, const Tensor& mean,
+                       const Tensor& invstd, const Tensor& weight, bool training, const Tensor& grad_x,
+                       const Tensor& grad_weight, const Tensor& grad_bias));
 
-}  // namespace ampgrad::cpu
-
-#include "core/conv_params.h"
-
-namespace ampgrad::cpu {
+// ---- Windows, convolution, dropout ----------------------------------------------------------
 
 // x [N, C, H, W] (any strides) -> cols contiguous [N, C*kh*kw, oh*ow], row (c, i, j) holding
 // x[n, c, oy*sh - ph + i*dh, ox*sw - pw + j*dw] or pad_value outside the image.
-void im2col(const Tensor& x, const Tensor& cols, const Window2d& w, double pad_value);
+AG_DECLARE_KERNEL(im2col, void(const Tensor& x, const Tensor& cols, const Window2d& w, double pad_value));
 // The adjoint: out contiguous [N, C, H, W] = sum of the cols entries that read each pixel.
 // Deterministic: each output pixel gathers its own contributions.
-void col2im(const Tensor& cols, const Tensor& out, const Window2d& w);
+AG_DECLARE_KERNEL(col2im, void(const Tensor& cols, const Tensor& out, const Window2d& w));
+// x [N, C, H, W], weight [K, C/groups, kh, kw], out [N, K, oh, ow]; each in NCHW or
+// channels-last (NHWC) strides as given (out is allocated by the caller in x's memory
+// format). bias [K] or undefined. CUDA: cuDNN (f32, TF32 only when allow_tf32(); f16/bf16 on
+// tensor cores with f32 accumulation; f64); CPU: im2col and gemm.
+AG_DECLARE_KERNEL(conv2d_forward, void(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out,
+                                       const Conv2dParams& p));
+// grad_in (allocated by the caller, x's shape and format) from grad_out and weight.
+AG_DECLARE_KERNEL(conv2d_backward_data, void(const Tensor& grad_out, const Tensor& weight, const Tensor& grad_in,
+                                             const Conv2dParams& p));
+// grad_weight (allocated by the caller, weight's shape) from x and grad_out.
+AG_DECLARE_KERNEL(conv2d_backward_weight, void(const Tensor& x, const Tensor& grad_out, const Tensor& grad_weight,
+                                               const Conv2dParams& p));
 // out contiguous floating: out[i] = keep(seed, offset + i) ? scale : 0, with keep drawn
 // with probability p_keep by the counter-based hash of core/kernel_kinds.h (same bits on
 // every device).
-void dropout_mask(const Tensor& out, double p_keep, double scale, uint64_t seed, uint64_t offset);
+AG_DECLARE_KERNEL(dropout_mask, void(const Tensor& out, double p_keep, double scale, uint64_t seed, uint64_t offset));
 // out [N, C, oh, ow] (any strides) = the max of each window of x [N, C, H, W] (any strides;
 // padding excluded; NaN wins, then the first of equal values), indices (Int32, out's strides)
 // = its position y * W + x in the plane (Note [Max pooling] in ops/pool.cpp).
-void max_pool2d_forward(const Tensor& x, const Window2d& w, const Tensor& out, const Tensor& indices);
+AG_DECLARE_KERNEL(max_pool2d_forward, void(const Tensor& x, const Window2d& w, const Tensor& out, const Tensor& indices));
 // grad_x [N, C, H, W] (any strides) = the sum of the gradients g (indices' shape, any strides)
 // of the outputs whose max it was; deterministic (each input gathers).
-void max_pool2d_backward(const Tensor& g, const Tensor& indices, const Window2d& w, const Tensor& grad_x);
+AG_DECLARE_KERNEL(max_pool2d_backward,
+                  void(const Tensor& g, const Tensor& indices, const Window2d& w, const Tensor& grad_x));
 
-}  // namespace ampgrad::cpu
+}  // namespace ampgrad::kernel

@@ -1,7 +1,8 @@
-// CUDA binary elementwise kernels (arithmetic and comparisons, with broadcasting) and where.
+// CUDA binary elementwise kernels (core/elementwise_kinds.def: arithmetic and comparisons, with
+// broadcasting), their backward in one pass, accumulate and where.
+#include "core/kernels.h"
 #include "cuda/common.cuh"
 #include "cuda/launch.cuh"
-#include "cuda/kernels.h"
 
 namespace ampgrad::cuda {
 
@@ -10,22 +11,10 @@ namespace {
 template <BinaryKind K> using BinaryConst = std::integral_constant<BinaryKind, K>;
 
 template <class F> void visit_binary_kind(BinaryKind k, F&& f) {
-  using B = BinaryKind;
   switch (k) {
-    case B::Add: return f(BinaryConst<B::Add>{});
-    case B::Sub: return f(BinaryConst<B::Sub>{});
-    case B::Mul: return f(BinaryConst<B::Mul>{});
-    case B::Div: return f(BinaryConst<B::Div>{});
-    case B::Pow: return f(BinaryConst<B::Pow>{});
-    case B::Maximum: return f(BinaryConst<B::Maximum>{});
-    case B::Minimum: return f(BinaryConst<B::Minimum>{});
-    case B::ReluBackward: return f(BinaryConst<B::ReluBackward>{});
-    case B::Eq: return f(BinaryConst<B::Eq>{});
-    case B::Ne: return f(BinaryConst<B::Ne>{});
-    case B::Lt: return f(BinaryConst<B::Lt>{});
-    case B::Le: return f(BinaryConst<B::Le>{});
-    case B::Gt: return f(BinaryConst<B::Gt>{});
-    case B::Ge: return f(BinaryConst<B::Ge>{});
+#define AG_BINARY(Kind, ...) \
+  case BinaryKind::Kind: return f(BinaryConst<BinaryKind::Kind>{});
+#include "core/elementwise_kinds.def"
   }
   AG_INTERNAL_ASSERT(false, "binary: unknown kind {}", static_cast<int>(k));
 }
@@ -92,6 +81,20 @@ void launch_binary(const KernelContext& ctx, const Tensor& x, const Tensor& y, c
   });
 }
 
+// The backward: both gradients from one read of g, x and y (Note [Strided geometry]): operand
+// 0 is grad_x, 1 grad_y, 2 g, 3 x, 4 y. An undefined gradient comes as a null pointer.
+template <BinaryKind K, class T>
+__global__ void binary_backward_kernel(const T* g, const T* x, const T* y, T* gx, T* gy, Geometry<5> geo, uint32_t n) {
+  const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  int64_t off[5];
+  geometry_offsets(geo, i, off);
+  using A = dacc_t<T>;
+  const A vg = to_acc(g[off[2]]), vx = to_acc(x[off[3]]), vy = to_acc(y[off[4]]);
+  if (gx) gx[off[0]] = from_acc<T>(binary_grad_x<K, A>(vg, vx, vy));
+  if (gy) gy[off[1]] = from_acc<T>(binary_grad_y<K, A>(vg, vx, vy));
+}
+
 // where moves elements without looking at them, so it is instantiated per element size.
 template <class E>
 __global__ void where_kernel(const bool* cond, const E* x, const E* y, E* out, Geometry<4> g, uint32_t n) {
@@ -137,8 +140,6 @@ __global__ void accumulate_strided_kernel(D* dst, const S* src, Geometry<2> g, u
   dst[off[0]] = add_mixed(dst[off[0]], src[off[1]]);
 }
 
-}  // namespace
-
 void accumulate(const Tensor& dst, const Tensor& src) {
   if (dst.numel() == 0) return;
   KernelContext ctx(dst);
@@ -171,7 +172,35 @@ void binary(BinaryKind k, const Tensor& x, const Tensor& y, const Tensor& out) {
       if constexpr (binary_instantiated<K, T>()) {
         launch_binary<K, T>(ctx, x, y, out);
       } else {
-        AG_CHECK(false, "binary op {} on cuda: dtype {} is not supported", static_cast<int>(K), dtype_name(x.dtype()));
+        AG_CHECK(false, "binary kernel {} on cuda: dtype {} is not supported", kind_name(K), dtype_name(x.dtype()));
+      }
+    });
+  });
+}
+
+void binary_backward(BinaryKind k, const Tensor& g, const Tensor& x, const Tensor& y, const Tensor& gx,
+                     const Tensor& gy) {
+  if (g.numel() == 0 || (!gx.defined() && !gy.defined())) return;
+  KernelContext ctx(g);
+  const Shape none(g.dim(), 0);
+  auto geo = make_geometry<5>(g.shape(), {gx.defined() ? &gx.strides() : &none, gy.defined() ? &gy.strides() : &none,
+                                          &g.strides(), &x.strides(), &y.strides()});
+  dispatch_floating(g.dtype(), "binary_backward", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    visit_binary_kind(k, [&](auto kind) {
+      constexpr BinaryKind K = decltype(kind)::value;
+      if constexpr (binary_grad(K).kernel) {
+        const T* gp = ptr<const T>(g);
+        const T* xp = ptr<const T>(x);
+        const T* yp = ptr<const T>(y);
+        T* gxp = gx.defined() ? ptr<T>(gx) : nullptr;
+        T* gyp = gy.defined() ? ptr<T>(gy) : nullptr;
+        for_each_chunk(geo, [&](const Geometry<5>& c, uint32_t count, const std::array<int64_t, 5>& off) {
+          launch(ctx, binary_backward_kernel<K, T>, blocks_for(count), kBlockSize, 0, gp + off[2], xp + off[3],
+                 yp + off[4], gxp ? gxp + off[0] : nullptr, gyp ? gyp + off[1] : nullptr, c, count);
+        });
+      } else {
+        AG_INTERNAL_ASSERT(false, "binary_backward: kind {} has no backward kernel", kind_name(K));
       }
     });
   });
@@ -192,5 +221,12 @@ void where(const Tensor& cond, const Tensor& x, const Tensor& y, const Tensor& o
     });
   });
 }
+
+}  // namespace
+
+AG_REGISTER_KERNEL(kernel::binary, kCUDA, binary);
+AG_REGISTER_KERNEL(kernel::binary_backward, kCUDA, binary_backward);
+AG_REGISTER_KERNEL(kernel::accumulate, kCUDA, accumulate);
+AG_REGISTER_KERNEL(kernel::where, kCUDA, where);
 
 }  // namespace ampgrad::cuda

@@ -10,7 +10,7 @@
 #include "core/config.h"
 #include "cuda/check.h"
 #include "cuda/cudnn_plan.h"
-#include "cuda/kernels.h"
+#include "core/kernels.h"
 #include "cuda/runtime.h"
 
 namespace ampgrad::cuda {
@@ -75,7 +75,7 @@ Tensor empty_packed(const Tensor& like, bool nhwc) {
 Tensor packed_input(const Tensor& t, bool nhwc) {
   if (usable_as_is(t, nhwc)) return t;
   Tensor c = empty_packed(t, nhwc);
-  copy(c, t);
+  kernel::copy(c.device(), c, t);
   return c;
 }
 
@@ -134,7 +134,7 @@ bool run_in_layout(Pass pass, const Tensor& x, const Tensor& w, const Tensor& y,
   if (!ok) return false;
   const Tensor& out = writes_x ? x : (writes_w ? w : y);
   const Tensor& packed = writes_x ? xp : (writes_w ? wp : yp);
-  if (!packed.is_same(out)) copy(out, packed);
+  if (!packed.is_same(out)) kernel::copy(out.device(), out, packed);
   return true;
 }
 
@@ -171,13 +171,13 @@ void conv2d_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, c
   DeviceGuard guard(out.device().index);
   with_context("forward", {&x, &weight, &out}, p, [&] {
     if (x.numel() == 0 || weight.numel() == 0) {  // no input channels: an empty sum
-      fill(out, 0);
+      kernel::fill(out.device(), out, 0);
     } else {
       run_pass(Pass::Forward, x, weight, out, p);
     }
     if (bias.defined()) {  // out += bias[k], broadcast over n, y, x by zero strides
       Tensor b = alias_with(bias, out.shape(), {0, bias.stride(0), 0, 0}, bias.storage_offset());
-      binary(BinaryKind::Add, out, b, out);
+      kernel::binary(out.device(), BinaryKind::Add, out, b, out);
     }
   });
 }
@@ -188,7 +188,7 @@ void conv2d_backward_data(const Tensor& grad_out, const Tensor& weight, const Te
   DeviceGuard guard(grad_in.device().index);
   with_context("backward data", {&grad_out, &weight, &grad_in}, p, [&] {
     if (grad_out.numel() == 0 || weight.numel() == 0) {
-      fill(grad_in, 0);
+      kernel::fill(grad_in.device(), grad_in, 0);
       return;
     }
     run_pass(Pass::BackwardData, grad_in, weight, grad_out, p);
@@ -201,7 +201,7 @@ void conv2d_backward_weight(const Tensor& x, const Tensor& grad_out, const Tenso
   DeviceGuard guard(grad_weight.device().index);
   with_context("backward filter", {&x, &grad_out, &grad_weight}, p, [&] {
     if (x.numel() == 0 || grad_out.numel() == 0) {
-      fill(grad_weight, 0);
+      kernel::fill(grad_weight.device(), grad_weight, 0);
       return;
     }
     run_pass(Pass::BackwardFilter, x, grad_weight, grad_out, p);
@@ -210,5 +210,9 @@ void conv2d_backward_weight(const Tensor& x, const Tensor& grad_out, const Tenso
 
 void set_cudnn_benchmark(bool on) { g_benchmark.store(on, std::memory_order_relaxed); }
 bool cudnn_benchmark() { return g_benchmark.load(std::memory_order_relaxed); }
+
+AG_REGISTER_KERNEL(kernel::conv2d_forward, kCUDA, conv2d_forward);
+AG_REGISTER_KERNEL(kernel::conv2d_backward_data, kCUDA, conv2d_backward_data);
+AG_REGISTER_KERNEL(kernel::conv2d_backward_weight, kCUDA, conv2d_backward_weight);
 
 }  // namespace ampgrad::cuda

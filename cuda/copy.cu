@@ -3,7 +3,7 @@
 
 #include "cuda/common.cuh"
 #include "cuda/launch.cuh"
-#include "cuda/kernels.h"
+#include "core/kernels.h"
 
 namespace ampgrad::cuda {
 
@@ -151,5 +151,15 @@ void fill(const Tensor& dst, double value) {
     });
   });
 }
+
+// Host <-> device bytes (Note [CUDA stream] on when each returns).
+void copy_across_devices(const Tensor& dst, const Tensor& src) {
+  if (dst.is_cuda()) memcpy_h2d(dst.data_ptr(), src.data_ptr(), src.nbytes());
+  else memcpy_d2h(dst.data_ptr(), src.data_ptr(), src.nbytes());
+}
+
+AG_REGISTER_KERNEL(kernel::copy, kCUDA, copy);
+AG_REGISTER_KERNEL(kernel::fill, kCUDA, fill);
+AG_REGISTER_KERNEL(kernel::copy_across_devices, kCUDA, copy_across_devices);
 
 }  // namespace ampgrad::cuda

@@ -11,10 +11,10 @@
 #include <set>
 #include <vector>
 
+#include "core/tensor.h"
 #include "cuda/call_graph.h"
 #include "cuda/check.h"
 #include "cuda/graph.h"
-#include "cuda/kernels.h"
 #include "cuda/runtime.h"
 
 namespace ampgrad::cuda {

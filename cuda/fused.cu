@@ -10,7 +10,7 @@
 #include <utility>
 
 #include "cuda/common.cuh"
-#include "cuda/fused_kernels.h"
+#include "core/fused_kernels.h"
 #include "cuda/graph.h"
 #include "cuda/launch.cuh"
 
@@ -685,5 +685,11 @@ void adam_step(const FusedStep& s, const std::vector<Tensor>& exp_avgs, const st
       },
       h);
 }
+
+AG_REGISTER_KERNEL(kernel::zero_tensors, kCUDA, zero_tensors);
+AG_REGISTER_KERNEL(kernel::amp_check_and_unscale, kCUDA, amp_check_and_unscale);
+AG_REGISTER_KERNEL(kernel::amp_update_scale, kCUDA, amp_update_scale);
+AG_REGISTER_KERNEL(kernel::sgd_step, kCUDA, sgd_step);
+AG_REGISTER_KERNEL(kernel::adam_step, kCUDA, adam_step);
 
 }  // namespace ampgrad::cuda

@@ -2,7 +2,7 @@
 // dropout masks, matching the CPU reference kernels of ops/cpu_conv.cpp.
 #include "cuda/common.cuh"
 #include "cuda/launch.cuh"
-#include "cuda/kernels.h"
+#include "core/kernels.h"
 
 namespace ampgrad::cuda {
 
@@ -171,5 +171,9 @@ void dropout_mask(const Tensor& out, double p_keep, double scale, uint64_t seed,
     launch(ctx, dropout_mask_kernel<T>, ctx.grid_stride_blocks(n), kBlockSize, 0, ptr<T>(out), n, static_cast<float>(p_keep), scale, seed, offset);
   });
 }
+
+AG_REGISTER_KERNEL(kernel::im2col, kCUDA, im2col);
+AG_REGISTER_KERNEL(kernel::col2im, kCUDA, col2im);
+AG_REGISTER_KERNEL(kernel::dropout_mask, kCUDA, dropout_mask);
 
 }  // namespace ampgrad::cuda

@@ -1,7 +1,7 @@
 // CUDA index_select (a gather along the middle dim) and index_add (its scatter-add adjoint).
 #include "cuda/common.cuh"
 #include "cuda/launch.cuh"
-#include "cuda/kernels.h"
+#include "core/kernels.h"
 
 namespace ampgrad::cuda {
 
@@ -99,5 +99,8 @@ void index_add(const Tensor& out, const Tensor& index, const Tensor& src) {
   }
   AG_CHECK(false, "index_add on cuda: dtype {} is not supported (no atomic add)", dtype_name(out.dtype()));
 }
+
+AG_REGISTER_KERNEL(kernel::index_select, kCUDA, index_select);
+AG_REGISTER_KERNEL(kernel::index_add, kCUDA, index_add);
 
 }  // namespace ampgrad::cuda

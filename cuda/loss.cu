@@ -6,7 +6,7 @@
 
 #include "cuda/common.cuh"
 #include "cuda/launch.cuh"
-#include "cuda/kernels.h"
+#include "core/kernels.h"
 #include "cuda/reduce.cuh"
 
 namespace ampgrad::cuda {
@@ -189,5 +189,10 @@ void cross_entropy_backward(const Tensor& grad, const Tensor& x, const Tensor& t
     launch(ctx, cross_entropy_backward_kernel<T, O>, ctx.grid_stride_blocks(grad_x.numel()), kBlockSize, 0, ptr<const O>(grad), ptr<const T>(x), ptr<const int64_t>(target), ptr<const A>(lse), ptr<const float>(count), x.size(0), x.size(1), ignore_index, ptr<T>(grad_x));
   });
 }
+
+AG_REGISTER_KERNEL(kernel::nll_loss_forward, kCUDA, nll_loss_forward);
+AG_REGISTER_KERNEL(kernel::nll_loss_backward, kCUDA, nll_loss_backward);
+AG_REGISTER_KERNEL(kernel::cross_entropy_forward, kCUDA, cross_entropy_forward);
+AG_REGISTER_KERNEL(kernel::cross_entropy_backward, kCUDA, cross_entropy_backward);
 
 }  // namespace ampgrad::cuda

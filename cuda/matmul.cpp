@@ -8,7 +8,7 @@
 #include "cuda/blas_lt.h"
 #include "cuda/call_graph.h"
 #include "cuda/check.h"
-#include "cuda/kernels.h"
+#include "core/kernels.h"
 #include "cuda/runtime.h"
 
 namespace ampgrad::cuda {
@@ -84,7 +84,7 @@ cudaDataType_t blas_type(DType t) {
 
 Tensor contiguous_copy(const Tensor& t) {
   Tensor c = empty(t.shape(), t.options());
-  copy(c, t);
+  kernel::copy(c.device(), c, t);
   return c;
 }
 
@@ -117,8 +117,8 @@ bool run_gemm(const Tensor& a, const Tensor& bm, const Tensor& out, double alpha
            dtype_name(out.dtype()));
   if (k == 0) {  // an empty sum: out = beta * out
     if (bias.defined() || bias_grad.defined() || relu) return false;
-    if (beta == 0) fill(out, 0);
-    else if (beta != 1) unary(UnaryKind::MulScalar, out, out, beta, 0);
+    if (beta == 0) kernel::fill(out.device(), out, 0);
+    else if (beta != 1) kernel::unary(out.device(), UnaryKind::MulScalar, out, out, beta, 0);
     return true;
   }
   const int device = out.device().index;
@@ -210,5 +210,9 @@ bool gemm_bias_grad(const Tensor& a, const Tensor& bm, const Tensor& out, const 
     return false;
   return run_gemm(a, bm, out, 1, 0, Tensor(), bias_grad);
 }
+
+AG_REGISTER_KERNEL(kernel::gemm, kCUDA, gemm);
+AG_REGISTER_KERNEL(kernel::gemm_bias, kCUDA, gemm_bias);
+AG_REGISTER_KERNEL(kernel::gemm_bias_grad, kCUDA, gemm_bias_grad);
 
 }  // namespace ampgrad::cuda

@@ -8,7 +8,7 @@
 #include "cuda/common.cuh"
 #include "cuda/launch.cuh"
 #include "cuda/reduce.cuh"
-#include "cuda/kernels.h"
+#include "core/kernels.h"
 
 namespace ampgrad::cuda {
 
@@ -291,5 +291,9 @@ void batch_norm_backward(const Tensor& dy, const Tensor& x, int64_t outer, int64
     }
   });
 }
+
+AG_REGISTER_KERNEL(kernel::batch_norm_stats, kCUDA, batch_norm_stats);
+AG_REGISTER_KERNEL(kernel::batch_norm_apply, kCUDA, batch_norm_apply);
+AG_REGISTER_KERNEL(kernel::batch_norm_backward, kCUDA, batch_norm_backward);
 
 }  // namespace ampgrad::cuda

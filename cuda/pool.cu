@@ -5,7 +5,7 @@
 
 #include "cuda/common.cuh"
 #include "cuda/launch.cuh"
-#include "cuda/kernels.h"
+#include "core/kernels.h"
 
 namespace ampgrad::cuda {
 
@@ -122,5 +122,8 @@ void max_pool2d_backward(const Tensor& g, const Tensor& indices, const Window2d&
     launch(ctx, max_pool2d_backward_kernel<T>, plane_grid(in.h * in.w, in.n * in.c), kBlockSize, 0, ptr<const T>(g), ptr<const int32_t>(indices), strides_of(g), strides_of(indices), w, static_cast<int>(g.size(2)), static_cast<int>(g.size(3)), in, ptr<T>(grad_x), strides_of(grad_x));
   });
 }
+
+AG_REGISTER_KERNEL(kernel::max_pool2d_forward, kCUDA, max_pool2d_forward);
+AG_REGISTER_KERNEL(kernel::max_pool2d_backward, kCUDA, max_pool2d_backward);
 
 }  // namespace ampgrad::cuda

@@ -1,5 +1,5 @@
 // CUDA reductions over the middle dim of [outer, r, inner]: deterministic, no float atomics.
-#include "cuda/kernels.h"
+#include "core/kernels.h"
 #include "cuda/launch.cuh"
 #include "cuda/reduce.cuh"
 
@@ -215,5 +215,7 @@ void reduce(ReduceKind k, const Tensor& x, const Tensor& out, const Tensor& indi
   }
   AG_INTERNAL_ASSERT(false, "reduce: unknown kind {}", static_cast<int>(k));
 }
+
+AG_REGISTER_KERNEL(kernel::reduce, kCUDA, reduce);
 
 }  // namespace ampgrad::cuda

@@ -69,6 +69,12 @@ void memcpy_h2d(void* dst, const void* src, size_t n);
 void memcpy_d2h(void* dst, const void* src, size_t n);
 void memcpy_d2d(void* dst, const void* src, size_t n);
 
+// Opt-in (off by default, like torch.backends.cudnn.benchmark): time cuDNN's candidate
+// algorithms once per convolution shape and cache the fastest; otherwise take cuDNN's
+// heuristic choice (cuda/conv.cpp).
+void set_cudnn_benchmark(bool on);
+bool cudnn_benchmark();
+
 // Statistics of the caching allocator (cuda/allocator.cpp).
 MemoryStats memory_stats(int device = 0);
 void reset_peak_memory_stats(int device = 0);
@@ -87,6 +93,8 @@ inline const DeviceProperties& device_properties(int = 0) {
   return none;
 }
 inline void reset_peak_memory_stats(int = 0) {}
+inline void set_cudnn_benchmark(bool) {}
+inline bool cudnn_benchmark() { return false; }
 
 #endif
 

@@ -1,7 +1,7 @@
 // CUDA softmax and log_softmax over the middle dim of [outer, r, inner], numerically stable,
 // and their backward passes; a 16-bit input may be read as is into a float32 output
 // (log_softmax(x, dim, kFloat32): Note [Reading 16-bit inputs] in ops/softmax.cpp).
-#include "cuda/kernels.h"
+#include "core/kernels.h"
 #include "cuda/launch.cuh"
 #include "cuda/reduce.cuh"
 
@@ -174,5 +174,8 @@ void softmax_backward(const Tensor& g, const Tensor& y, const Tensor& grad_x, bo
     else launch(ctx, softmax_backward_cols_kernel<O, T>, l.grid, l.block, 0, gp, yp, xp, outer, r, inner, log);
   });
 }
+
+AG_REGISTER_KERNEL(kernel::softmax, kCUDA, softmax);
+AG_REGISTER_KERNEL(kernel::softmax_backward, kCUDA, softmax_backward);
 
 }  // namespace ampgrad::cuda

@@ -1,6 +1,7 @@
-// Binary elementwise ops with broadcasting and type promotion, where, and comparisons.
+// Binary elementwise ops with broadcasting and type promotion: add, sub, mul, div, pow, the rows
+// of ops/binary_ops.def (maximum, minimum, the comparisons), their scalar forms, and where.
 #include "autograd/node.h"
-#include "ops/dispatch.h"
+#include "core/kernels.h"
 #include "ops/internal.h"
 #include "ops/op_scope.h"
 #include "ops/ops.h"
@@ -19,15 +20,7 @@ const OpInfo kMul{"mul", Category::passthrough, true, "elementwise, no accumulat
 const OpInfo kDiv{"div", Category::passthrough, true, "elementwise, no accumulation: stays in its input dtype"};
 const OpInfo kPow{"pow", Category::fp32, true, "range: powers overflow float16 quickly"};
 const OpInfo kRsub{"rsub", Category::passthrough, true, "elementwise: stays in its input dtype"};
-const OpInfo kMaximum{"maximum", Category::passthrough, true, "exact in any dtype"};
-const OpInfo kMinimum{"minimum", Category::passthrough, true, "exact in any dtype"};
 const OpInfo kWhere{"where", Category::promote, true, "mixes two inputs: both are cast to the wider dtype"};
-const OpInfo kEq{"eq", Category::passthrough, false, "returns bool"};
-const OpInfo kNe{"ne", Category::passthrough, false, "returns bool"};
-const OpInfo kLt{"lt", Category::passthrough, false, "returns bool"};
-const OpInfo kLe{"le", Category::passthrough, false, "returns bool"};
-const OpInfo kGt{"gt", Category::passthrough, false, "returns bool"};
-const OpInfo kGe{"ge", Category::passthrough, false, "returns bool"};
 
 int category_rank(DType t) { return t == kBool ? 0 : (is_floating(t) ? 2 : 1); }
 
@@ -50,42 +43,67 @@ Tensor cast_quietly(const Tensor& t, DType dt) {
   return to(t, t.device(), dt);
 }
 
-// Broadcasts, promotes and runs kernel k; out is Bool for comparisons.
-Tensor binary_forward(const OpInfo& op, BinaryKind k, const Tensor& a, const Tensor& b, bool float_result = false) {
+// Broadcasts, promotes (to float32 for kinds that compute in float) and runs kernel k; out is
+// Bool for comparisons.
+Tensor binary_forward(const OpInfo& op, BinaryKind k, const Tensor& a, const Tensor& b) {
   check_defined(op, a, "first input");
   check_defined(op, b, "second input");
   check_same_device(op, a, b);
   Shape shape = broadcast_shapes(op.name, a.shape(), b.shape());
   DType dt = result_type(a, b);
-  if (float_result) dt = float_compute_dtype(dt);
+  if (binary_computes_in_float(k)) dt = float_compute_dtype(dt);
   AG_CHECK(dt != kBool || is_comparison(k), "{}: arithmetic on bool tensors ({} and {}) is not supported", op.name,
            a.desc(), b.desc());
   Tensor x = broadcast_to(cast_quietly(a, dt), shape);
   Tensor y = broadcast_to(cast_quietly(b, dt), shape);
   Tensor out = empty_as(shape, is_comparison(k) ? kBool : dt, a);
-  if (out.numel()) kernel::binary(k, x, y, out);
+  if (out.numel()) kernel::binary(out.device(), k, x, y, out);
   return out;
 }
 
-// Which of (a, b, out) a backward formula reads. Only those are saved, so that an in-place
-// edit of a tensor the formula never reads is not reported (Note [Version counter]).
-struct Needs {
-  bool a, b, out;
-};
-constexpr Needs kNeedsNothing{false, false, false};
-constexpr Needs kNeedsInputs{true, true, false};
-
-template <class Backward>
-Tensor binary_with_grad(const OpInfo& op, BinaryKind k, const Tensor& a0, const Tensor& b0, Needs needs, Backward bw,
-                        bool float_result = false) {
+// An op whose gradients are its kind's backward kernel: both in one pass, computed only for
+// the inputs that require grad, and only the operands those gradients read are saved (so an
+// in-place edit of one they never read is not reported, Note [Version counter]).
+Tensor binary_elementwise(const OpInfo& op, BinaryKind k, const Tensor& a0, const Tensor& b0) {
   Tensor a = a0, b = b0;
   OpScope scope(op, a, b);
-  Tensor out = binary_forward(op, k, a, b, float_result);
+  Tensor out = binary_forward(op, k, a, b);
+  const BinaryGrad bg = binary_grad(k);
+  if (bg.differentiable && autograd::any_requires_grad({&a, &b}) && is_floating(out.dtype())) {
+    AG_INTERNAL_ASSERT(bg.kernel, "{}: kind {} has no backward kernel", op.name, kind_name(k));
+    const bool need_a = a.requires_grad(), need_b = b.requires_grad();
+    const bool save_x = (need_a && bg.dx_x) || (need_b && bg.dy_x), save_y = (need_a && bg.dx_y) || (need_b && bg.dy_y);
+    autograd::record(op, out, {a, b}, {save_x ? a : Tensor(), save_y ? b : Tensor()},
+                     [k, need_a, need_b](const Tensor& g, const Saved& s) {
+                       // The operands in g's dtype (the forward's) and shape; one that no
+                       // requested formula reads is g itself.
+                       auto operand = [&g](const Tensor& t) {
+                         return t.defined() ? broadcast_to(cast_quietly(t, g.dtype()), g.shape()) : g;
+                       };
+                       Tensor gx = need_a ? empty(g.shape(), g.options()) : Tensor();
+                       Tensor gy = need_b ? empty(g.shape(), g.options()) : Tensor();
+                       if (g.numel()) kernel::binary_backward(g.device(), k, g, operand(s[0]), operand(s[1]), gx, gy);
+                       return Grads{gx, gy};
+                     });
+  }
+  return scope.finish(out);
+}
+
+// Which of a and b a backward formula composed of ops reads. Only those are saved.
+struct Needs {
+  bool a, b;
+};
+constexpr Needs kNeedsNothing{false, false};
+
+template <class Backward>
+Tensor binary_with_grad(const OpInfo& op, BinaryKind k, const Tensor& a0, const Tensor& b0, Needs needs, Backward bw) {
+  Tensor a = a0, b = b0;
+  OpScope scope(op, a, b);
+  Tensor out = binary_forward(op, k, a, b);
   if (autograd::any_requires_grad({&a, &b}) && is_floating(out.dtype())) {
     // Unneeded slots stay undefined tensors; the formula gets them as such.
-    autograd::record(op, out, {a, b},
-                     {needs.a ? a : Tensor(), needs.b ? b : Tensor(), needs.out ? out.detach() : Tensor()},
-                     [bw](const Tensor& g, const Saved& s) { return bw(g, s[0], s[1], s[2]); });
+    autograd::record(op, out, {a, b}, {needs.a ? a : Tensor(), needs.b ? b : Tensor()},
+                     [bw](const Tensor& g, const Saved& s) { return bw(g, s[0], s[1]); });
   }
   return scope.finish(out);
 }
@@ -141,9 +159,9 @@ bool binary_inplace(BinaryKind k, Tensor& self, const Tensor& other) {
   const bool widens = k == BinaryKind::Add && other.dtype() != self.dtype() &&
                       promote_types(self.dtype(), other.dtype()) == self.dtype() && is_floating(other.dtype());
   if (self.numel() && widens)  // Note [Mixed-dtype accumulation]
-    kernel::accumulate(self, broadcast_to(other, self.shape()));
+    kernel::accumulate(self.device(), self, broadcast_to(other, self.shape()));
   else if (self.numel())
-    kernel::binary(k, self, broadcast_to(cast_quietly(other, self.dtype()), self.shape()), self);
+    kernel::binary(self.device(), k, self, broadcast_to(cast_quietly(other, self.dtype()), self.shape()), self);
   self.bump_version();
   scope.finish(self);
   return true;
@@ -153,7 +171,7 @@ bool scalar_inplace(UnaryKind k, Tensor& self, double s) {
   if (!self.defined() || !is_floating(self.dtype()) || !writable_in_place(self)) return false;
   Tensor a = self;
   OpScope scope(k == UnaryKind::AddScalar ? kAdd : kMul, a);
-  if (self.numel()) kernel::unary(k, self, self, s, 0);
+  if (self.numel()) kernel::unary(self.device(), k, self, self, s, 0);
   self.bump_version();
   scope.finish(self);
   return true;
@@ -162,25 +180,25 @@ bool scalar_inplace(UnaryKind k, Tensor& self, double s) {
 Tensor add(const Tensor& a, const Tensor& b, const Scalar& alpha) {
   if (alpha.to_double() != 1) return add(a, mul(b, alpha));
   return binary_with_grad(kAdd, BinaryKind::Add, a, b, kNeedsNothing,
-                          [](const Tensor& g, const Tensor&, const Tensor&, const Tensor&) {
+                          [](const Tensor& g, const Tensor&, const Tensor&) {
                             return Grads{g, g};
                           });
 }
 Tensor sub(const Tensor& a, const Tensor& b, const Scalar& alpha) {
   if (alpha.to_double() != 1) return sub(a, mul(b, alpha));
   return binary_with_grad(kSub, BinaryKind::Sub, a, b, kNeedsNothing,
-                          [](const Tensor& g, const Tensor&, const Tensor&, const Tensor&) {
+                          [](const Tensor& g, const Tensor&, const Tensor&) {
                             return Grads{g, neg(g)};
                           });
 }
-// mul and div save only what the gradients their inputs need read, and compute only those
-// gradients: the loss scale (loss * scale) or a dropout mask costs no backward launch for the
-// factor that needs none (PyTorch's needs_input_grad).
+// mul saves only what the gradients its inputs need read, and computes only those gradients:
+// the loss scale (loss * scale) or a dropout mask costs no backward launch for the factor
+// that needs none (PyTorch's needs_input_grad).
 Tensor mul(const Tensor& a, const Tensor& b) {
   // d/da = g * b, d/db = g * a: b is saved when a needs its gradient, and a when b does. With
   // backward()'s implicit seed of 1 as g (the loss scale's product), g * b is b itself, exactly.
-  return binary_with_grad(kMul, BinaryKind::Mul, a, b, Needs{b.requires_grad(), a.requires_grad(), false},
-                          [](const Tensor& g, const Tensor& x, const Tensor& y, const Tensor&) {
+  return binary_with_grad(kMul, BinaryKind::Mul, a, b, Needs{b.requires_grad(), a.requires_grad()},
+                          [](const Tensor& g, const Tensor& x, const Tensor& y) {
                             auto times_g = [&g](const Tensor& f) {
                               if (!f.defined()) return Tensor();
                               if (f.shape() == g.shape() && f.dtype() == g.dtype() && f.device() == g.device() &&
@@ -191,76 +209,41 @@ Tensor mul(const Tensor& a, const Tensor& b) {
                             return Grads{times_g(y), times_g(x)};
                           });
 }
-Tensor div(const Tensor& a, const Tensor& b) {
-  return binary_with_grad(
-      kDiv, BinaryKind::Div, a, b, Needs{false, true, b.requires_grad()},
-      [](const Tensor& g, const Tensor&, const Tensor& y, const Tensor& out) {
-        Tensor gx = g / y;
-        return Grads{gx, out.defined() ? -(gx * out) : Tensor()};
-      },
-      /*float_result=*/true);
-}
-Tensor pow(const Tensor& a, const Tensor& e) {
-  return binary_with_grad(
-      kPow, BinaryKind::Pow, a, e, Needs{true, true, true},
-      [](const Tensor& g, const Tensor& x, const Tensor& y, const Tensor& out) {
-        Tensor ga = g * y * pow(x, y - 1);
-        // d/dy x^y = x^y log x; taken as 0 where x == 0 (as PyTorch), so 0^y stays finite.
-        Tensor gb = where(eq(x, 0), zeros_like(out), g * out * log(x));
-        return Grads{ga, gb};
-      },
-      /*float_result=*/true);
-}
-Tensor maximum(const Tensor& a, const Tensor& b) {
-  return binary_with_grad(kMaximum, BinaryKind::Maximum, a, b, kNeedsInputs,
-                          [](const Tensor& g, const Tensor& x, const Tensor& y, const Tensor&) {
-                            Tensor half = g * 0.5;  // ties split the gradient, as PyTorch
-                            Tensor zero = zeros_like(g);
-                            return Grads{where(gt(x, y), g, where(eq(x, y), half, zero)),
-                                         where(lt(x, y), g, where(eq(x, y), half, zero))};
-                          });
-}
-Tensor minimum(const Tensor& a, const Tensor& b) {
-  return binary_with_grad(kMinimum, BinaryKind::Minimum, a, b, kNeedsInputs,
-                          [](const Tensor& g, const Tensor& x, const Tensor& y, const Tensor&) {
-                            Tensor half = g * 0.5;
-                            Tensor zero = zeros_like(g);
-                            return Grads{where(lt(x, y), g, where(eq(x, y), half, zero)),
-                                         where(gt(x, y), g, where(eq(x, y), half, zero))};
-                          });
-}
+Tensor div(const Tensor& a, const Tensor& b) { return binary_elementwise(kDiv, BinaryKind::Div, a, b); }
+Tensor pow(const Tensor& a, const Tensor& e) { return binary_elementwise(kPow, BinaryKind::Pow, a, e); }
 
-Tensor eq(const Tensor& a, const Tensor& b) { return compare(kEq, BinaryKind::Eq, a, b); }
-Tensor ne(const Tensor& a, const Tensor& b) { return compare(kNe, BinaryKind::Ne, a, b); }
-Tensor lt(const Tensor& a, const Tensor& b) { return compare(kLt, BinaryKind::Lt, a, b); }
-Tensor le(const Tensor& a, const Tensor& b) { return compare(kLe, BinaryKind::Le, a, b); }
-Tensor gt(const Tensor& a, const Tensor& b) { return compare(kGt, BinaryKind::Gt, a, b); }
-Tensor ge(const Tensor& a, const Tensor& b) { return compare(kGe, BinaryKind::Ge, a, b); }
-Tensor eq(const Tensor& a, const Scalar& b) { return eq(a, scalar_like(a, b)); }
-Tensor ne(const Tensor& a, const Scalar& b) { return ne(a, scalar_like(a, b)); }
-Tensor lt(const Tensor& a, const Scalar& b) { return lt(a, scalar_like(a, b)); }
-Tensor le(const Tensor& a, const Scalar& b) { return le(a, scalar_like(a, b)); }
-Tensor gt(const Tensor& a, const Scalar& b) { return gt(a, scalar_like(a, b)); }
-Tensor ge(const Tensor& a, const Scalar& b) { return ge(a, scalar_like(a, b)); }
+// The ops of the table (ops/binary_ops.def): a record and the functions each.
+#define AG_BINARY_OP(name, Kind, category, reason)                                                            \
+  namespace {                                                                                                 \
+  const OpInfo k_##name{#name, Category::category, binary_grad(BinaryKind::Kind).differentiable, reason};      \
+  }                                                                                                           \
+  Tensor name(const Tensor& a, const Tensor& b) { return binary_elementwise(k_##name, BinaryKind::Kind, a, b); }
+#define AG_COMPARE_OP(name, Kind)                                                                   \
+  namespace {                                                                                       \
+  const OpInfo k_##name{#name, Category::passthrough, false, "returns bool"};                        \
+  }                                                                                                 \
+  Tensor name(const Tensor& a, const Tensor& b) { return compare(k_##name, BinaryKind::Kind, a, b); } \
+  Tensor name(const Tensor& a, const Scalar& b) { return name(a, scalar_like(a, b)); }
+#include "ops/binary_ops.def"
 
 // Scalar forms: add/mul/rsub/pow run as one unary kernel (no broadcast operand); a float
 // scalar with an integer tensor gives float32, as a Python number does in PyTorch.
 Tensor add(const Tensor& a, const Scalar& b) {
-  return unary_scalar_op(kAdd, UnaryKind::AddScalar, a, b.to_double(), !b.is_floating());
+  return unary_elementwise(kAdd, UnaryKind::AddScalar, a, b.to_double(), 0, !b.is_floating());
 }
 Tensor sub(const Tensor& a, const Scalar& b) {
-  return unary_scalar_op(kSub, UnaryKind::AddScalar, a, -b.to_double(), !b.is_floating());
+  return unary_elementwise(kSub, UnaryKind::AddScalar, a, -b.to_double(), 0, !b.is_floating());
 }
 Tensor rsub(const Tensor& a, const Scalar& b) {
-  return unary_scalar_op(kRsub, UnaryKind::RSubScalar, a, b.to_double(), !b.is_floating());
+  return unary_elementwise(kRsub, UnaryKind::RSubScalar, a, b.to_double(), 0, !b.is_floating());
 }
 Tensor mul(const Tensor& a, const Scalar& b) {
-  return unary_scalar_op(kMul, UnaryKind::MulScalar, a, b.to_double(), !b.is_floating());
+  return unary_elementwise(kMul, UnaryKind::MulScalar, a, b.to_double(), 0, !b.is_floating());
 }
 Tensor div(const Tensor& a, const Scalar& b) { return div(a, scalar_like(a, b)); }
 Tensor rdiv(const Tensor& a, const Scalar& b) { return div(scalar_like(a, b), a); }
 Tensor pow(const Tensor& a, const Scalar& e) {
-  return unary_scalar_op(kPow, UnaryKind::PowScalar, a, e.to_double(), false);
+  return unary_elementwise(kPow, UnaryKind::PowScalar, a, e.to_double(), 0, false);
 }
 
 Tensor where(const Tensor& cond0, const Tensor& a0, const Tensor& b0) {
@@ -276,7 +259,7 @@ Tensor where(const Tensor& cond0, const Tensor& a0, const Tensor& b0) {
   DType dt = result_type(a, b);
   Tensor out = empty_as(shape, dt, a);
   if (out.numel())
-    kernel::where(broadcast_to(cond, shape), broadcast_to(cast_quietly(a, dt), shape),
+    kernel::where(out.device(), broadcast_to(cond, shape), broadcast_to(cast_quietly(a, dt), shape),
                   broadcast_to(cast_quietly(b, dt), shape), out);
   if (autograd::any_requires_grad({&a, &b}) && is_floating(dt)) {
     autograd::record(kWhere, out, {Tensor(), a, b}, {cond}, [](const Tensor& g, const Saved& s) {

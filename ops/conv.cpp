@@ -1,6 +1,6 @@
 // conv2d (CPU: im2col + gemm; CUDA: cuDNN) and unfold, the window op that pooling builds on.
 #include "autograd/node.h"
-#include "ops/dispatch.h"
+#include "core/kernels.h"
 #include "ops/internal.h"
 #include "ops/nn_ops.h"
 #include "ops/op_scope.h"
@@ -30,21 +30,24 @@ void check_window(std::string_view op, const Tensor& x, const Window2d& w) {
 Tensor im2col_raw(const Tensor& x, const Window2d& w, double pad_value) {
   const int64_t L = w.out_h(x.size(2)) * w.out_w(x.size(3));
   Tensor cols = empty({x.size(0), x.size(1) * w.kh * w.kw, L}, x.options());
-  if (cols.numel()) kernel::im2col(x, cols, w, pad_value);
+  if (cols.numel()) kernel::im2col(cols.device(), x, cols, w, pad_value);
   return cols;
 }
 
 // The adjoint of im2col: cols [N, C*kh*kw, L] -> [N, C, H, W].
 Tensor col2im_raw(const Tensor& cols, const Shape& x_shape, const Window2d& w) {
   Tensor out = empty(x_shape, cols.options());
-  if (out.numel()) kernel::col2im(cols.contiguous(), out, w);
+  if (out.numel()) kernel::col2im(out.device(), cols.contiguous(), out, w);
   return out;
 }
 
-// out[n] = weight_g @ cols[n] per group, on the CPU path. weight [K, C/g, kh, kw].
-Tensor conv2d_cpu(const Tensor& x, const Tensor& weight, const Conv2dParams& p) {
+// The CPU implementation of conv2d's kernels (core/kernels.h): im2col and one GEMM per group,
+// written with ops; outputs are copied into the tensors the op allocated.
+// out[n] = weight_g @ cols[n] per group. weight [K, C/g, kh, kw].
+void conv2d_forward_cpu(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out,
+                        const Conv2dParams& p) {
+  NoGradGuard no_grad;
   const int64_t n = x.size(0), k = weight.size(0), g = p.groups;
-  const int64_t oh = p.window.out_h(x.size(2)), ow = p.window.out_w(x.size(3));
   Tensor cols = im2col_raw(x, p.window, 0.0);  // [N, C*kh*kw, L]
   const int64_t ckk = cols.size(1) / g;
   Tensor w2 = weight.reshape({g, k / g, ckk});
@@ -53,38 +56,48 @@ Tensor conv2d_cpu(const Tensor& x, const Tensor& weight, const Conv2dParams& p) 
     Tensor cg = g == 1 ? cols : cols.narrow(1, gi * ckk, ckk);
     outs.push_back(matmul(w2.select(0, gi), cg));  // [N, K/g, L]
   }
-  Tensor out = g == 1 ? outs[0] : cat(outs, 1);
-  return out.reshape({n, k, oh, ow});
+  Tensor r = (g == 1 ? outs[0] : cat(outs, 1)).reshape({n, k, out.size(2), out.size(3)});
+  if (bias.defined()) r = r + bias.reshape({1, -1, 1, 1});
+  kernel::copy(out.device(), out, r);
 }
 
-struct ConvGrads {
-  Tensor x, w;
-};
-
-ConvGrads conv2d_cpu_backward(const Tensor& grad, const Tensor& x, const Tensor& weight, const Conv2dParams& p,
-                              bool need_x, bool need_w) {
-  const int64_t n = x.size(0), k = weight.size(0), g = p.groups;
-  Tensor gr = grad.reshape({n, k, -1});  // [N, K, L]
-  Tensor cols = need_w ? im2col_raw(x, p.window, 0.0) : Tensor();
+void conv2d_backward_data_cpu(const Tensor& grad, const Tensor& weight, const Tensor& grad_in, const Conv2dParams& p) {
+  if (grad_in.numel() == 0) return;
+  NoGradGuard no_grad;
+  const int64_t n = grad.size(0), k = weight.size(0), g = p.groups;
+  Tensor gr = grad.reshape({n, k, grad.size(2) * grad.size(3)});  // [N, K, L]
   const int64_t ckk = weight.numel() / k;
   Tensor w2 = weight.reshape({g, k / g, ckk});
-  std::vector<Tensor> gcols, gws;
+  std::vector<Tensor> gcols;
   for (int64_t gi = 0; gi < g; ++gi) {
     Tensor gg = g == 1 ? gr : gr.narrow(1, gi * (k / g), k / g);  // [N, K/g, L]
-    if (need_x) gcols.push_back(matmul(w2.select(0, gi).t(), gg));  // [N, ckk, L]
-    if (need_w) {
-      Tensor cg = g == 1 ? cols : cols.narrow(1, gi * ckk, ckk);
-      gws.push_back(sum(matmul(gg, cg.transpose(1, 2)), {0}));  // [K/g, ckk]
-    }
+    gcols.push_back(matmul(w2.select(0, gi).t(), gg));            // [N, ckk, L]
   }
-  ConvGrads out;
-  if (need_x) out.x = col2im_raw(g == 1 ? gcols[0] : cat(gcols, 1), x.shape(), p.window);
-  if (need_w) out.w = (g == 1 ? gws[0] : cat(gws, 0)).reshape(weight.shape());
-  return out;
+  kernel::copy(grad_in.device(), grad_in, col2im_raw(g == 1 ? gcols[0] : cat(gcols, 1), grad_in.shape(), p.window));
 }
 
-// Output allocated in x's memory format, as cuDNN and PyTorch do (CUDA builds only).
-[[maybe_unused]] Tensor empty_conv_out(const Tensor& x, const Shape& shape) {
+void conv2d_backward_weight_cpu(const Tensor& x, const Tensor& grad, const Tensor& grad_weight, const Conv2dParams& p) {
+  if (grad_weight.numel() == 0) return;
+  NoGradGuard no_grad;
+  const int64_t n = x.size(0), k = grad_weight.size(0), g = p.groups;
+  Tensor gr = grad.reshape({n, k, grad.size(2) * grad.size(3)});  // [N, K, L]
+  Tensor cols = im2col_raw(x, p.window, 0.0);
+  const int64_t ckk = grad_weight.numel() / k;
+  std::vector<Tensor> gws;
+  for (int64_t gi = 0; gi < g; ++gi) {
+    Tensor gg = g == 1 ? gr : gr.narrow(1, gi * (k / g), k / g);
+    Tensor cg = g == 1 ? cols : cols.narrow(1, gi * ckk, ckk);
+    gws.push_back(sum(matmul(gg, cg.transpose(1, 2)), {0}));  // [K/g, ckk]
+  }
+  kernel::copy(grad_weight.device(), grad_weight, (g == 1 ? gws[0] : cat(gws, 0)).reshape(grad_weight.shape()));
+}
+
+AG_REGISTER_KERNEL(kernel::conv2d_forward, kCPU, conv2d_forward_cpu);
+AG_REGISTER_KERNEL(kernel::conv2d_backward_data, kCPU, conv2d_backward_data_cpu);
+AG_REGISTER_KERNEL(kernel::conv2d_backward_weight, kCPU, conv2d_backward_weight_cpu);
+
+// Outputs are allocated in x's memory format, as cuDNN and PyTorch do.
+Tensor empty_conv_out(const Tensor& x, const Shape& shape) {
   if (is_channels_last(x) && !x.is_contiguous()) return empty_channels_last(shape, x.options());
   return empty(shape, x.options());
 }
@@ -118,20 +131,10 @@ Tensor conv2d(const Tensor& x0, const Tensor& w0, const Tensor& b0, std::array<i
   p.groups = groups;
   check_window("conv2d", x, p.window);
   Shape out_shape{x.size(0), w.size(0), p.window.out_h(x.size(2)), p.window.out_w(x.size(3))};
-  Tensor out;
-  {
+  Tensor out = empty_conv_out(x, out_shape);
+  if (out.numel()) {
     NoGradGuard no_grad;
-    if (x.is_cuda()) {
-#if AMPGRAD_WITH_CUDA
-      out = empty_conv_out(x, out_shape);
-      if (out.numel()) cuda::conv2d_forward(x, w, b, out, p);
-#else
-      kernel::no_cuda("conv2d");
-#endif
-    } else {
-      out = conv2d_cpu(x, w, p);
-      if (b.defined()) out = out + b.reshape({1, -1, 1, 1});
-    }
+    kernel::conv2d_forward(out.device(), x, w, b, out, p);
   }
   if (autograd::any_requires_grad({&x, &w, &b})) {
     // Only the gradients an input asked for at record time (a first layer's image needs none).
@@ -140,24 +143,18 @@ Tensor conv2d(const Tensor& x0, const Tensor& w0, const Tensor& b0, std::array<i
       const Tensor& x = s[0];
       const Tensor& w = s[1];
       Tensor gb = has_bias ? sum(g, {0, 2, 3}) : Tensor();
-      if (g.is_cuda()) {
-#if AMPGRAD_WITH_CUDA
-        Tensor gc = is_channels_last(x) ? g.to_channels_last() : g.contiguous();
-        Tensor gx, gw;
-        if (need_x) {
-          gx = empty_conv_out(x, x.shape());
-          cuda::conv2d_backward_data(gc, w, gx, p);
-        }
-        if (need_w) {
-          gw = is_channels_last(w) && !w.is_contiguous() ? empty_channels_last(w.shape(), w.options())
-                                                          : empty(w.shape(), w.options());
-          cuda::conv2d_backward_weight(x, gc, gw, p);
-        }
-        return Grads{gx, gw, gb};
-#endif
+      const Tensor gc = is_channels_last(x) ? g.to_channels_last() : g.contiguous();
+      Tensor gx, gw;
+      if (need_x) {
+        gx = empty_conv_out(x, x.shape());
+        kernel::conv2d_backward_data(gx.device(), gc, w, gx, p);
       }
-      ConvGrads cg = conv2d_cpu_backward(g, x, w, p, need_x, need_w);
-      return Grads{cg.x, cg.w, gb};
+      if (need_w) {
+        gw = is_channels_last(w) && !w.is_contiguous() ? empty_channels_last(w.shape(), w.options())
+                                                        : empty(w.shape(), w.options());
+        kernel::conv2d_backward_weight(gw.device(), x, gc, gw, p);
+      }
+      return Grads{gx, gw, gb};
     });
   }
   return scope.finish(out);

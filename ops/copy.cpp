@@ -1,11 +1,9 @@
 // Casts, device moves, clone and copy_: the ops that move data between dtypes and devices.
 #include "autograd/node.h"
-#include "ops/dispatch.h"
+#include "core/kernels.h"
+#include "ops/internal.h"
 #include "ops/op_scope.h"
 #include "ops/ops.h"
-#if AMPGRAD_WITH_CUDA
-#include "cuda/runtime.h"
-#endif
 
 namespace ampgrad {
 
@@ -14,31 +12,21 @@ const OpInfo kTo{"to", amp::Category::passthrough, true, "a cast: autocast inser
 const OpInfo kClone{"clone", amp::Category::passthrough, true, "a copy keeps its dtype"};
 const OpInfo kCopy{"copy_", amp::Category::passthrough, false, "writes into an existing tensor of its own dtype"};
 
-// Copies between devices through a contiguous staging tensor in dst's dtype.
+// Copies between devices through a contiguous staging tensor in dst's dtype on src's side
+// (the cast runs where the data is) and, when dst is not contiguous, one on dst's side.
 void copy_across_devices(const Tensor& dst, const Tensor& src) {
-#if AMPGRAD_WITH_CUDA
-  if (src.is_cpu()) {
-    Tensor staged = empty(dst.shape(), TensorOptions(dst.dtype()).device(src.device()));
-    kernel::copy(staged, broadcast_to(src, dst.shape()));
-    Tensor target = dst.is_contiguous() ? dst : empty(dst.shape(), dst.options());
-    cuda::memcpy_h2d(target.data_ptr(), staged.data_ptr(), staged.nbytes());
-    if (!target.is_same(dst)) kernel::copy(dst, target);
-  } else {
-    Tensor staged = empty(dst.shape(), TensorOptions(dst.dtype()).device(src.device()));
-    kernel::copy(staged, broadcast_to(src, dst.shape()));
-    Tensor target = dst.is_contiguous() ? dst : empty(dst.shape(), dst.options());
-    cuda::memcpy_d2h(target.data_ptr(), staged.data_ptr(), staged.nbytes());
-    if (!target.is_same(dst)) kernel::copy(dst, target);
-  }
-#else
-  kernel::no_cuda("copy");
-#endif
+  Tensor staged = empty(dst.shape(), TensorOptions(dst.dtype()).device(src.device()));
+  kernel::copy(src.device(), staged, broadcast_to(src, dst.shape()));
+  Tensor target = dst.is_contiguous() ? dst : empty(dst.shape(), dst.options());
+  const Device accelerator = dst.is_cpu() ? src.device() : dst.device();
+  kernel::copy_across_devices(accelerator, target, staged);
+  if (!target.is_same(dst)) kernel::copy(dst.device(), dst, target);
 }
 
 void copy_impl(const Tensor& dst, const Tensor& src) {
   if (dst.numel() == 0) return;
   if (dst.device() == src.device()) {
-    kernel::copy(dst, broadcast_to(src, dst.shape()));
+    kernel::copy(dst.device(), dst, broadcast_to(src, dst.shape()));
   } else {
     copy_across_devices(dst, src);
   }
@@ -124,7 +112,7 @@ Tensor& copy_into(Tensor& dst, const Tensor& src) {
 }
 
 void fill_into(const Tensor& dst, double value) {
-  if (dst.numel()) kernel::fill(dst, value);
+  if (dst.numel()) kernel::fill(dst.device(), dst, value);
 }
 
 }  // namespace ampgrad

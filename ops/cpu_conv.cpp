@@ -69,4 +69,8 @@ void dropout_mask(const Tensor& out, double p_keep, double scale, uint64_t seed,
   });
 }
 
+AG_REGISTER_KERNEL(kernel::im2col, kCPU, im2col);
+AG_REGISTER_KERNEL(kernel::col2im, kCPU, col2im);
+AG_REGISTER_KERNEL(kernel::dropout_mask, kCPU, dropout_mask);
+
 }  // namespace ampgrad::cpu

@@ -1,4 +1,5 @@
-// CPU reference kernels: unary, binary, where, copy and fill over strided operands.
+// CPU reference kernels: the elementwise kinds forward and backward, where, copy, accumulate
+// and fill over strided operands.
 #include <type_traits>
 
 #include "core/kernels.h"
@@ -28,8 +29,20 @@ template <UnaryKind K> void unary_kind(const Tensor& x, const Tensor& out, doubl
     } else if constexpr (unary_takes_integers(K) && !std::is_same_v<T, bool>) {
       unary_typed<K, T>(x, out, a, b);
     } else {
-      AG_INTERNAL_ASSERT(false, "cpu unary kernel {} has no {} variant", static_cast<int>(K), dtype_name(x.dtype()));
+      AG_INTERNAL_ASSERT(false, "cpu unary kernel {} has no {} variant", kind_name(K), dtype_name(x.dtype()));
     }
+  });
+}
+
+template <UnaryKind K, class T>
+void unary_backward_typed(const Tensor& g, const Tensor& s, const Tensor& gx, double a, double b) {
+  using A = acc_t<T>;
+  const T* pg = base<const T>(g);
+  const T* ps = base<const T>(s);
+  T* po = base<T>(gx);
+  const A ca = static_cast<A>(a), cb = static_cast<A>(b);
+  for_each_offset<3>(gx.shape(), {&g.strides(), &s.strides(), &gx.strides()}, [&](const std::array<int64_t, 3>& o) {
+    po[o[2]] = static_cast<T>(unary_grad<K, A>(static_cast<A>(pg[o[0]]), static_cast<A>(ps[o[1]]), ca, cb));
   });
 }
 
@@ -63,31 +76,72 @@ template <BinaryKind K> void binary_kind(const Tensor& x, const Tensor& y, const
   });
 }
 
-}  // namespace
+// One pass over g, x, y writing whichever of gx, gy is defined (the other gets a scratch
+// offset of 0 into g's own buffer and is never written).
+template <BinaryKind K, class T>
+void binary_backward_typed(const Tensor& g, const Tensor& x, const Tensor& y, const Tensor& gx, const Tensor& gy) {
+  using A = acc_t<T>;
+  const T* pg = base<const T>(g);
+  const T* px = base<const T>(x);
+  const T* py = base<const T>(y);
+  T* pgx = gx.defined() ? base<T>(gx) : nullptr;
+  T* pgy = gy.defined() ? base<T>(gy) : nullptr;
+  const Shape none(g.dim(), 0);
+  for_each_offset<5>(g.shape(), {&g.strides(), &x.strides(), &y.strides(), pgx ? &gx.strides() : &none, pgy ? &gy.strides() : &none},
+                     [&](const std::array<int64_t, 5>& o) {
+                       const A vg = static_cast<A>(pg[o[0]]), vx = static_cast<A>(px[o[1]]), vy = static_cast<A>(py[o[2]]);
+                       if (pgx) pgx[o[3]] = static_cast<T>(binary_grad_x<K, A>(vg, vx, vy));
+                       if (pgy) pgy[o[4]] = static_cast<T>(binary_grad_y<K, A>(vg, vx, vy));
+                     });
+}
+
+template <class F> void visit_floating_dtype(DType d, const char* what, F&& f) {
+  visit_dtype(d, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (std::is_floating_point_v<acc_t<T>>) {
+      f(tag);
+    } else {
+      AG_INTERNAL_ASSERT(false, "cpu {} kernel on a non-floating dtype {}", what, dtype_name(d));
+    }
+  });
+}
 
 void unary(UnaryKind k, const Tensor& x, const Tensor& out, double a, double b) {
   switch (k) {
-#define AG_UNARY_CASE(K) \
-  case UnaryKind::K: return unary_kind<UnaryKind::K>(x, out, a, b);
-    AG_UNARY_CASE(Neg) AG_UNARY_CASE(Exp) AG_UNARY_CASE(Log) AG_UNARY_CASE(Log1p) AG_UNARY_CASE(Sqrt)
-    AG_UNARY_CASE(Rsqrt) AG_UNARY_CASE(Reciprocal) AG_UNARY_CASE(Abs) AG_UNARY_CASE(Sign) AG_UNARY_CASE(Relu)
-    AG_UNARY_CASE(Gelu) AG_UNARY_CASE(GeluGrad) AG_UNARY_CASE(Tanh) AG_UNARY_CASE(Sigmoid)
-    AG_UNARY_CASE(Softplus) AG_UNARY_CASE(Clamp) AG_UNARY_CASE(ClampMask) AG_UNARY_CASE(PowScalar)
-    AG_UNARY_CASE(AddScalar) AG_UNARY_CASE(MulScalar) AG_UNARY_CASE(RSubScalar) AG_UNARY_CASE(RDivScalar)
-    AG_UNARY_CASE(NotEqualZero)
-#undef AG_UNARY_CASE
+#define AG_UNARY(Kind, ...) \
+  case UnaryKind::Kind: return unary_kind<UnaryKind::Kind>(x, out, a, b);
+#include "core/elementwise_kinds.def"
   }
+}
+
+void unary_backward(UnaryKind k, const Tensor& g, const Tensor& s, const Tensor& gx, double a, double b) {
+  visit_floating_dtype(gx.dtype(), "unary_backward", [&](auto tag) {
+    using T = decltype(tag);
+    switch (k) {
+#define AG_UNARY(Kind, ...) \
+  case UnaryKind::Kind: return unary_backward_typed<UnaryKind::Kind, T>(g, s, gx, a, b);
+#include "core/elementwise_kinds.def"
+    }
+  });
 }
 
 void binary(BinaryKind k, const Tensor& x, const Tensor& y, const Tensor& out) {
   switch (k) {
-#define AG_BINARY_CASE(K) \
-  case BinaryKind::K: return binary_kind<BinaryKind::K>(x, y, out);
-    AG_BINARY_CASE(Add) AG_BINARY_CASE(Sub) AG_BINARY_CASE(Mul) AG_BINARY_CASE(Div) AG_BINARY_CASE(Pow)
-    AG_BINARY_CASE(Maximum) AG_BINARY_CASE(Minimum) AG_BINARY_CASE(ReluBackward) AG_BINARY_CASE(Eq) AG_BINARY_CASE(Ne) AG_BINARY_CASE(Lt)
-    AG_BINARY_CASE(Le) AG_BINARY_CASE(Gt) AG_BINARY_CASE(Ge)
-#undef AG_BINARY_CASE
+#define AG_BINARY(Kind, ...) \
+  case BinaryKind::Kind: return binary_kind<BinaryKind::Kind>(x, y, out);
+#include "core/elementwise_kinds.def"
   }
+}
+
+void binary_backward(BinaryKind k, const Tensor& g, const Tensor& x, const Tensor& y, const Tensor& gx, const Tensor& gy) {
+  visit_floating_dtype(g.dtype(), "binary_backward", [&](auto tag) {
+    using T = decltype(tag);
+    switch (k) {
+#define AG_BINARY(Kind, ...) \
+  case BinaryKind::Kind: return binary_backward_typed<BinaryKind::Kind, T>(g, x, y, gx, gy);
+#include "core/elementwise_kinds.def"
+    }
+  });
 }
 
 void where(const Tensor& cond, const Tensor& x, const Tensor& y, const Tensor& out) {
@@ -159,5 +213,16 @@ void fill(const Tensor& dst, double value) {
     for_each_offset<1>(dst.shape(), {&dst.strides()}, [&](const std::array<int64_t, 1>& o) { pd[o[0]] = v; });
   });
 }
+
+}  // namespace
+
+AG_REGISTER_KERNEL(kernel::unary, kCPU, unary);
+AG_REGISTER_KERNEL(kernel::unary_backward, kCPU, unary_backward);
+AG_REGISTER_KERNEL(kernel::binary, kCPU, binary);
+AG_REGISTER_KERNEL(kernel::binary_backward, kCPU, binary_backward);
+AG_REGISTER_KERNEL(kernel::where, kCPU, where);
+AG_REGISTER_KERNEL(kernel::copy, kCPU, copy);
+AG_REGISTER_KERNEL(kernel::accumulate, kCPU, accumulate);
+AG_REGISTER_KERNEL(kernel::fill, kCPU, fill);
 
 }  // namespace ampgrad::cpu

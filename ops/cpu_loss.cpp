@@ -84,4 +84,9 @@ void cross_entropy_backward(const Tensor& grad, const Tensor& x, const Tensor& t
   }
 }
 
+AG_REGISTER_KERNEL(kernel::nll_loss_forward, kCPU, nll_loss_forward);
+AG_REGISTER_KERNEL(kernel::nll_loss_backward, kCPU, nll_loss_backward);
+AG_REGISTER_KERNEL(kernel::cross_entropy_forward, kCPU, cross_entropy_forward);
+AG_REGISTER_KERNEL(kernel::cross_entropy_backward, kCPU, cross_entropy_backward);
+
 }  // namespace ampgrad::cpu

@@ -113,4 +113,8 @@ void index_add(const Tensor& out, const Tensor& index, const Tensor& src) {
   });
 }
 
+AG_REGISTER_KERNEL(kernel::gemm, kCPU, gemm);
+AG_REGISTER_KERNEL(kernel::index_select, kCPU, index_select);
+AG_REGISTER_KERNEL(kernel::index_add, kCPU, index_add);
+
 }  // namespace ampgrad::cpu

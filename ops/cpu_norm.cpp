@@ -81,4 +81,8 @@ void batch_norm_backward(const Tensor& dy, const Tensor& x, int64_t outer, int64
   }
 }
 
+AG_REGISTER_KERNEL(kernel::batch_norm_stats, kCPU, batch_norm_stats);
+AG_REGISTER_KERNEL(kernel::batch_norm_apply, kCPU, batch_norm_apply);
+AG_REGISTER_KERNEL(kernel::batch_norm_backward, kCPU, batch_norm_backward);
+
 }  // namespace ampgrad::cpu

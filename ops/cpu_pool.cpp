@@ -63,4 +63,7 @@ void max_pool2d_backward(const Tensor& g, const Tensor& indices, const Window2d&
   });
 }
 
+AG_REGISTER_KERNEL(kernel::max_pool2d_forward, kCPU, max_pool2d_forward);
+AG_REGISTER_KERNEL(kernel::max_pool2d_backward, kCPU, max_pool2d_backward);
+
 }  // namespace ampgrad::cpu

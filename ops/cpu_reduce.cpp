@@ -135,4 +135,8 @@ void softmax_backward(const Tensor& g, const Tensor& y, const Tensor& grad_x, bo
   write_doubles(grad_x, px);
 }
 
+AG_REGISTER_KERNEL(kernel::reduce, kCPU, reduce);
+AG_REGISTER_KERNEL(kernel::softmax, kCPU, softmax);
+AG_REGISTER_KERNEL(kernel::softmax_backward, kCPU, softmax_backward);
+
 }  // namespace ampgrad::cpu

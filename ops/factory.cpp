@@ -2,7 +2,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "ops/dispatch.h"
+#include "core/kernels.h"
 #include "ops/internal.h"
 #include "ops/ops.h"
 

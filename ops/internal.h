@@ -1,19 +1,36 @@
-// Helpers shared between op families that are not part of the public API.
+// Helpers shared between op families that are not part of the public API: the input checks
+// many ops share, dtype rules, broadcasting views, and the in-place paths.
 #pragma once
 
+#include <string_view>
+
 #include "core/kernel_kinds.h"
+#include "core/scalar.h"
 #include "core/tensor.h"
 
 namespace ampgrad {
+
+struct OpInfo;
+
+// "add: expected all tensors on the same device, got float32 [2] on cpu and float32 [2] on cuda:0"
+void check_same_device(const OpInfo& op, const Tensor& a, const Tensor& b);
+void check_defined(const OpInfo& op, const Tensor& t, std::string_view what);
+// Floating dtype an op computes in for `t`: its own if floating, float32 for integers/bool.
+DType float_compute_dtype(DType t);
+// A 0-dim tensor holding a Python-style scalar, typed so it does not upcast `like`.
+DType scalar_result_dtype(DType tensor_dtype, const Scalar& s);
+// A view of `t` with out's shape: broadcast dims get stride 0 (no copy).
+Tensor broadcast_to(const Tensor& t, const Shape& shape);
 
 Tensor clone_op(const Tensor& a);
 Tensor& copy_into(Tensor& dst, const Tensor& src);
 void fill_into(const Tensor& dst, double value);
 // Refuses in-place writes to tensors autograd is tracking.
 void check_inplace(std::string_view op, const Tensor& t);
-struct OpInfo;
-// Tensor-with-scalar forms of add, mul, rsub and pow (a kernel of core/kernel_kinds.h).
-Tensor unary_scalar_op(const OpInfo& op, UnaryKind k, const Tensor& a, double s, bool keep_int);
+// A unary elementwise op of kind k (ops/unary.cpp): its forward, its backward kernel, its
+// dtype rule; p0, p1 are the kind's scalars, keep_int keeps integer dtypes for kinds that
+// take them (false: a floating scalar operand makes the result float32).
+Tensor unary_elementwise(const OpInfo& op, UnaryKind k, const Tensor& a, double p0, double p1, bool keep_int);
 // In-place arithmetic as one kernel writing into `self` (Note [In-place arithmetic]); false
 // when it cannot (promotion, broadcasting self, overlap), and the caller goes out of place.
 bool binary_inplace(BinaryKind k, Tensor& self, const Tensor& other);

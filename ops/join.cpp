@@ -1,6 +1,6 @@
 // cat, stack and index_select: ops that gather data from several places.
 #include "autograd/node.h"
-#include "ops/dispatch.h"
+#include "core/kernels.h"
 #include "ops/internal.h"
 #include "ops/op_scope.h"
 #include "ops/ops.h"
@@ -110,14 +110,14 @@ Tensor index_select(const Tensor& a0, int64_t dim, const Tensor& index0) {
   Tensor out = empty(shape, a.options());
   if (out.numel()) {
     NoGradGuard no_grad;
-    kernel::index_select(contiguous(a).view({outer, size, inner}), idx, out.view({outer, idx.numel(), inner}));
+    kernel::index_select(out.device(), contiguous(a).view({outer, size, inner}), idx, out.view({outer, idx.numel(), inner}));
   }
   if (autograd::any_requires_grad({&a}) && is_floating(a.dtype())) {
     Shape in_shape = a.shape();
     autograd::record(kIndexSelect, out, {a, Tensor()}, {idx},
                      [in_shape, outer, size, inner](const Tensor& g, const Saved& s) {
                        Tensor ga = zeros(in_shape, g.options());
-                       kernel::index_add(ga.view({outer, size, inner}), s[0],
+                       kernel::index_add(ga.device(), ga.view({outer, size, inner}), s[0],
                                          contiguous(g).view({outer, s[0].numel(), inner}));
                        return Grads{ga, Tensor()};
                      });

@@ -1,7 +1,7 @@
 // linear, and linear_relu: the same layer with its relu in the GEMM's epilogue (nn::Sequential
 // runs each Linear followed by a ReLU as one, Note [Linear + ReLU]).
 #include "autograd/node.h"
-#include "ops/dispatch.h"
+#include "core/kernels.h"
 #include "ops/gemm.h"
 #include "ops/internal.h"
 #include "ops/op_scope.h"
@@ -41,19 +41,18 @@ Grads linear_grads(const Tensor& g2, const Tensor& x, const Tensor& w, bool has_
   Tensor gw, gb;
   if (need_w) {
     const Tensor g2t = transposed(g2);
-#if AMPGRAD_WITH_CUDA
-    if (g2.is_cuda() && g2.dtype() == x2.dtype() && g2.size(0) > 0 && (has_bias || wide)) {
+    // Devices with GEMM epilogues (CUDA's cuBLASLt) also take 16-bit A and B with a float32 D.
+    if (kernel::gemm_bias_grad.has(g2.device()) && g2.dtype() == x2.dtype() && g2.size(0) > 0 && (has_bias || wide)) {
       const TensorOptions wo = TensorOptions(wide ? kFloat32 : g2.dtype()).device(g2.device());
       gw = empty({g2t.size(0), x2.size(1)}, wo);
       if (has_bias) {
         // The bias gradient from the weight gradient's GEMM epilogue (Note [cuBLASLt GEMM]).
         gb = empty({g2t.size(0)}, wo);
-        if (!cuda::gemm_bias_grad(batch1(g2t), batch1(x2), batch1(gw), gb)) gw = gb = Tensor();
+        if (!kernel::gemm_bias_grad(gw.device(), batch1(g2t), batch1(x2), batch1(gw), gb)) gw = gb = Tensor();
       } else {
-        kernel::gemm(batch1(g2t), batch1(x2), batch1(gw), 1, 0);
+        kernel::gemm(gw.device(), batch1(g2t), batch1(x2), batch1(gw), 1, 0);
       }
     }
-#endif
     if (!gw.defined()) gw = mm(g2t, x2);
   }
   if (has_bias && !gb.defined()) gb = sum(g2, {0});
@@ -80,18 +79,17 @@ Tensor linear_impl(const OpInfo& op, const Tensor& x, const Tensor& w, const Ten
     const int64_t rows = x2.size(0), n = w.size(0);
     const Tensor wt = transposed(w);
     bool fused = false;
-#if AMPGRAD_WITH_CUDA
-    if (relu && x2.is_cuda() && rows > 0 && x2.size(1) > 0) {
+    if (relu && kernel::gemm_bias.has(x2.device()) && rows > 0 && x2.size(1) > 0) {
       out = empty({rows, n}, x2.options());
-      fused = cuda::gemm_bias(batch1(x2), batch1(wt), b.defined() ? b.contiguous() : Tensor(), batch1(out), 1, true);
+      fused = kernel::gemm_bias(out.device(), batch1(x2), batch1(wt), b.defined() ? b.contiguous() : Tensor(),
+                                batch1(out), 1, true);
     }
-#endif
     if (!fused) {
       // The bias as a [1, rows, n] broadcast row (Note [GEMM views]).
       const Tensor bias =
           b.defined() ? alias_with(b, {1, rows, n}, {0, 0, b.stride(0)}, b.storage_offset()) : Tensor();
       out = gemm2d(x2, wt, bias);
-      if (relu && out.numel()) kernel::unary(UnaryKind::Relu, out, out);
+      if (relu && out.numel()) kernel::unary(out.device(), UnaryKind::Relu, out, out, 0, 0);
     }
     if (x.dim() != 2) {
       Shape os = x.shape();
@@ -126,7 +124,7 @@ Tensor linear_impl(const OpInfo& op, const Tensor& x, const Tensor& w, const Ten
                        Tensor gz = g;
                        if (relu) {
                          gz = empty(g.shape(), g.options());
-                         if (gz.numel()) kernel::binary(BinaryKind::ReluBackward, g, s[2], gz);
+                         if (gz.numel()) kernel::unary_backward(gz.device(), UnaryKind::Relu, g, s[2], gz, 0, 0);
                        }
                        const Tensor g2 = gz.dim() == 2 ? gz : gz.reshape({-1, gz.size(-1)});
                        return linear_grads(g2, s[0], s[1], has_bias, need_x, need_w, wide);

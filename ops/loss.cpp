@@ -1,6 +1,6 @@
 // Losses: nll_loss, cross_entropy (label smoothing, ignore_index), mse, and binary cross-entropy.
 #include "autograd/node.h"
-#include "ops/dispatch.h"
+#include "core/kernels.h"
 #include "ops/internal.h"
 #include "ops/nn_ops.h"
 #include "ops/op_scope.h"
@@ -44,12 +44,12 @@ void check_classification(const OpInfo& op, const Tensor& input, const Tensor& t
 Tensor nll_mean(const Tensor& lp0, const Tensor& target0, int64_t ignore_index) {
   const Tensor lp = lp0.contiguous(), target = target0.contiguous();
   Tensor loss = empty_as({}, lp.dtype(), lp), count = empty_as({}, kFloat32, lp);
-  kernel::nll_loss_forward(lp, target, ignore_index, loss, count);
+  kernel::nll_loss_forward(loss.device(), lp, target, ignore_index, loss, count);
   if (autograd::any_requires_grad({&lp0})) {
     autograd::record(kNllLoss, loss, {lp0, target0}, {target, count},
                      [ignore_index, shape = lp.shape()](const Tensor& g, const Saved& s) {
                        Tensor glp = empty_as(shape, g.dtype(), g);
-                       kernel::nll_loss_backward(g.contiguous(), s[0], s[1], ignore_index, glp);
+                       kernel::nll_loss_backward(glp.device(), g.contiguous(), s[0], s[1], ignore_index, glp);
                        return Grads{glp, Tensor()};
                      });
   }
@@ -71,12 +71,12 @@ Tensor cross_entropy_fused(const Tensor& logits0, const Tensor& target0, int64_t
   const DType lse_dtype = logits.dtype() == kFloat64 ? kFloat64 : kFloat32;
   Tensor loss = empty_as({}, loss_dtype, logits), count = empty_as({}, kFloat32, logits);
   Tensor lse = empty_as({logits.size(0)}, lse_dtype, logits);
-  kernel::cross_entropy_forward(logits, target, ignore_index, lse, loss, count);
+  kernel::cross_entropy_forward(loss.device(), logits, target, ignore_index, lse, loss, count);
   if (autograd::any_requires_grad({&logits0})) {
     autograd::record(kCrossEntropy, loss, {logits0, target0}, {logits, target, lse, count},
                      [ignore_index](const Tensor& g, const Saved& s) {
                        Tensor gx = empty_as(s[0].shape(), s[0].dtype(), s[0]);
-                       kernel::cross_entropy_backward(g.contiguous(), s[0], s[1], s[2], s[3], ignore_index, gx);
+                       kernel::cross_entropy_backward(gx.device(), g.contiguous(), s[0], s[1], s[2], s[3], ignore_index, gx);
                        return Grads{gx, Tensor()};
                      });
   }

@@ -1,7 +1,7 @@
 // The matmul family: mm, bmm, matmul (batch dims broadcast), addmm, and the GEMM helpers that
 // linear (ops/linear.cpp) shares (ops/gemm.h).
 #include "autograd/node.h"
-#include "ops/dispatch.h"
+#include "core/kernels.h"
 #include "ops/gemm.h"
 #include "ops/internal.h"
 #include "ops/op_scope.h"
@@ -31,15 +31,13 @@ Tensor batched_gemm(const Tensor& a3, const Tensor& b3, const Tensor& c3, double
   const int64_t batch = a3.size(0), m = a3.size(1), n = b3.size(2);
   if (!out.defined()) out = empty({batch, m, n}, a3.options());
   if (out.numel() == 0) return out;
-#if AMPGRAD_WITH_CUDA
   // c3 a bias row broadcast over the batch's rows (linear, addmm with a vector): cuBLASLt
   // adds it in the GEMM's epilogue instead of a copy into out and a beta = 1 GEMM.
-  if (out.is_cuda() && c3.defined() && beta == 1 && batch == 1 && a3.size(2) > 0 && c3.size(1) == m &&
+  if (kernel::gemm_bias.has(out.device()) && c3.defined() && beta == 1 && batch == 1 && a3.size(2) > 0 && c3.size(1) == m &&
       c3.size(2) == n && (m == 1 || c3.stride(1) == 0) && (n == 1 || c3.stride(2) == 1) && c3.dtype() == out.dtype()) {
     const Tensor bias = alias_with(c3, {n}, {1}, c3.storage_offset());
-    if (cuda::gemm_bias(a3, b3, bias, out, alpha)) return out;
+    if (kernel::gemm_bias(out.device(), a3, b3, bias, out, alpha, false)) return out;
   }
-#endif
   if (a3.size(2) == 0 || (c3.defined() && beta != 0)) {
     NoGradGuard no_grad;
     if (c3.defined() && beta != 0) {
@@ -49,11 +47,11 @@ Tensor batched_gemm(const Tensor& a3, const Tensor& b3, const Tensor& c3, double
       fill_into(out, 0);
     }
     if (a3.size(2) == 0) {
-      if (beta != 1 && c3.defined()) kernel::unary(UnaryKind::MulScalar, out, out, beta, 0);
+      if (beta != 1 && c3.defined()) kernel::unary(out.device(), UnaryKind::MulScalar, out, out, beta, 0);
       return out;
     }
   }
-  kernel::gemm(a3, b3, out, alpha, c3.defined() ? beta : 0);
+  kernel::gemm(out.device(), a3, b3, out, alpha, c3.defined() ? beta : 0);
   return out;
 }
 
@@ -80,7 +78,7 @@ Tensor gemm2d(const Tensor& a, const Tensor& b, const Tensor& bias_row) {
   Tensor out = empty({m, n}, a.options());
   // The CUDA GEMM takes 2-D operands as they are: no alias at all on mm's host path.
   if (out.is_cuda() && !bias_row.defined()) {
-    kernel::gemm(a, b, out, 1, 0);  // empty outputs and empty sums included
+    kernel::gemm(out.device(), a, b, out, 1, 0);  // empty outputs and empty sums included
     return out;
   }
   batched_gemm(batch1(a), batch1(b), bias_row, 1, bias_row.defined() ? 1 : 0, batch1(out));

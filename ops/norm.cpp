@@ -1,7 +1,7 @@
 // Normalization and dropout: batch_norm, layer_norm (composites of differentiable ops).
 #include "autograd/node.h"
 #include "core/generator.h"
-#include "ops/dispatch.h"
+#include "core/kernels.h"
 #include "ops/internal.h"
 #include "ops/nn_ops.h"
 #include "ops/op_scope.h"
@@ -50,7 +50,7 @@ Tensor batch_norm_fused(const Tensor& x, const BnGeometry& geo, const Tensor& ru
   if (training) {
     mean = empty_as({c}, acc, x);
     invstd = empty_as({c}, acc, x);
-    kernel::batch_norm_stats(x, geo.outer, geo.inner, eps, mean, invstd, running_mean, running_var, momentum);
+    kernel::batch_norm_stats(mean.device(), x, geo.outer, geo.inner, eps, mean, invstd, running_mean, running_var, momentum);
     if (running_mean.defined()) {
       running_mean.bump_version();
       running_var.bump_version();
@@ -61,7 +61,7 @@ Tensor batch_norm_fused(const Tensor& x, const BnGeometry& geo, const Tensor& ru
     invstd = rsqrt(running_var + eps);
   }
   Tensor y = empty_preserving_layout(x);
-  kernel::batch_norm_apply(x, geo.outer, geo.inner, mean, invstd, weight, bias, y);
+  kernel::batch_norm_apply(y.device(), x, geo.outer, geo.inner, mean, invstd, weight, bias, y);
   if (autograd::any_requires_grad({&x, &weight, &bias})) {
     autograd::record(kBatchNorm, y, {x, weight, bias}, {x, weight, mean, invstd},
                      [geo, training, need_x = x.requires_grad(), need_w = weight.defined() && weight.requires_grad(),
@@ -74,7 +74,7 @@ Tensor batch_norm_fused(const Tensor& x, const BnGeometry& geo, const Tensor& ru
                        }
                        Tensor gx = need_x ? empty_preserving_layout(xs) : Tensor();
                        Tensor gw = need_w ? empty_like(s[2]) : Tensor(), gb = need_b ? empty_like(s[2]) : Tensor();
-                       kernel::batch_norm_backward(dy, xs, geo.outer, geo.inner, s[2], s[3], s[1], training, gx, gw,
+                       kernel::batch_norm_backward(dy.device(), dy, xs, geo.outer, geo.inner, s[2], s[3], s[1], training, gx, gw,
                                                    gb);
                        return autograd::Grads{gx, gw, gb};
                      });
@@ -170,7 +170,7 @@ Tensor dropout(const Tensor& x0, double p, bool training) {
   Tensor mask = empty(x.shape(), x.options());
   // One draw from the default generator seeds this mask: reproducible under manual_seed.
   const uint64_t seed = default_generator().next_u64();
-  if (mask.numel()) kernel::dropout_mask(mask, 1 - p, 1 / (1 - p), seed, 0);
+  if (mask.numel()) kernel::dropout_mask(mask.device(), mask, 1 - p, 1 / (1 - p), seed, 0);
   return scope.finish(x * mask);
 }
 

@@ -27,6 +27,9 @@ struct OpInfo {
   // passes such inputs uncast and the op returns float32 (Note [Reading 16-bit inputs] in
   // ops/softmax.cpp).
   bool reads_16bit = false;
+  // Set when another record already has this name (a program's op named like a built-in
+  // one): calling the op then raises an error, as a registration cannot throw.
+  bool duplicate = false;
 
   OpInfo(std::string_view name, amp::Category category, bool differentiable, std::string_view reason,
          std::string_view alternative = {}, bool reads_16bit = false);

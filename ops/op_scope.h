@@ -1,11 +1,13 @@
 // OpScope: what every op runs first. It applies the autocast policy to the op's inputs
-// (Note [Autocast] in amp/autocast.h) and, when a trace is recording, logs the call.
+// (Note [Autocast] in amp/autocast.h), logs the call when a trace is recording, and names the
+// op for the errors of the kernels it calls (Note [Kernel dispatch] in core/dispatch.h).
 #pragma once
 
 #include <array>
 #include <optional>
 
 #include "amp/autocast.h"
+#include "core/dispatch.h"
 #include "ops/op.h"
 
 namespace ampgrad {
@@ -14,13 +16,15 @@ class OpScope {
  public:
   // `inputs` are the op's local copies of its tensor arguments; the policy may replace them.
   template <class... Ts>
-  OpScope(const OpInfo& op, Ts&... inputs) : op_(op) {
+  OpScope(const OpInfo& op, Ts&... inputs) : op_(op), current_(op.name) {
+    if (op.duplicate) [[unlikely]] refuse_duplicate();
     if (depth_.outermost && amp::detail::policy_active()) {
       std::array<Tensor*, sizeof...(Ts)> ptrs{&inputs...};
       begin(ptrs.data(), ptrs.size());
     }
   }
-  OpScope(const OpInfo& op, std::vector<Tensor>& inputs) : op_(op) {
+  OpScope(const OpInfo& op, std::vector<Tensor>& inputs) : op_(op), current_(op.name) {
+    if (op.duplicate) [[unlikely]] refuse_duplicate();
     if (depth_.outermost && amp::detail::policy_active()) {
       std::vector<Tensor*> ptrs;
       for (Tensor& t : inputs) ptrs.push_back(&t);
@@ -56,8 +60,10 @@ class OpScope {
     Depth(const Depth&) = delete;
     ~Depth() { --amp::detail::OpDepth::depth; }
   };
+  [[noreturn]] void refuse_duplicate() const;
   Depth depth_;
   const OpInfo& op_;
+  CurrentOp current_;
   std::optional<amp::OpRecord> record_;
   std::optional<DType> autocast_dtype_;
 };

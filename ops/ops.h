@@ -39,7 +39,20 @@ Tensor randn(const Shape& shape, TensorOptions options = {});  // standard norma
 Tensor rand(const Shape& shape, Generator& gen, TensorOptions options = {});
 Tensor randn(const Shape& shape, Generator& gen, TensorOptions options = {});
 
-// Elementwise with broadcasting (ops/binary.cpp, ops/unary.cpp).
+// Elementwise with broadcasting (ops/binary.cpp, ops/unary.cpp). The ops that are one kind
+// each are declared from their tables: ops/unary_ops.def (neg, exp, log, log1p, sqrt, rsqrt,
+// reciprocal, abs, sign, relu, gelu, tanh, sigmoid, softplus, ...) and ops/binary_ops.def
+// (maximum, minimum, and the comparisons eq, ne, lt, le, gt, ge with tensors and scalars).
+#define AG_UNARY_OP(name, Kind, category, reason) Tensor name(const Tensor& x);
+#define AG_UNARY_OP1(name, Kind, category, reason, p, p0) Tensor name(const Tensor& x, double p = p0);
+#define AG_UNARY_OP2(name, Kind, category, reason, p, p0, q, q0) \
+  Tensor name(const Tensor& x, double p = p0, double q = q0);
+#include "ops/unary_ops.def"
+#define AG_BINARY_OP(name, Kind, category, reason) Tensor name(const Tensor& a, const Tensor& b);
+#define AG_COMPARE_OP(name, Kind)                 \
+  Tensor name(const Tensor& a, const Tensor& b); \
+  Tensor name(const Tensor& a, const Scalar& b);
+#include "ops/binary_ops.def"
 Tensor add(const Tensor& a, const Tensor& b, const Scalar& alpha = 1);
 Tensor add(const Tensor& a, const Scalar& b);
 Tensor sub(const Tensor& a, const Tensor& b, const Scalar& alpha = 1);
@@ -50,38 +63,10 @@ Tensor mul(const Tensor& a, const Scalar& b);
 Tensor div(const Tensor& a, const Tensor& b);
 Tensor div(const Tensor& a, const Scalar& b);
 Tensor rdiv(const Tensor& a, const Scalar& b);  // b / a
-Tensor neg(const Tensor& a);
 Tensor pow(const Tensor& a, const Scalar& exponent);
 Tensor pow(const Tensor& a, const Tensor& exponent);
-Tensor maximum(const Tensor& a, const Tensor& b);
-Tensor minimum(const Tensor& a, const Tensor& b);
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
 Tensor where(const Tensor& cond, const Tensor& a, const Scalar& b);
-Tensor eq(const Tensor& a, const Tensor& b);
-Tensor ne(const Tensor& a, const Tensor& b);
-Tensor lt(const Tensor& a, const Tensor& b);
-Tensor le(const Tensor& a, const Tensor& b);
-Tensor gt(const Tensor& a, const Tensor& b);
-Tensor ge(const Tensor& a, const Tensor& b);
-Tensor eq(const Tensor& a, const Scalar& b);
-Tensor ne(const Tensor& a, const Scalar& b);
-Tensor lt(const Tensor& a, const Scalar& b);
-Tensor le(const Tensor& a, const Scalar& b);
-Tensor gt(const Tensor& a, const Scalar& b);
-Tensor ge(const Tensor& a, const Scalar& b);
-Tensor exp(const Tensor& a);
-Tensor log(const Tensor& a);
-Tensor log1p(const Tensor& a);
-Tensor sqrt(const Tensor& a);
-Tensor rsqrt(const Tensor& a);
-Tensor reciprocal(const Tensor& a);
-Tensor abs(const Tensor& a);
-Tensor sign(const Tensor& a);
-Tensor relu(const Tensor& a);
-Tensor gelu(const Tensor& a);
-Tensor tanh(const Tensor& a);
-Tensor sigmoid(const Tensor& a);
-Tensor softplus(const Tensor& a);
 Tensor clamp(const Tensor& a, std::optional<Scalar> min, std::optional<Scalar> max);
 
 // Reductions (ops/reduce.cpp, ops/softmax.cpp). An empty `dims` reduces over every dim.

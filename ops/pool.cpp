@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include "autograd/node.h"
-#include "ops/dispatch.h"
+#include "core/kernels.h"
 #include "ops/internal.h"
 #include "ops/nn_ops.h"
 #include "ops/op_scope.h"
@@ -61,11 +61,11 @@ Tensor max_pool2d(const Tensor& x0, std::array<int64_t, 2> kernel, std::array<in
   const bool cl = !x.is_contiguous() && is_channels_last(x);  // ambiguous strides (1x1 maps) are NCHW
   Tensor out = cl ? empty_channels_last(os, x.options()) : empty(os, x.options());
   Tensor idx = cl ? empty_channels_last(os, x.options().dtype(kInt32)) : empty(os, x.options().dtype(kInt32));
-  kernel::max_pool2d_forward(x, w, out, idx);
+  kernel::max_pool2d_forward(out.device(), x, w, out, idx);
   if (autograd::any_requires_grad({&x})) {
     autograd::record(kMaxPool2d, out, {x}, {idx}, [w, shape = x.shape(), cl](const Tensor& g, const std::vector<Tensor>& s) {
       Tensor gx = cl ? empty_channels_last(shape, g.options()) : empty(shape, g.options());
-      kernel::max_pool2d_backward(g, s[0], w, gx);
+      kernel::max_pool2d_backward(gx.device(), g, s[0], w, gx);
       return autograd::Grads{gx};
     });
   }

@@ -2,7 +2,7 @@
 #include <algorithm>
 
 #include "autograd/node.h"
-#include "ops/dispatch.h"
+#include "core/kernels.h"
 #include "ops/internal.h"
 #include "ops/op_scope.h"
 #include "ops/ops.h"
@@ -47,7 +47,7 @@ std::pair<Tensor, Tensor> reduce_forward(const OpInfo& op, ReduceKind k, const T
     NoGradGuard no_grad;
     x = to(x, x.device(), out_dtype);
   }
-  kernel::reduce(k, x, out, idx, param);
+  kernel::reduce(out.device(), k, x, out, idx, param);
   return {out, idx};
 }
 

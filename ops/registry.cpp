@@ -1,6 +1,7 @@
 // The op registry (Note [Op registry]) and the shared op checks.
-#include "ops/dispatch.h"
+#include "ops/internal.h"
 #include "ops/op.h"
+#include "ops/op_scope.h"
 
 namespace ampgrad {
 
@@ -19,7 +20,13 @@ OpInfo::OpInfo(std::string_view name_, amp::Category category_, bool differentia
       reason(reason_),
       alternative(alternative_),
       reads_16bit(reads_16bit_) {
-  registry().push_back(this);
+  duplicate = find_op(name) != nullptr;
+  if (!duplicate) registry().push_back(this);
+}
+
+void OpScope::refuse_duplicate() const {
+  AG_CHECK(false, "{}: another op is already registered under this name (op names are unique; rename this one)",
+           op_.name);
 }
 
 const std::vector<const OpInfo*>& op_registry() { return registry(); }
@@ -28,10 +35,6 @@ const OpInfo* find_op(std::string_view name) {
   for (const OpInfo* op : registry())
     if (op->name == name) return op;
   return nullptr;
-}
-
-void kernel::no_cuda(std::string_view what) {
-  AG_CHECK(false, "{}: a CUDA tensor reached a kernel, but ampgrad was built without CUDA (AMPGRAD_CUDA=OFF)", what);
 }
 
 void check_same_device(const OpInfo& op, const Tensor& a, const Tensor& b) {

@@ -2,7 +2,7 @@
 #include <numeric>
 
 #include "autograd/node.h"
-#include "ops/dispatch.h"
+#include "core/kernels.h"
 #include "ops/internal.h"
 #include "ops/op_scope.h"
 #include "ops/ops.h"

@@ -1,7 +1,7 @@
 // softmax and log_softmax over one dim, numerically stable (the max is subtracted first),
 // with an optional result dtype as PyTorch's; each backward is one kernel.
 #include "autograd/node.h"
-#include "ops/dispatch.h"
+#include "core/kernels.h"
 #include "ops/internal.h"
 #include "ops/op_scope.h"
 #include "ops/ops.h"
@@ -53,7 +53,7 @@ Tensor softmax_impl(const OpInfo& op, OpScope& scope, Tensor a, int64_t dim, std
   Tensor out = empty(a.shape(), TensorOptions(widen ? kFloat32 : a.dtype()).device(a.device()));
   if (out.numel()) {
     NoGradGuard no_grad;
-    kernel::softmax(contiguous(a).view(rows), out.view(rows), log);
+    kernel::softmax(out.device(), contiguous(a).view(rows), out.view(rows), log);
   }
   if (autograd::any_requires_grad({&a})) {
     autograd::record(op, out, {a}, {out.detach()}, [rows, log, in_dtype = a.dtype()](const Tensor& g, const Saved& s) {
@@ -61,7 +61,7 @@ Tensor softmax_impl(const OpInfo& op, OpScope& scope, Tensor a, int64_t dim, std
       Tensor gx = empty(y.shape(), TensorOptions(in_dtype).device(y.device()));
       if (gx.numel()) {
         const Tensor gy = g.dtype() == y.dtype() ? g.contiguous() : g.to(y.dtype()).contiguous();
-        kernel::softmax_backward(gy.view(rows), y.view(rows), gx.view(rows), log);
+        kernel::softmax_backward(gx.device(), gy.view(rows), y.view(rows), gx.view(rows), log);
       }
       return Grads{gx};
     });

@@ -1,9 +1,6 @@
 // Adam and AdamW: options per group, and the step through the fused kernel of the device.
 #include "optim/adam.h"
 
-#if AMPGRAD_WITH_CUDA
-#include "cuda/fused_kernels.h"
-#endif
 
 namespace ampgrad::optim {
 
@@ -57,10 +54,7 @@ void Adam::fused_step(Group& g, const FusedStep& s, const std::vector<size_t>& i
   std::vector<Tensor> m = state_at(g, "exp_avg", idx), v = state_at(g, "exp_avg_sq", idx);
   std::vector<Tensor> vmax = h.amsgrad ? state_at(g, "max_exp_avg_sq", idx) : std::vector<Tensor>{};
   std::vector<Tensor> steps = steps_at(g, idx);
-#if AMPGRAD_WITH_CUDA
-  if (on_cuda(s)) return cuda::adam_step(s, m, v, vmax, steps, h);
-#endif
-  cpu::adam_step(s, m, v, vmax, steps, h);
+  kernel::adam_step(s.params[0].device(), s, m, v, vmax, steps, h);
 }
 
 }  // namespace ampgrad::optim

@@ -169,4 +169,10 @@ void adam_step(const FusedStep& s, const std::vector<Tensor>& exp_avgs, const st
   });
 }
 
+AG_REGISTER_KERNEL(kernel::zero_tensors, kCPU, zero_tensors);
+AG_REGISTER_KERNEL(kernel::amp_check_and_unscale, kCPU, amp_check_and_unscale);
+AG_REGISTER_KERNEL(kernel::amp_update_scale, kCPU, amp_update_scale);
+AG_REGISTER_KERNEL(kernel::sgd_step, kCPU, sgd_step);
+AG_REGISTER_KERNEL(kernel::adam_step, kCPU, adam_step);
+
 }  // namespace ampgrad::cpu

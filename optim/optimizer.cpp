@@ -9,7 +9,6 @@
 #include "ops/ops.h"
 #if AMPGRAD_WITH_CUDA
 #include "cuda/call_graph.h"
-#include "cuda/fused_kernels.h"
 #endif
 
 namespace ampgrad::optim {
@@ -54,15 +53,7 @@ void Optimizer::zero_grad(bool set_to_none) {
       if (it == batches.end()) it = batches.insert(batches.end(), {grad.device(), {}});
       it->second.push_back(grad);
     }
-  for (const auto& [dev, grads] : batches) {
-#if AMPGRAD_WITH_CUDA
-    if (dev.is_cuda()) {
-      cuda::zero_tensors(grads);
-      continue;
-    }
-#endif
-    cpu::zero_tensors(grads);
-  }
+  for (const auto& [dev, grads] : batches) kernel::zero_tensors(dev, grads);
 }
 
 std::vector<Tensor> Optimizer::params() const {

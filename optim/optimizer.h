@@ -61,8 +61,8 @@ class Optimizer {
   };
   Optimizer(std::vector<std::vector<Tensor>> groups, std::map<std::string, double> defaults,
             std::vector<std::string> state_names);
-  // Runs the CPU or CUDA fused kernel of this optimizer on `s`, the step of group g (the
-  // params at positions idx of it).
+  // Runs this optimizer's fused kernel (core/fused_kernels.h) on `s`, the step of group g (the
+  // params at positions idx of it), on their device.
   virtual void fused_step(Group& g, const FusedStep& s, const std::vector<size_t>& idx) = 0;
   // Creates missing state (zeros like the master or param) and collects the params that have
   // gradients into a FusedStep; `idx` receives their positions in the group.
@@ -72,8 +72,6 @@ class Optimizer {
   static void step_written(const FusedStep& s);
   std::vector<Tensor> state_at(Group& g, const std::string& name, const std::vector<size_t>& idx);
   std::vector<Tensor> steps_at(Group& g, const std::vector<size_t>& idx);
-  // Runs the CPU or CUDA version of a fused kernel by the device of the step's params.
-  static bool on_cuda(const FusedStep& s) { return !s.params.empty() && s.params[0].is_cuda(); }
 
   std::vector<Group> groups_;
   std::vector<std::string> state_names_;

@@ -1,9 +1,6 @@
 // SGD: options per group, and the step through the fused kernel of the params' device.
 #include "optim/sgd.h"
 
-#if AMPGRAD_WITH_CUDA
-#include "cuda/fused_kernels.h"
-#endif
 
 namespace ampgrad::optim {
 
@@ -41,10 +38,7 @@ void SGD::fused_step(Group& g, const FusedStep& s, const std::vector<size_t>& id
   h.maximize = g.options["maximize"] != 0;
   std::vector<Tensor> bufs = h.momentum != 0 ? state_at(g, "momentum_buffer", idx) : std::vector<Tensor>{};
   std::vector<Tensor> steps = steps_at(g, idx);
-#if AMPGRAD_WITH_CUDA
-  if (on_cuda(s)) return cuda::sgd_step(s, bufs, steps, h);
-#endif
-  cpu::sgd_step(s, bufs, steps, h);
+  kernel::sgd_step(s.params[0].device(), s, bufs, steps, h);
 }
 
 }  // namespace ampgrad::optim

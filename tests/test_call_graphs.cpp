@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "common.h"
-#include "cuda/kernels.h"
+#include "core/kernels.h"
 
 namespace {
 
@@ -109,7 +109,7 @@ TEST_CASE("cuda: a repeated GEMM runs as a graph of its call, bitwise equal to t
     const ag::cuda::CallGraphStats s0 = ag::cuda::call_graph_stats();
     std::vector<std::vector<double>> runs;
     for (int i = 0; i < 5; ++i) {
-      ag::cuda::gemm(a, b, out, 1.0, 0.0);
+      ag::kernel::gemm(kGpu, a, b, out, 1.0, 0.0);
       runs.push_back(out.to_vector<double>());
     }
     const ag::cuda::CallGraphStats s1 = ag::cuda::call_graph_stats();
@@ -121,18 +121,18 @@ TEST_CASE("cuda: a repeated GEMM runs as a graph of its call, bitwise equal to t
     // The graph reads the operands' memory as it is when it runs.
     a.copy_(sym({1, 48, 40}).to(kGpu).to(dt));
     out.fill_(NAN);
-    ag::cuda::gemm(a, b, out, 1.0, 0.0);
+    ag::kernel::gemm(kGpu, a, b, out, 1.0, 0.0);
     CHECK(ag::cuda::call_graph_stats().launched - s1.launched == 1);
     check_close(out, reference(1), atol, rtol);
     // Another alpha is another call: direct.
     const ag::cuda::CallGraphStats s2 = ag::cuda::call_graph_stats();
-    ag::cuda::gemm(a, b, out, 2.0, 0.0);
+    ag::kernel::gemm(kGpu, a, b, out, 2.0, 0.0);
     CHECK(ag::cuda::call_graph_stats().direct - s2.direct == 1);
     check_close(out, reference(2), 2 * atol, rtol);
     // Inside a CudaGraph capture the call is captured directly, never a nested graph launch.
     const ag::cuda::CallGraphStats s3 = ag::cuda::call_graph_stats();
     ag::cuda::CudaGraph graph;
-    graph.capture([&] { ag::cuda::gemm(a, b, out, 1.0, 0.0); });
+    graph.capture([&] { ag::kernel::gemm(kGpu, a, b, out, 1.0, 0.0); });
     const ag::cuda::CallGraphStats s4 = ag::cuda::call_graph_stats();
     CHECK(s4.direct - s3.direct == 1);
     CHECK(s4.launched == s3.launched);
@@ -145,7 +145,7 @@ TEST_CASE("cuda: a repeated GEMM runs as a graph of its call, bitwise equal to t
   CHECK(ag::cuda::call_graph_stats().entries == 0);
   const ag::Tensor a = sym({1, 8, 8}).to(kGpu), b = sym({1, 8, 8}).to(kGpu), out = ag::empty({1, 8, 8}, ag::TensorOptions().device(kGpu));
   const ag::cuda::CallGraphStats s5 = ag::cuda::call_graph_stats();
-  for (int i = 0; i < 4; ++i) ag::cuda::gemm(a, b, out, 1.0, 0.0);
+  for (int i = 0; i < 4; ++i) ag::kernel::gemm(kGpu, a, b, out, 1.0, 0.0);
   CHECK(ag::cuda::call_graph_stats().direct - s5.direct == 4);
   CHECK(ag::cuda::call_graph_stats().launched == s5.launched);
   check_close(out, ag::mm(a.select(0, 0).cpu(), b.select(0, 0).cpu()).to_vector<double>(), 1e-5, 1e-5);
@@ -184,12 +184,12 @@ TEST_CASE("cuda: the call-graph table keeps at most kCallGraphEntries keys", "[c
   const ag::Tensor a = sym({1, 8, 8}).to(kGpu), b = sym({1, 8, 8}).to(kGpu), out = ag::empty({1, 8, 8}, ag::TensorOptions().device(kGpu));
   // Distinct alphas are distinct keys; each runs three times (direct, direct, captured).
   for (int i = 0; i < ag::cuda::kCallGraphEntries + 8; ++i)
-    for (int r = 0; r < 3; ++r) ag::cuda::gemm(a, b, out, 1.0 + i / 1024.0, 0.0);
+    for (int r = 0; r < 3; ++r) ag::kernel::gemm(kGpu, a, b, out, 1.0 + i / 1024.0, 0.0);
   CHECK(ag::cuda::call_graph_stats().entries == ag::cuda::kCallGraphEntries);
   // The oldest keys were evicted with their graphs; the newest still launch theirs.
   const ag::cuda::CallGraphStats s0 = ag::cuda::call_graph_stats();
-  ag::cuda::gemm(a, b, out, 1.0 + (ag::cuda::kCallGraphEntries + 7) / 1024.0, 0.0);
-  ag::cuda::gemm(a, b, out, 1.0, 0.0);
+  ag::kernel::gemm(kGpu, a, b, out, 1.0 + (ag::cuda::kCallGraphEntries + 7) / 1024.0, 0.0);
+  ag::kernel::gemm(kGpu, a, b, out, 1.0, 0.0);
   const ag::cuda::CallGraphStats s1 = ag::cuda::call_graph_stats();
   CHECK(s1.launched - s0.launched == 1);
   CHECK(s1.direct - s0.direct == 1);

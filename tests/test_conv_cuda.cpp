@@ -8,7 +8,6 @@
 
 #include "common.h"
 #include "core/kernels.h"
-#include "cuda/kernels.h"
 
 namespace {
 
@@ -345,8 +344,8 @@ TEST_CASE("conv_cuda: im2col and col2im over more positions than one grid covers
   const ag::Tensor g = sym(ref.shape()).to(ag::kFloat16);  // col2im called directly: any cols
   ag::Tensor gx_c = ag::empty(x0.shape(), x0.options());
   ag::Tensor gx_g = ag::empty(x0.shape(), ag::TensorOptions(ag::kFloat16).device(kGpu));
-  ag::cpu::col2im(g, gx_c, w);
-  ag::cuda::col2im(g.to(kGpu), gx_g, w);
+  ag::kernel::col2im(ag::kCPU, g, gx_c, w);
+  ag::kernel::col2im(kGpu, g.to(kGpu), gx_g, w);
   CHECK(ag::sum(ag::abs(gx_g.cpu().to(ag::kFloat32) - gx_c.to(ag::kFloat32))).item<double>() == 0.0);
 }
 
@@ -365,8 +364,8 @@ TEST_CASE("conv_cuda: dropout masks are bit-identical to the CPU", "[cuda]") {
         INFO(ag::dtype_name(d) << ", n " << n << ", p_keep " << m.p_keep << ", offset " << m.offset);
         ag::Tensor cpu = ag::empty({n}, ag::TensorOptions(d));
         ag::Tensor gpu = ag::full({n}, NAN, ag::TensorOptions(d).device(kGpu));  // poisoned
-        ag::cpu::dropout_mask(cpu, m.p_keep, m.scale, seed, m.offset);
-        ag::cuda::dropout_mask(gpu, m.p_keep, m.scale, seed, m.offset);
+        ag::kernel::dropout_mask(ag::kCPU, cpu, m.p_keep, m.scale, seed, m.offset);
+        ag::kernel::dropout_mask(kGpu, gpu, m.p_keep, m.scale, seed, m.offset);
         const std::vector<double> a = cpu.to_vector<double>(), b = gpu.to_vector<double>();
         size_t differ = 0, kept = 0;
         for (size_t i = 0; i < a.size(); ++i) {
@@ -471,9 +470,9 @@ TEST_CASE("conv_cuda: repeated convolutions run as graphs of their cuDNN calls, 
   std::vector<std::vector<double>> ys, gxs, gws;
   const ag::cuda::CallGraphStats s0 = ag::cuda::call_graph_stats();
   for (int i = 0; i < 5; ++i) {
-    ag::cuda::conv2d_forward(x, w, ag::Tensor(), y, p);
-    ag::cuda::conv2d_backward_data(gy, w, gx, p);
-    ag::cuda::conv2d_backward_weight(x, gy, gw, p);
+    ag::kernel::conv2d_forward(kGpu, x, w, ag::Tensor(), y, p);
+    ag::kernel::conv2d_backward_data(kGpu, gy, w, gx, p);
+    ag::kernel::conv2d_backward_weight(kGpu, x, gy, gw, p);
     ys.push_back(y.to_vector<double>());
     gxs.push_back(gx.to_vector<double>());
     gws.push_back(gw.to_vector<double>());

@@ -11,9 +11,6 @@
 #include <set>
 
 #include "common.h"
-#if AMPGRAD_WITH_CUDA
-#include "cuda/kernels.h"
-#endif
 
 namespace {
 

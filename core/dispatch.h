@@ -1,0 +1,96 @@
+// Kernels declared once and implemented per device (Note [Kernel dispatch]): the Kernel
+// stub, its three macros, and the current op that a missing kernel's error names.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/device.h"
+
+namespace ampgrad {
+
+// Note [Kernel dispatch]
+// A kernel's name and signature are declared once, in a header every device sees (the
+// library's in core/kernels.h and core/fused_kernels.h):
+//     AG_DECLARE_KERNEL(unary, void(UnaryKind k, const Tensor& x, const Tensor& out, double a, double b));
+// (an inline variable: the declaration is the definition), and each device's own file
+// registers its implementation, a plain function of that signature:
+//     AG_REGISTER_KERNEL(kernel::unary, kCPU, unary);   // ops/cpu_elementwise.cpp
+//     AG_REGISTER_KERNEL(kernel::unary, kCUDA, unary);  // cuda/unary.cu
+// An op calls it with the device to run on first: kernel::unary(out.device(), k, x, out, a, b).
+// That is one load and an indirect call (PyTorch's DispatchStub); the op never names a
+// device's code, so ops/ compiles the same with and without CUDA. A device with no
+// implementation (a CPU-only build, a program's kernel registered for the CPU alone) raises
+// ag::Error naming the op that called it, the kernel and the device. Stubs are constant-
+// initialized, so registrations running at load time, in any order, always find them.
+// Programs outside the library declare, define and register their own kernels the same way.
+
+// The op running on this thread, innermost first: OpScope sets it (ops/op_scope.h), and a
+// missing kernel's error names it.
+class CurrentOp {
+ public:
+  explicit CurrentOp(std::string_view name) : prev_(current_) { current_ = name; }
+  ~CurrentOp() { current_ = prev_; }
+  CurrentOp(const CurrentOp&) = delete;
+  CurrentOp& operator=(const CurrentOp&) = delete;
+  static std::string_view name() { return current_; }
+
+ private:
+  std::string_view prev_;
+  static inline thread_local std::string_view current_;
+};
+
+namespace detail {
+inline constexpr int kDeviceTypes = 2;  // DeviceType::CPU, DeviceType::CUDA
+[[noreturn]] void kernel_missing(const char* kernel, Device device);
+void kernel_registered(const char* kernel, DeviceType type, bool again);
+}  // namespace detail
+
+template <class Signature> class Kernel;
+
+template <class R, class... Args> class Kernel<R(Args...)> {
+ public:
+  using Fn = R (*)(Args...);
+
+  constexpr explicit Kernel(const char* name) : name_(name) {}
+  Kernel(const Kernel&) = delete;
+  Kernel& operator=(const Kernel&) = delete;
+
+  // Runs the implementation registered for `device`'s type.
+  R operator()(Device device, Args... args) const {
+    const Fn f = fns_[static_cast<int>(device.type)];
+    if (f == nullptr) [[unlikely]] detail::kernel_missing(name_, device);
+    return f(static_cast<Args&&>(args)...);
+  }
+  bool has(Device device) const { return fns_[static_cast<int>(device.type)] != nullptr; }
+  const char* name() const { return name_; }
+
+  // Used by AG_REGISTER_KERNEL; a second registration for one device type replaces the
+  // first (and is reported by the registry test as a bug).
+  bool set(DeviceType type, Fn f) {
+    detail::kernel_registered(name_, type, fns_[static_cast<int>(type)] != nullptr);
+    fns_[static_cast<int>(type)] = f;
+    return true;
+  }
+
+ private:
+  const char* name_;
+  Fn fns_[detail::kDeviceTypes] = {};
+};
+
+// Kernels registered twice for one device type (a bug), for the tests: "name on cuda".
+const std::vector<std::string>& kernel_registration_clashes();
+// Whether any kernel is registered for a device type (false for CUDA in a CPU-only build).
+bool kernels_registered(DeviceType type);
+
+}  // namespace ampgrad
+
+// In a header, at namespace scope: the kernel's name and signature, e.g.
+// AG_DECLARE_KERNEL(swish, void(const Tensor& x, const Tensor& out)).
+#define AG_DECLARE_KERNEL(name, ...) inline constinit ::ampgrad::Kernel<__VA_ARGS__> name{#name}
+// In the device's file, at namespace scope: `fn` implements `kernel` for `type` (kCPU, kCUDA).
+#define AG_REGISTER_KERNEL(kernel, type, fn) \
+  [[maybe_unused]] static const bool AG_KERNEL_CONCAT(ag_kernel_registered_, __LINE__) = (kernel).set(type, fn)
+#define AG_KERNEL_CONCAT(a, b) AG_KERNEL_CONCAT_(a, b)
+#define AG_KERNEL_CONCAT_(a, b) a##b
