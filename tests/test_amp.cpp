@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "common.h"
-#include "op_cases.h"
+#include "op_table.h"
 
 namespace ag = ampgrad;
 using ag::amp::Category;
@@ -40,11 +40,9 @@ std::vector<ag::Tensor> cast_by_hand(Category c, ag::DType ac, const std::vector
 
 }  // namespace
 
-TEST_CASE("every registered op has an autocast case", "[amp]") {
-  std::vector<std::string> missing;
-  for (const ag::OpInfo* op : ag::op_registry())
-    if (!op_cases::cases().count(std::string(op->name))) missing.emplace_back(op->name);
-  INFO("ops without a case in tests/op_cases.h: " << fmt::format("{}", fmt::join(missing, ", ")));
+TEST_CASE("every registered op has an autocast row", "[amp]") {
+  const std::vector<std::string> missing = op_table::ops_without(op_table::Check::autocast);
+  INFO("ops without an autocast row in tests/op_rows.cpp: " << fmt::format("{}", fmt::join(missing, ", ")));
   CHECK(missing.empty());
 }
 
@@ -74,31 +72,36 @@ TEST_CASE("categories match PyTorch's CUDA autocast lists", "[amp]") {
   for (const auto& e : table) CHECK(!e.reason.empty());
 }
 
-TEST_CASE("each op under autocast equals the op on hand-cast inputs, bitwise", "[amp][cuda]") {
+TEST_CASE("each row of the op table under autocast equals the op on hand-cast inputs, bitwise", "[amp][cuda]") {
   for (ag::Device dev : devices()) {
     for (ag::DType ac : {ag::kFloat16, ag::kBFloat16}) {
-      for (const ag::OpInfo* op : ag::op_registry()) {
-        auto it = op_cases::cases().find(std::string(op->name));
-        if (it == op_cases::cases().end()) continue;  // reported by the coverage test
-        INFO(op->name << " on " << dev.str() << " under " << ag::dtype_name(ac) << " autocast");
+      for (const op_table::Row& r : op_table::rows()) {
+        if (!r.autocast) continue;
+        const ag::OpInfo* op = ag::find_op(r.op);
+        REQUIRE(op != nullptr);
+        INFO(r.name() << " on " << dev.str() << " under " << ag::dtype_name(ac) << " autocast");
         ag::manual_seed(7);
-        std::vector<ag::Tensor> in = it->second.inputs(dev);
-        // Mixed precision inputs: the second floating input, if any, arrives in 16 bits.
+        // Floating inputs in float32 on the device; mixed precision: the second floating input
+        // that is not a buffer (running statistics) arrives in 16 bits.
+        std::vector<ag::Tensor> in = r.draw(r.n);
         int floating = 0;
-        for (auto& t : in)
-          if (t.is_floating_point() && floating++ == 1) t = t.to(ac);
+        for (size_t i = 0; i < in.size(); ++i) {
+          ag::Tensor& t = in[i];
+          t = t.to(dev, t.is_floating_point() ? ag::kFloat32 : t.dtype());
+          if (t.is_floating_point() && !r.in[i].constant && floating++ == 1) t = t.to(ac);
+        }
         ag::Tensor got;
         if (op->category == Category::banned && ac == ag::kFloat16) {
           ag::amp::AutocastGuard guard(dev.type, ac);
-          CHECK_THROWS_WITH(it->second.run(in), Catch::Contains("unsafe to autocast to float16") &&
-                                                    Catch::Contains(std::string(op->alternative)));
+          CHECK_THROWS_WITH(r.run(in), Catch::Contains("unsafe to autocast to float16") &&
+                                           Catch::Contains(std::string(op->alternative)));
           continue;
         }
         {
           ag::amp::AutocastGuard guard(dev.type, ac);
-          got = it->second.run(in);
+          got = r.run(in);
         }
-        ag::Tensor want = it->second.run(cast_by_hand(op->category, ac, in));
+        ag::Tensor want = r.run(cast_by_hand(op->category, ac, in));
         CHECK(got.dtype() == want.dtype());
         CHECK(bitwise_equal(got, want));
         if (op->category == Category::lower) CHECK(got.dtype() == ac);

@@ -1,14 +1,17 @@
-// Autograd: a float64 central-difference gradcheck for every differentiable op (the registry
-// walk fails on any op without a case), and the engine's behaviour (accumulation, retained and
-// freed graphs, grad mode, detach, version counters, explicit gradients, gradient dtypes).
+// Autograd: a float64 central-difference gradcheck of every row of the op table, in four
+// layouts (the registry walk fails on any differentiable op without a row), and the engine's
+// behaviour (accumulation, retained and freed graphs, grad mode, detach, version counters,
+// explicit gradients, gradient dtypes).
 #include <memory>
 
 #include "common.h"
-#include "gradcheck_cases.h"
+#include "op_table.h"
 
 namespace {
 
-using namespace gradcheck_cases;  // V, Fn, Case, the input makers
+using op_table::Fn;
+using op_table::Row;
+using op_table::V;
 
 ag::autograd::GradcheckOptions gradcheck_options() {
   ag::autograd::GradcheckOptions o;
@@ -19,6 +22,53 @@ ag::autograd::GradcheckOptions gradcheck_options() {
 }
 
 std::vector<double> values(const ag::Tensor& t) { return t.to_vector<double>(); }
+
+// A float64 leaf drawn by `d`, in a layout of op_table::relayout.
+ag::Tensor leaf(const ag::Shape& s, const op_table::Draw& d, int layout = 0) {
+  return op_table::relayout(d(s, 0, {}), layout).detach().requires_grad_();
+}
+
+// A row's inputs at its size as gradcheck takes them: its floating, non-constant inputs as
+// float64 leaves in `layout` (0 as drawn, 1 strided, 2 stored transposed, 3 the two by turns),
+// and the row's function of those leaves with the other inputs held fixed.
+struct GradcheckInputs {
+  V leaves;
+  Fn fn;
+};
+GradcheckInputs gradcheck_inputs(const Row& r, int layout) {
+  V all = r.draw(r.n);
+  std::vector<size_t> at;
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (!all[i].is_floating_point() || r.in[i].constant) continue;
+    const int l = layout == 3 ? 1 + static_cast<int>(at.size() % 2) : layout;
+    all[i] = op_table::relayout(all[i], l).detach().requires_grad_();
+    at.push_back(i);
+  }
+  GradcheckInputs g;
+  for (size_t i : at) g.leaves.push_back(all[i]);
+  g.fn = [all, at, run = r.run](const V& leaves) {
+    V full = all;
+    for (size_t k = 0; k < at.size(); ++k) full[at[k]] = leaves[k];
+    return run(full);
+  };
+  return g;
+}
+
+bool gradchecked(const Row& r) {
+  const ag::OpInfo* op = ag::find_op(r.op);
+  return r.gradcheck && op != nullptr && op->differentiable;
+}
+
+ag::autograd::GradcheckResult checked(const Fn& fn, const V& leaves) {
+  try {
+    return ag::autograd::gradcheck(fn, leaves, gradcheck_options());
+  } catch (const std::exception& e) {
+    ag::autograd::GradcheckResult r;
+    r.ok = false;
+    r.message = std::string("threw: ") + e.what();
+    return r;
+  }
+}
 
 }  // namespace
 
@@ -32,77 +82,50 @@ TEST_CASE("autograd: the seed example, p.pow(2) + 3", "[autograd]") {
   CHECK(p.grad().dtype() == ag::kFloat32);
 }
 
-TEST_CASE("autograd: every differentiable op in the registry has a gradcheck case", "[autograd][gradcheck]") {
-  const Table& table = gradcheck_table();
-  std::vector<std::string> missing;
-  for (const ag::OpInfo* op : ag::op_registry()) {
-    const std::string name(op->name);
-    if (!op->differentiable) continue;
-    if (table.count(name) || checked_by_hand().count(name)) continue;
-    missing.push_back(name);
-  }
-  INFO("differentiable ops without a gradcheck case: " << fmt::format("{}", fmt::join(missing, ", ")));
+TEST_CASE("autograd: every differentiable op in the registry has a gradcheck row", "[autograd][gradcheck]") {
+  const std::vector<std::string> missing = op_table::ops_without(op_table::Check::gradcheck);
+  INFO("differentiable ops without a gradcheck row in tests/op_rows.cpp: " << fmt::format("{}", fmt::join(missing, ", ")));
   CHECK(missing.empty());
-
-  // The table names only real, differentiable ops (a renamed op would leave a stale entry).
-  for (const auto& [name, cases] : table) {
-    const ag::OpInfo* op = ag::find_op(name);
-    INFO("gradcheck table entry: " << name);
-    REQUIRE(op != nullptr);
-    CHECK(op->differentiable);
-    CHECK(!cases.empty());
-  }
+  // The table names only real ops (a renamed op would leave a stale row).
+  const std::vector<std::string> stale = op_table::stale_rows();
+  INFO("rows of unregistered ops: " << fmt::format("{}", fmt::join(stale, "; ")));
+  CHECK(stale.empty());
 }
 
-TEST_CASE("autograd: gradcheck in float64, central differences, every op and form", "[autograd][gradcheck]") {
+TEST_CASE("autograd: gradcheck in float64, central differences, every row in four layouts", "[autograd][gradcheck]") {
   ag::manual_seed(1234);
   int n_cases = 0;
-  for (const auto& [op, cases] : gradcheck_table()) {
-    for (const Case& c : cases) {
+  for (const Row& r : op_table::rows()) {
+    if (!gradchecked(r)) continue;
+    for (int layout = 0; layout < (r.contiguous_only ? 1 : 4); ++layout) {
       ++n_cases;
-      V inputs = c.inputs();
-      for (const ag::Tensor& in : inputs) {
-        REQUIRE(in.dtype() == ag::kFloat64);
-        REQUIRE(in.is_leaf());
-      }
-      ag::autograd::GradcheckResult r;
-      try {
-        r = ag::autograd::gradcheck(c.fn, inputs, gradcheck_options());
-      } catch (const std::exception& e) {
-        r.ok = false;
-        r.message = std::string("threw: ") + e.what();
-      }
-      INFO(op << " [" << c.form << "]: " << r.message << " (max abs error " << r.max_abs_error << ")");
-      CHECK(r.ok);
+      const GradcheckInputs g = gradcheck_inputs(r, layout);
+      const ag::autograd::GradcheckResult res = checked(g.fn, g.leaves);
+      INFO(r.name() << ", layout " << layout << ": " << res.message << " (max abs error " << res.max_abs_error << ")");
+      CHECK(res.ok);
     }
   }
-  CHECK(n_cases > 100);
+  CHECK(n_cases > 500);
 }
 
 // gradcheck feeds each formula a fresh contiguous one-hot gradient. Inside a graph, gradients
 // also arrive as views: the backward of a full sum expands a 0-dim gradient into a tensor
 // whose strides are all 0, and a transpose's backward passes a transposed gradient on.
-// Every case again, behind a sum and behind a transpose.
-TEST_CASE("autograd: gradcheck of every op and form with a non-contiguous incoming gradient", "[autograd][gradcheck]") {
+// Every row again, behind a sum and behind a transpose.
+TEST_CASE("autograd: gradcheck of every row with a non-contiguous incoming gradient", "[autograd][gradcheck]") {
   ag::manual_seed(4321);
   const std::vector<std::pair<std::string, std::function<ag::Tensor(const ag::Tensor&)>>> behind = {
       {"sum", [](const ag::Tensor& y) { return ag::sum(y); }},
       {"transpose", [](const ag::Tensor& y) { return y.dim() >= 2 ? y.transpose(0, -1) : y.unsqueeze(0).t(); }},
   };
   for (const auto& [after, post] : behind) {
-    for (const auto& [op, cases] : gradcheck_table()) {
-      for (const Case& c : cases) {
-        const Fn fn = [&c, &post = post](const V& v) { return post(c.fn(v)); };
-        ag::autograd::GradcheckResult r;
-        try {
-          r = ag::autograd::gradcheck(fn, c.inputs(), gradcheck_options());
-        } catch (const std::exception& e) {
-          r.ok = false;
-          r.message = std::string("threw: ") + e.what();
-        }
-        INFO(after << "(" << op << " [" << c.form << "]): " << r.message);
-        CHECK(r.ok);
-      }
+    for (const Row& r : op_table::rows()) {
+      if (!gradchecked(r)) continue;
+      const GradcheckInputs g = gradcheck_inputs(r, 0);
+      const Fn fn = [&g, &post = post](const V& v) { return post(g.fn(v)); };
+      const ag::autograd::GradcheckResult res = checked(fn, g.leaves);
+      INFO(after << "(" << r.name() << "): " << res.message);
+      CHECK(res.ok);
     }
   }
 }
@@ -110,10 +133,16 @@ TEST_CASE("autograd: gradcheck of every op and form with a non-contiguous incomi
 TEST_CASE("gradcheck: composite graphs", "[autograd][gradcheck]") {
   ag::manual_seed(99);
   const ag::Tensor labels = ag::tensor(std::vector<int64_t>{1, 0, 1, 1});
+  struct Case {
+    std::string form;
+    std::function<V()> inputs;
+    Fn fn;
+  };
+  using op_table::normal;
   const std::vector<Case> cases = {
       {"two-layer MLP, log_softmax, pick the labels",
        [] {
-         return V{N({4, 3}), N({5, 3}), N({5}), N({2, 5}, kT)};
+         return V{leaf({4, 3}, normal()), leaf({5, 3}, normal()), leaf({5}, normal()), leaf({2, 5}, normal(), 2)};
        },
        [labels](const V& v) {
          ag::Tensor h = ag::gelu(ag::linear(v[0], v[1], v[2]));
@@ -122,17 +151,17 @@ TEST_CASE("gradcheck: composite graphs", "[autograd][gradcheck]") {
        }},
       {"x @ x^T + x: one leaf reaches the node through two paths, one a view",
        [] {
-         return V{N({3, 3})};
+         return V{leaf({3, 3}, normal())};
        },
        [](const V& v) { return ag::mm(v[0], v[0].t()) + v[0]; }},
       {"softmax(x) * exp(x) / (x*x + 1)",
        [] {
-         return V{N({3, 4})};
+         return V{leaf({3, 4}, normal())};
        },
        [](const V& v) { return ag::softmax(v[0], 1) * v[0].exp() / (v[0] * v[0] + 1); }},
       {"var and mean of cat([x, 2x]) over columns",
        [] {
-         return V{N({2, 3}, kS)};
+         return V{leaf({2, 3}, normal(), 1)};
        },
        [](const V& v) {
          ag::Tensor c = ag::cat({v[0], v[0] * 2}, 0);
@@ -140,7 +169,7 @@ TEST_CASE("gradcheck: composite graphs", "[autograd][gradcheck]") {
        }},
       {"where(x > 0, sqrt(|x|), tanh(x)) through transposes and a broadcast",
        [] {
-         return V{A({3, 4}, {0}), P({4})};
+         return V{leaf({3, 4}, op_table::away({0})), leaf({4}, op_table::positive())};
        },
        [](const V& v) {
          ag::Tensor x = v[0].t().contiguous().t() * v[1];  // positive factor: x stays away from 0

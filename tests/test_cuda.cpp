@@ -1,7 +1,8 @@
-// The CUDA backend: runtime and allocator, copies and casts, and every registered op on CUDA
-// against the CPU reference (forward and gradients) in f32/f16/bf16, over contiguous, strided,
-// transposed and broadcast operands of sizes 1, 7, 1023 and 65537. Tolerance: atol + rtol*|ref|
-// with both scaled by eps(dtype) (and by the length of the sums an op does).
+// The CUDA backend: runtime and allocator, copies and casts, and every row of the op table on
+// CUDA against the CPU reference (forward and gradients) in f32/f16/bf16, over contiguous,
+// strided, transposed and broadcast operands of sizes 1, 7, 1023 and 65537 (Note [Op table]).
+// Tolerance: atol + rtol*|ref| with both scaled by eps(dtype) (and by the length of the sums
+// an op does).
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -11,35 +12,27 @@
 #include <set>
 
 #include "common.h"
+#include "op_table.h"
 
 namespace {
 
 using Shape = ag::Shape;
 using V = std::vector<ag::Tensor>;
+using op_table::relayout;
+const std::vector<int64_t> kSizes = {1, 7, 1023, 65537};
 const ag::Device kGpu(ag::kCUDA);
 const ag::DType kFloatTypes[] = {ag::kFloat32, ag::kFloat16, ag::kBFloat16};
-const std::vector<int64_t> kSizes = {1, 7, 1023, 65537};
 constexpr double kEps32 = 1.1920928955078125e-07;
 
-
-// Inputs are drawn on the CPU in float32; the harness casts and moves them.
+// The backend tests' own inputs, drawn on the CPU in float32.
 ag::Tensor uni(const Shape& s, double lo, double hi) { return ag::rand(s) * (hi - lo) + lo; }
 ag::Tensor sym(const Shape& s) { return uni(s, -1, 1); }
-ag::Tensor pos(const Shape& s) { return uni(s, 0.5, 1.5); }
-ag::Tensor indices(int64_t count, int64_t bound) { return (ag::rand({count}) * bound).to(ag::kInt64); }
 
 // A NaN-filled block handed back to the memory pool: outputs that a kernel forgets to write
 // are then NaN, not a plausible leftover.
 void poison_cuda_cache() {
   ag::NoGradGuard no_grad;
   (void)ag::full({int64_t{8} << 20}, NAN, ag::TensorOptions(ag::kFloat32).device(kGpu));
-}
-
-// Flattens and concatenates several results, so one case can check several reductions.
-ag::Tensor flat_cat(const V& parts) {
-  V flat;
-  for (const auto& p : parts) flat.push_back(p.reshape({-1}));
-  return ag::cat(flat, 0);
 }
 
 struct Tol {
@@ -60,199 +53,21 @@ Tol tolerance(Kind k, ag::DType d, int64_t n) {
   }
 }
 
-struct Case {
-  std::vector<int64_t> sizes;
-  std::function<V(int64_t n)> inputs;  // on the CPU; floating inputs in float32
-  std::function<ag::Tensor(const V&)> run;
-  Kind kind = Kind::elementwise;
-  bool contiguous_only = false;  // views that need contiguous input
-  std::set<size_t> constant = {};  // inputs kept in float32 and without gradient
-  double tol_scale = 1;  // cuDNN may pick Winograd or FFT algorithms: looser
-};
-
-// One entry per op of ag::op_registry() (checked below).
-const std::map<std::string, Case>& cuda_cases() {
-  using K = Kind;
-  auto unary = [](std::function<ag::Tensor(const ag::Tensor&)> f, bool positive = false) {
-    return Case{kSizes, [positive](int64_t n) { return V{positive ? pos({3, n}) : sym({3, n})}; },
-                [f](const V& v) { return f(v[0]); }};
-  };
-  auto binary = [](std::function<ag::Tensor(const ag::Tensor&, const ag::Tensor&)> f, Shape (*b)(int64_t)) {
-    return Case{kSizes, [b](int64_t n) { return V{sym({3, n}), sym(b(n))}; },
-                [f](const V& v) { return f(v[0], v[1]); }};
-  };
-  auto row = [](int64_t n) { return Shape{n}; };
-  auto col = [](int64_t) { return Shape{3, 1}; };
-  auto full = [](int64_t n) { return Shape{3, n}; };
-  const std::vector<int64_t> images = {5, 9};
-  auto image = [](int64_t n) { return V{sym({2, 3, n, n})}; };
-  static const std::map<std::string, Case> table = {
-      {"abs", unary([](const ag::Tensor& x) { return ag::abs(x); })},
-      {"exp", unary([](const ag::Tensor& x) { return ag::exp(x); })},
-      {"gelu", unary([](const ag::Tensor& x) { return ag::gelu(x); })},
-      {"log", unary([](const ag::Tensor& x) { return ag::log(x); }, true)},
-      {"log1p", unary([](const ag::Tensor& x) { return ag::log1p(x); }, true)},
-      {"neg", unary([](const ag::Tensor& x) { return ag::neg(x); })},
-      {"reciprocal", unary([](const ag::Tensor& x) { return ag::reciprocal(x); }, true)},
-      {"relu", unary([](const ag::Tensor& x) { return ag::relu(x); })},
-      {"rsqrt", unary([](const ag::Tensor& x) { return ag::rsqrt(x); }, true)},
-      {"sigmoid", unary([](const ag::Tensor& x) { return ag::sigmoid(x * 4); })},
-      {"sign", unary([](const ag::Tensor& x) { return ag::sign(x); })},
-      {"softplus", unary([](const ag::Tensor& x) { return ag::softplus(x * 30); })},
-      {"sqrt", unary([](const ag::Tensor& x) { return ag::sqrt(x); }, true)},
-      {"tanh", unary([](const ag::Tensor& x) { return ag::tanh(x * 2); })},
-      {"clamp", unary([](const ag::Tensor& x) { return ag::clamp(x, -0.5, 0.25); })},
-      {"rsub", unary([](const ag::Tensor& x) { return ag::rsub(x, 2.5); })},
-      {"pow", Case{kSizes, [](int64_t n) { return V{pos({3, n}), sym({n})}; },
-                   [](const V& v) { return flat_cat({ag::pow(v[0], v[1]), v[0].pow(2.5)}); }}},
-      {"add", binary([](const ag::Tensor& a, const ag::Tensor& b) { return ag::add(a, b, 0.5); }, row)},
-      {"sub", binary([](const ag::Tensor& a, const ag::Tensor& b) { return ag::sub(a, b); }, full)},
-      {"mul", binary([](const ag::Tensor& a, const ag::Tensor& b) { return ag::mul(a, b); }, col)},
-      {"div", Case{kSizes, [](int64_t n) { return V{sym({3, n}), pos({n})}; },
-                   [](const V& v) { return ag::div(v[0], v[1]); }}},
-      {"maximum", binary([](const ag::Tensor& a, const ag::Tensor& b) { return ag::maximum(a, b); }, row)},
-      {"minimum", binary([](const ag::Tensor& a, const ag::Tensor& b) { return ag::minimum(a, b); }, col)},
-      {"eq", binary([](const ag::Tensor& a, const ag::Tensor& b) { return ag::eq(a, ag::maximum(a, b)); }, row)},
-      {"ne", binary([](const ag::Tensor& a, const ag::Tensor& b) { return ag::ne(a, ag::minimum(a, b)); }, col)},
-      {"lt", binary([](const ag::Tensor& a, const ag::Tensor& b) { return ag::lt(a, b); }, row)},
-      {"le", binary([](const ag::Tensor& a, const ag::Tensor& b) { return ag::le(a, b); }, full)},
-      {"gt", binary([](const ag::Tensor& a, const ag::Tensor& b) { return ag::gt(a, b); }, col)},
-      {"ge", binary([](const ag::Tensor& a, const ag::Tensor& b) { return ag::ge(a, b); }, row)},
-      {"where", Case{kSizes, [](int64_t n) { return V{ag::gt(sym({3, n}), 0), sym({3, n}), sym({n})}; },
-                     [](const V& v) { return ag::where(v[0], v[1], v[2]); }}},
-      // Reductions: rows (inner 1), columns (inner > 1) and the full reduction in one case.
-      {"sum", Case{kSizes, [](int64_t n) { return V{sym({3, n})}; },
-                   [](const V& v) { return flat_cat({ag::sum(v[0], {1}), ag::sum(v[0], {0}, true), ag::sum(v[0])}); },
-                   K::sum}},
-      {"mean", Case{kSizes, [](int64_t n) { return V{sym({3, n})}; },
-                    [](const V& v) { return flat_cat({ag::mean(v[0], {1}), ag::mean(v[0], {0}), ag::mean(v[0])}); },
-                    K::sum}},
-      {"prod", Case{kSizes, [](int64_t n) { return V{uni({3, n}, 0.99, 1.01)}; },
-                    [](const V& v) { return flat_cat({ag::prod(v[0], 1), ag::prod(v[0], 0), ag::prod(v[0])}); },
-                    K::normalized}},
-      {"var", Case{kSizes, [](int64_t n) { return V{sym({3, n + 1})}; },
-                   [](const V& v) { return flat_cat({ag::var(v[0], {1}), ag::var(v[0], {0}, 0), ag::var(v[0])}); },
-                   K::sum}},
-      {"logsumexp", Case{kSizes, [](int64_t n) { return V{sym({3, n})}; },
-                         [](const V& v) { return flat_cat({ag::logsumexp(v[0], {1}), ag::logsumexp(v[0], {0})}); },
-                         K::normalized}},
-      {"max", Case{kSizes, [](int64_t n) { return V{sym({3, n})}; },
-                   [](const V& v) { return flat_cat({ag::max(v[0], 1).first, ag::max(v[0], 0).first, ag::max(v[0])}); }}},
-      {"min", Case{kSizes, [](int64_t n) { return V{sym({3, n})}; },
-                   [](const V& v) { return flat_cat({ag::min(v[0], 1).first, ag::min(v[0], 0).first, ag::min(v[0])}); }}},
-      {"argmax", Case{kSizes, [](int64_t n) { return V{sym({3, n})}; },
-                      [](const V& v) { return flat_cat({ag::argmax(v[0], 1), ag::argmax(v[0], 0), ag::argmax(v[0])}); }}},
-      {"argmin", Case{kSizes, [](int64_t n) { return V{sym({3, n})}; },
-                      [](const V& v) { return flat_cat({ag::argmin(v[0], 1), ag::argmin(v[0], 0)}); }}},
-      {"softmax", Case{kSizes, [](int64_t n) { return V{sym({3, n}) * 4}; },
-                       [](const V& v) { return flat_cat({ag::softmax(v[0], 1), ag::softmax(v[0], 0)}); },
-                       K::normalized}},
-      {"log_softmax", Case{kSizes, [](int64_t n) { return V{sym({3, n}) * 4}; },
-                           [](const V& v) { return flat_cat({ag::log_softmax(v[0], 1), ag::log_softmax(v[0], 0)}); },
-                           K::normalized}},
-      // Shapes, views and copies.
-      {"cat", Case{kSizes, [](int64_t n) { return V{sym({2, n}), sym({3, n})}; },
-                   [](const V& v) { return ag::cat({v[0], v[1]}, 0); }}},
-      {"stack", Case{kSizes, [](int64_t n) { return V{sym({3, n}), sym({3, n})}; },
-                     [](const V& v) { return ag::stack({v[0], v[1]}, 1); }}},
-      {"clone", unary([](const ag::Tensor& x) { return x.t().clone(); })},
-      {"copy_", unary([](const ag::Tensor& x) {
-         ag::Tensor out = ag::empty(x.t().shape(), x.options());
-         out.copy_(x.t());
-         return out;
-       })},
-      {"to", unary([](const ag::Tensor& x) { return x.to(ag::kFloat64) * 2; })},
-      {"expand", Case{kSizes, [](int64_t n) { return V{sym({n, 1})}; },
-                      [](const V& v) { return ag::expand(v[0], {2, v[0].size(0), 3}) * 1; }}},
-      {"permute", Case{kSizes, [](int64_t n) { return V{sym({2, n, 3})}; },
-                       [](const V& v) { return ag::permute(v[0], {2, 0, 1}) * 1; }}},
-      {"reshape", unary([](const ag::Tensor& x) { return ag::reshape(x.t(), {-1}) * 1; })},
-      {"select", unary([](const ag::Tensor& x) { return ag::select(x, 0, 1) * 1; })},
-      {"slice", unary([](const ag::Tensor& x) { return ag::slice(x, 1, 0, x.size(1), 2) * 1; })},
-      {"squeeze", Case{kSizes, [](int64_t n) { return V{sym({3, 1, n})}; },
-                       [](const V& v) { return ag::squeeze(v[0], 1) * 1; }}},
-      {"unsqueeze", unary([](const ag::Tensor& x) { return ag::unsqueeze(x, 1) * 1; })},
-      {"transpose", unary([](const ag::Tensor& x) { return ag::transpose(x, 0, 1) * 1; })},
-      {"view", Case{kSizes, [](int64_t n) { return V{sym({3, n})}; },
-                    [](const V& v) { return ag::view(v[0], {v[0].size(1), 3}) * 1; }, K::elementwise, true}},
-      {"index_select", Case{kSizes, [](int64_t n) { return V{sym({n, 4}), indices(5 + n / 3, n), indices(7, 4)}; },
-                            [](const V& v) {
-                              return flat_cat({ag::index_select(v[0], 0, v[1]), ag::index_select(v[0], 1, v[2])});
-                            }}},
-      // Matmul family (sums of n products).
-      {"mm", Case{kSizes, [](int64_t n) { return V{sym({7, n}), sym({n, 5})}; },
-                  [](const V& v) { return ag::mm(v[0], v[1]); }, K::sum}},
-      {"bmm", Case{kSizes, [](int64_t n) { return V{sym({2, 3, n}), sym({2, n, 4})}; },
-                   [](const V& v) { return ag::bmm(v[0], v[1]); }, K::sum}},
-      {"matmul", Case{kSizes, [](int64_t n) { return V{sym({2, 3, n}), sym({n, 4})}; },
-                      [](const V& v) { return ag::matmul(v[0], v[1]); }, K::sum}},
-      {"addmm", Case{kSizes, [](int64_t n) { return V{sym({4}), sym({3, n}), sym({n, 4})}; },
-                     [](const V& v) { return ag::addmm(v[0], v[1], v[2], 0.5, 2); }, K::sum}},
-      {"linear", Case{kSizes, [](int64_t n) { return V{sym({2, 3, n}), sym({5, n}), sym({5})}; },
-                      [](const V& v) { return ag::linear(v[0], v[1], v[2]); }, K::sum}},
-      // Biases of +-6 standard deviations of the product: every output far from relu's kink, some
-      // passed and some zeroed, so the CPU and the GPU agree on the mask.
-      {"linear_relu", Case{kSizes, [](int64_t n) {
-                             const double s = 2 * std::sqrt(static_cast<double>(n));
-                             return V{sym({2, 3, n}), sym({5, n}), ag::tensor(std::vector<double>{s, -s, s, -s, s}, {5}, ag::kFloat32)};
-                           },
-                           [](const V& v) { return ag::linear_relu(v[0], v[1], v[2]); }, K::sum}},
-      // Neural-network ops.
-      {"conv2d", Case{images, [](int64_t n) { return V{sym({2, 3, n, n}), sym({4, 3, 3, 3}), sym({4})}; },
-                      [](const V& v) { return ag::conv2d(v[0], v[1], v[2], {1, 1}, {1, 1}); }, K::sum, false, {},
-                      32}},
-      {"unfold", Case{images, image, [](const V& v) {
-                        return ag::unfold(v[0], ag::Window2d{2, 3, 1, 2, 1, 0, 1, 1}, 0.0);
-                      }}},
-      {"max_pool2d", Case{images, image, [](const V& v) { return ag::max_pool2d(v[0], {2, 2}); }}},
-      {"avg_pool2d", Case{images, image, [](const V& v) { return ag::avg_pool2d(v[0], {3, 3}, {2, 2}, {1, 1}); }}},
-      {"adaptive_avg_pool2d", Case{images, image, [](const V& v) { return ag::adaptive_avg_pool2d(v[0], {3, 2}); }}},
-      {"batch_norm", Case{{1, 7, 1023}, [](int64_t n) {
-                            return V{sym({n, 3, 2, 2}), sym({3}) * 0.1, pos({3}), pos({3}), sym({3})};
-                          },
-                          [](const V& v) { return ag::batch_norm(v[0], v[1], v[2], v[3], v[4], true); },
-                          K::normalized, false, {1, 2}}},
-      {"layer_norm", Case{kSizes, [](int64_t n) { return V{sym({n, 6}), pos({6}), sym({6})}; },
-                          [](const V& v) { return ag::layer_norm(v[0], {6}, v[1], v[2]); }, K::normalized}},
-      {"dropout", unary([](const ag::Tensor& x) { return ag::dropout(x, 0.3, true); })},
-      {"nll_loss", Case{kSizes, [](int64_t n) { return V{sym({n, 5}), indices(n, 5)}; },
-                        [](const V& v) { return ag::nll_loss(ag::log_softmax(v[0], 1), v[1]); }, K::normalized}},
-      {"cross_entropy", Case{kSizes, [](int64_t n) { return V{sym({n, 5}) * 3, indices(n, 5)}; },
-                             [](const V& v) { return ag::cross_entropy(v[0], v[1], 0.1); }, K::normalized}},
-      {"mse_loss", Case{kSizes, [](int64_t n) { return V{sym({3, n}), sym({3, n})}; },
-                        [](const V& v) { return ag::mse_loss(v[0], v[1]); }, K::normalized}},
-      {"binary_cross_entropy_with_logits",
-       Case{kSizes, [](int64_t n) { return V{sym({3, n}) * 3, uni({3, n}, 0, 1)}; },
-            [](const V& v) { return ag::binary_cross_entropy_with_logits(v[0], v[1]); }, K::normalized}},
-      {"binary_cross_entropy", Case{kSizes, [](int64_t n) { return V{uni({3, n}, 0.05, 0.95), uni({3, n}, 0, 1)}; },
-                                    [](const V& v) { return ag::binary_cross_entropy(v[0], v[1]); },
-                                    K::normalized}},
-  };
-  return table;
+Tol tolerance_of(const op_table::Row& r, ag::DType d, int64_t n) {
+  const Kind k = r.tol == op_table::Tol::sum ? Kind::sum
+                                             : (r.tol == op_table::Tol::normalized ? Kind::normalized : Kind::elementwise);
+  const Tol t = tolerance(k, d, n);
+  return {t.atol * r.tol_scale, t.rtol * r.tol_scale};
 }
 
-// The same values in another memory layout: 1 = every other element of a wider last dim,
-// 2 = stored transposed (last two dims swapped in memory). 0 leaves t as it is.
-ag::Tensor relayout(const ag::Tensor& t, int layout) {
-  ag::NoGradGuard no_grad;
-  if (layout == 1 && t.dim() > 0) {
-    Shape wide = t.shape();
-    wide.back() *= 2;
-    ag::Tensor v = ag::empty(wide, t.options()).slice(-1, 0, wide.back(), 2);
-    v.copy_(t);
-    return v;
-  }
-  if (layout == 2 && t.dim() >= 2) return t.transpose(-1, -2).contiguous().transpose(-1, -2);
-  return t;
-}
-
-// The case's inputs for one run: cast, moved, laid out, fresh leaves.
-V prepare(const V& made, const Case& c, ag::DType d, ag::Device dev, int layout, bool grad) {
+// The row's inputs for one run: floating ones in d (constant ones in float32), moved, laid
+// out, fresh leaves.
+V prepare(const V& made, const op_table::Row& r, ag::DType d, ag::Device dev, int layout, bool grad) {
   V out;
   for (size_t i = 0; i < made.size(); ++i) {
-    const bool varying = made[i].is_floating_point() && !c.constant.count(i);
-    ag::Tensor t = made[i].detach().to(dev, varying ? d : made[i].dtype()).clone();
-    t = relayout(t, layout).detach();
+    const bool floating = made[i].is_floating_point(), varying = floating && !r.in[i].constant;
+    ag::Tensor t = made[i].detach().to(dev, varying ? d : (floating ? ag::kFloat32 : made[i].dtype())).clone();
+    t = op_table::relayout(t, layout).detach();
     if (varying && grad) t.requires_grad_(true);
     out.push_back(t);
   }
@@ -267,41 +82,41 @@ std::string desc(const V& in) {
 
 }  // namespace
 
-TEST_CASE("cuda: every registered op has a case in the CUDA table", "[cuda]") {
+TEST_CASE("cuda: every registered op has a row in the op table that the CUDA check reads", "[cuda]") {
   // Needs no device: it keeps the table complete on machines without a GPU too.
-  std::vector<std::string> missing;
-  for (const ag::OpInfo* op : ag::op_registry())
-    if (!cuda_cases().count(std::string(op->name))) missing.emplace_back(op->name);
-  INFO("ops without a case in tests/test_cuda.cpp: " << fmt::format("{}", fmt::join(missing, ", ")));
+  const std::vector<std::string> missing = op_table::ops_without(op_table::Check::cuda);
+  INFO("ops without a CUDA row in tests/op_rows.cpp: " << fmt::format("{}", fmt::join(missing, ", ")));
   CHECK(missing.empty());
 }
 
 namespace {
 
-// Runs one op's case on the CPU and on CUDA over dtypes, sizes and layouts and compares
-// outputs and input gradients.
-void check_op_on_cuda(const ag::OpInfo& op, const Case& c) {
+// Runs one row on the CPU and on CUDA over dtypes, sizes and layouts and compares outputs and
+// input gradients.
+void check_row_on_cuda(const op_table::Row& r) {
+  const ag::OpInfo* op = ag::find_op(r.op);
+  REQUIRE(op != nullptr);
+  const std::vector<int64_t> sizes = r.sized() ? r.sizes : std::vector<int64_t>{r.n};
   for (ag::DType d : kFloatTypes) {
-    for (int64_t n : c.sizes) {
-      const V made = c.inputs(n);
-      for (int layout = 0; layout < (c.contiguous_only || n > 4096 ? 1 : 3); ++layout) {
-        INFO(op.name << " in " << ag::dtype_name(d) << ", n " << n << ", layout " << layout);
-        const bool grad = op.differentiable;
+    for (int64_t n : sizes) {
+      const V made = r.draw(n);
+      for (int layout = 0; layout < (r.contiguous_only || n > 4096 ? 1 : 3); ++layout) {
+        INFO(r.name() << " in " << ag::dtype_name(d) << ", n " << n << ", layout " << layout);
+        const bool grad = op->differentiable;
         const uint64_t run_seed = fresh_seed();  // the same random draws (dropout) on both devices
-        V cpu_in = prepare(made, c, d, ag::Device(ag::kCPU), layout, grad);
-        V gpu_in = prepare(made, c, d, kGpu, layout, grad);
+        V cpu_in = prepare(made, r, d, ag::Device(ag::kCPU), layout, grad);
+        V gpu_in = prepare(made, r, d, kGpu, layout, grad);
         INFO("inputs " << desc(gpu_in));
         ag::manual_seed(run_seed);
-        ag::Tensor ref = c.run(cpu_in);
+        ag::Tensor ref = r.run(cpu_in);
         poison_cuda_cache();
         ag::manual_seed(run_seed);
-        ag::Tensor got = c.run(gpu_in);
+        ag::Tensor got = r.run(gpu_in);
         REQUIRE(got.is_cuda());
         REQUIRE(got.dtype() == ref.dtype());
         REQUIRE(got.shape() == ref.shape());
         const bool exact = !ref.is_floating_point();
-        Tol t = tolerance(c.kind, d, n);
-        t = {t.atol * c.tol_scale, t.rtol * c.tol_scale};
+        const Tol t = tolerance_of(r, d, n);
         check_close(got, ref.to_vector<double>(), exact ? 0 : t.atol, exact ? 0 : t.rtol);
         if (!grad || !ref.requires_grad()) continue;
         const ag::Tensor g = sym(ref.shape()).to(ref.dtype());
@@ -326,18 +141,17 @@ void check_op_on_cuda(const ag::OpInfo& op, const Case& c) {
 
 }  // namespace
 
-TEST_CASE("cuda: every op matches the CPU reference, forward and gradients", "[cuda]") {
+TEST_CASE("cuda: every row of the op table matches the CPU reference, forward and gradients", "[cuda]") {
   if (skip_without_cuda()) return;
   const uint64_t seed = fresh_seed();
   INFO("seed " << seed);
   ag::manual_seed(seed);
-  for (const ag::OpInfo* op : ag::op_registry()) {
-    auto it = cuda_cases().find(std::string(op->name));
-    if (it == cuda_cases().end()) continue;  // reported by the coverage test
+  for (const op_table::Row& r : op_table::rows()) {
+    if (!r.cuda) continue;
     try {
-      check_op_on_cuda(*op, it->second);
-    } catch (const std::exception& e) {  // an ag::Error from one op: report it, go on to the next
-      FAIL_CHECK(op->name << " threw: " << e.what());
+      check_row_on_cuda(r);
+    } catch (const std::exception& e) {  // an ag::Error from one row: report it, go on to the next
+      FAIL_CHECK(r.name() << " threw: " << e.what());
     }
   }
 }

@@ -1,130 +1,66 @@
 // CPU forward numerics of every op family against float64 references computed here with plain
 // loops on the same (fresh, random, never zero) inputs, in float32, float16 and bfloat16, over
-// broadcast and non-contiguous operands. Tolerance: atol + rtol * eps(dtype).
+// broadcast and non-contiguous operands: the elementwise ops from the references of their rows
+// in the op table (tests/op_rows.cpp), the others here. Tolerance: atol + rtol * eps(dtype).
 #include <functional>
 #include <limits>
 
 #include "common.h"
+#include "op_table.h"
 #include "ops_reference.h"
 
 using namespace ops_reference;  // Vec, Shape, the references, input makers and tolerances
 
 // ---- Elementwise ---------------------------------------------------------------------------
 
-TEST_CASE("ops: unary elementwise vs float64, contiguous and not, f32/f16/bf16", "[ops][unary]") {
-  struct Case {
-    const char* name;
-    std::function<ag::Tensor(const ag::Tensor&)> op;
-    std::function<double(double)> ref;
-    double lo, hi;
-  };
-  const std::vector<Case> cases = {
-      {"neg", [](const ag::Tensor& x) { return ag::neg(x); }, [](double x) { return -x; }, -3, 3},
-      {"exp", [](const ag::Tensor& x) { return ag::exp(x); }, [](double x) { return std::exp(x); }, -3, 3},
-      {"log", [](const ag::Tensor& x) { return ag::log(x); }, [](double x) { return std::log(x); }, 0.05, 5},
-      {"log1p", [](const ag::Tensor& x) { return ag::log1p(x); }, [](double x) { return std::log1p(x); }, -0.5, 3},
-      {"sqrt", [](const ag::Tensor& x) { return ag::sqrt(x); }, [](double x) { return std::sqrt(x); }, 0.05, 5},
-      {"rsqrt", [](const ag::Tensor& x) { return ag::rsqrt(x); }, [](double x) { return 1 / std::sqrt(x); }, 0.05, 5},
-      {"reciprocal", [](const ag::Tensor& x) { return ag::reciprocal(x); }, [](double x) { return 1 / x; }, 0.2, 4},
-      {"abs", [](const ag::Tensor& x) { return ag::abs(x); }, [](double x) { return std::abs(x); }, -3, 3},
-      {"sign", [](const ag::Tensor& x) { return ag::sign(x); }, [](double x) { return x > 0 ? 1.0 : -1.0; }, -3, 3},
-      {"relu", [](const ag::Tensor& x) { return ag::relu(x); }, [](double x) { return x > 0 ? x : 0.0; }, -3, 3},
-      {"gelu", [](const ag::Tensor& x) { return ag::gelu(x); },
-       [](double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }, -4, 4},
-      {"tanh", [](const ag::Tensor& x) { return ag::tanh(x); }, [](double x) { return std::tanh(x); }, -3, 3},
-      {"sigmoid", [](const ag::Tensor& x) { return ag::sigmoid(x); }, [](double x) { return 1 / (1 + std::exp(-x)); },
-       -8, 8},
-      {"softplus", [](const ag::Tensor& x) { return ag::softplus(x); },
-       [](double x) { return std::log1p(std::exp(x)); }, -25, 25},
-      {"clamp", [](const ag::Tensor& x) { return ag::clamp(x, -0.5, 0.75); },
-       [](double x) { return std::min(0.75, std::max(-0.5, x)); }, -2, 2},
-      {"clamp(min)", [](const ag::Tensor& x) { return ag::clamp(x, 0.25, std::nullopt); },
-       [](double x) { return std::max(0.25, x); }, -2, 2},
-      {"clamp(max)", [](const ag::Tensor& x) { return ag::clamp(x, std::nullopt, -0.25); },
-       [](double x) { return std::min(-0.25, x); }, -2, 2},
-      {"pow 2", [](const ag::Tensor& x) { return x.pow(2); }, [](double x) { return x * x; }, -3, 3},
-      {"pow 2.5", [](const ag::Tensor& x) { return x.pow(2.5); }, [](double x) { return std::pow(x, 2.5); }, 0.1, 3},
-      {"pow -1", [](const ag::Tensor& x) { return x.pow(-1); }, [](double x) { return 1 / x; }, 0.2, 3},
-      {"add scalar", [](const ag::Tensor& x) { return x + 1.5; }, [](double x) { return x + 1.5; }, -3, 3},
-      {"sub scalar", [](const ag::Tensor& x) { return x - 0.75; }, [](double x) { return x - 0.75; }, -3, 3},
-      {"rsub scalar", [](const ag::Tensor& x) { return 2 - x; }, [](double x) { return 2 - x; }, -3, 3},
-      {"mul scalar", [](const ag::Tensor& x) { return x * -2.5; }, [](double x) { return x * -2.5; }, -3, 3},
-      {"div scalar", [](const ag::Tensor& x) { return x / 4; }, [](double x) { return x / 4; }, -3, 3},
-      {"rdiv scalar", [](const ag::Tensor& x) { return 3 / x; }, [](double x) { return 3 / x; }, 0.2, 3},
-  };
-  for (ag::DType d : kFloatTypes) {
-    for (const Case& c : cases) {
-      for (int layout = 0; layout < 3; ++layout) {
-        ag::Tensor x =
-            layout == 0 ? uni({4, 7}, c.lo, c.hi, d)
-                        : (layout == 1 ? uni_t({4, 7}, c.lo, c.hi, d) : uni({4, 14}, c.lo, c.hi, d).slice(1, 0, 14, 2));
-        ag::Tensor y = c.op(x);
-        INFO(c.name << " in " << ag::dtype_name(d) << ", layout " << layout);
-        CHECK(y.dtype() == d);
-        CHECK(y.shape() == Shape{4, 7});
-        Vec ref = vals(x);
-        for (double& v : ref) v = c.ref(v);
-        check_vs(y, ref, d);
-      }
-    }
-  }
-}
-
-TEST_CASE("ops: binary elementwise with broadcasting and non-contiguous operands", "[ops][binary]") {
-  struct Case {
-    const char* name;
-    std::function<ag::Tensor(const ag::Tensor&, const ag::Tensor&)> op;
-    std::function<double(double, double)> ref;
-    double lo_a, hi_a, lo_b, hi_b;
-  };
-  const std::vector<Case> cases = {
-      {"add", [](const ag::Tensor& a, const ag::Tensor& b) { return a + b; }, [](double a, double b) { return a + b; },
-       -3, 3, -3, 3},
-      {"add alpha", [](const ag::Tensor& a, const ag::Tensor& b) { return ag::add(a, b, 0.5); },
-       [](double a, double b) { return a + 0.5 * b; }, -3, 3, -3, 3},
-      {"sub", [](const ag::Tensor& a, const ag::Tensor& b) { return a - b; }, [](double a, double b) { return a - b; },
-       -3, 3, -3, 3},
-      {"mul", [](const ag::Tensor& a, const ag::Tensor& b) { return a * b; }, [](double a, double b) { return a * b; },
-       -3, 3, -3, 3},
-      {"div", [](const ag::Tensor& a, const ag::Tensor& b) { return a / b; }, [](double a, double b) { return a / b; },
-       -3, 3, 0.25, 3},
-      {"pow", [](const ag::Tensor& a, const ag::Tensor& b) { return ag::pow(a, b); },
-       [](double a, double b) { return std::pow(a, b); }, 0.1, 3, -2, 2},
-      {"maximum", [](const ag::Tensor& a, const ag::Tensor& b) { return ag::maximum(a, b); },
-       [](double a, double b) { return std::max(a, b); }, -3, 3, -3, 3},
-      {"minimum", [](const ag::Tensor& a, const ag::Tensor& b) { return ag::minimum(a, b); },
-       [](double a, double b) { return std::min(a, b); }, -3, 3, -3, 3},
-  };
+TEST_CASE("ops: every elementwise row against its float64 reference, contiguous and not, f32/f16/bf16",
+          "[ops][unary][binary]") {
+  // One-input rows at their shape (n = 7) in three layouts; two-input rows over broadcast and
+  // non-contiguous shape pairs, drawn by the row's own draws.
   struct Shapes {
     const char* name;
     Shape a, b;
-    int layout;  // 0 contiguous, 1 a transposed, 2 b strided
+    int layout_a, layout_b;  // op_table::relayout: 1 strided, 2 stored transposed
   };
   const std::vector<Shapes> shapes = {
-      {"same", {3, 5}, {3, 5}, 0},      {"[3,1,5] x [4,1]", {3, 1, 5}, {4, 1}, 0}, {"[5] x [3,5]", {5}, {3, 5}, 0},
-      {"0-dim x [3,5]", {}, {3, 5}, 0}, {"transposed a", {3, 5}, {5}, 1},          {"strided b", {2, 3, 5}, {3, 5}, 2},
+      {"same", {3, 5}, {3, 5}, 0, 0},       {"[3,1,5] x [4,1]", {3, 1, 5}, {4, 1}, 0, 0}, {"[5] x [3,5]", {5}, {3, 5}, 0, 0},
+      {"0-dim x [3,5]", {}, {3, 5}, 0, 0}, {"transposed a", {3, 5}, {5}, 2, 0},           {"strided b", {2, 3, 5}, {3, 5}, 0, 1},
   };
-  for (ag::DType d : kFloatTypes) {
-    for (const Case& c : cases) {
-      for (const Shapes& s : shapes) {
-        ag::Tensor a = s.layout == 1 ? uni_t(s.a, c.lo_a, c.hi_a, d) : uni(s.a, c.lo_a, c.hi_a, d);
-        ag::Tensor b = uni(s.b, c.lo_b, c.hi_b, d);
-        if (s.layout == 2) {
-          Shape wide = s.b;
-          wide.back() *= 2;
-          b = uni(wide, c.lo_b, c.hi_b, d).slice(-1, 0, wide.back(), 2);
+  int n_rows = 0;
+  for (const op_table::Row& r : op_table::rows()) {
+    if (!r.ref) continue;
+    REQUIRE(r.in.size() <= 2);
+    ++n_rows;
+    for (ag::DType d : kFloatTypes) {
+      if (r.in.size() == 1) {
+        for (int layout = 0; layout < 3; ++layout) {
+          ag::Tensor x = op_table::relayout(r.draw(7)[0].to(d), layout);
+          ag::Tensor y = r.run({x});
+          INFO(r.name() << " in " << ag::dtype_name(d) << ", layout " << layout);
+          CHECK(y.dtype() == d);
+          REQUIRE(y.shape() == x.shape());
+          Vec ref = vals(x);
+          for (double& v : ref) v = r.ref({v});
+          check_vs(y, ref, d);
         }
-        ag::Tensor y = c.op(a, b);
-        INFO(c.name << " " << s.name << " in " << ag::dtype_name(d));
+        continue;
+      }
+      for (const Shapes& s : shapes) {
+        const op_table::V drawn = r.draw_shapes({s.a, s.b}, 5);
+        const ag::Tensor a = op_table::relayout(drawn[0].to(d), s.layout_a);
+        const ag::Tensor b = op_table::relayout(drawn[1].to(d), s.layout_b);
+        ag::Tensor y = r.run({a, b});
+        INFO(r.name() << " " << s.name << " in " << ag::dtype_name(d));
         const Shape out = bcast_shape(s.a, s.b);
         REQUIRE(y.shape() == out);
         CHECK(y.dtype() == d);
         const Vec va = vals(a), vb = vals(b);
-        check_vs(y, build(out, [&](const Shape& i) { return c.ref(va[bcast_flat(i, s.a)], vb[bcast_flat(i, s.b)]); }),
+        check_vs(y, build(out, [&](const Shape& i) { return r.ref({va[bcast_flat(i, s.a)], vb[bcast_flat(i, s.b)]}); }),
                  d);
       }
     }
   }
+  CHECK(n_rows >= 30);
 }
 
 TEST_CASE("ops: type promotion of mixed floating operands", "[ops][binary]") {

@@ -1,0 +1,387 @@
+// The op table's rows: every registered op, one row per form (Note [Op table] in
+// tests/op_table.h). Values stay away from kinks and zeros; shapes hold N where a size may grow.
+#include <cmath>
+#include <optional>
+
+#include "op_table.h"
+
+namespace op_table {
+
+namespace {
+
+using S = ag::Shape;
+In nrm(S s, double scale = 1) { return In{std::move(s), normal(scale)}; }
+In uni(S s, double lo, double hi) { return In{std::move(s), uniform(lo, hi)}; }
+In pos(S s) { return In{std::move(s), positive()}; }
+In sy(S s) { return In{std::move(s), sym()}; }
+In nz(S s) { return In{std::move(s), nonzero()}; }
+In kinked(S s, std::vector<double> kinks) { return In{std::move(s), away(std::move(kinks))}; }
+In fixed(In i) {
+  i.constant = true;
+  return i;
+}
+Row row(std::string op, std::string form, std::vector<In> in, Fn run) {
+  Row r;
+  r.op = std::move(op);
+  r.form = std::move(form);
+  r.in = std::move(in);
+  r.run = std::move(run);
+  return r;
+}
+// A matrix product's rows: sums of n products (Tol::sum).
+Row sum_row(std::string op, std::string form, std::vector<In> in, Fn run) {
+  return row(std::move(op), std::move(form), std::move(in), std::move(run)).tolerance(Tol::sum);
+}
+// Images [2, 3, n, n] at n = 5 and 9 (4 for gradcheck).
+Row image_row(std::string op, std::string form, std::vector<In> in, Fn run) {
+  return row(std::move(op), std::move(form), std::move(in), std::move(run)).at_sizes({5, 9}, 4);
+}
+double sigmoid(double x) { return 1 / (1 + std::exp(-x)); }
+
+}  // namespace
+
+const std::vector<Row>& rows() {
+  static const std::vector<Row> table = {
+      // ---- Unary elementwise -------------------------------------------------------------------
+      row("neg", "", {nrm({3, N})}, [](const V& v) { return ag::neg(v[0]); }).reference([](double x) { return -x; }),
+      row("neg", "operator-", {nrm({3, N})}, [](const V& v) { return -v[0]; }),
+      row("exp", "", {nrm({3, N})}, [](const V& v) { return ag::exp(v[0]); }).reference([](double x) { return std::exp(x); }),
+      row("exp", "method", {nrm({3, N})}, [](const V& v) { return v[0].exp(); }),
+      row("log", "", {uni({3, N}, 0.05, 5)}, [](const V& v) { return ag::log(v[0]); })
+          .reference([](double x) { return std::log(x); }),
+      row("log", "method", {pos({3, N})}, [](const V& v) { return v[0].log(); }),
+      row("log1p", "", {uni({3, N}, -0.5, 3)}, [](const V& v) { return ag::log1p(v[0]); })
+          .reference([](double x) { return std::log1p(x); }),
+      row("sqrt", "", {uni({3, N}, 0.05, 5)}, [](const V& v) { return ag::sqrt(v[0]); })
+          .reference([](double x) { return std::sqrt(x); }),
+      row("sqrt", "method", {pos({3, N})}, [](const V& v) { return v[0].sqrt(); }),
+      row("rsqrt", "", {uni({3, N}, 0.05, 5)}, [](const V& v) { return ag::rsqrt(v[0]); })
+          .reference([](double x) { return 1 / std::sqrt(x); }),
+      row("reciprocal", "both signs", {nz({3, N})}, [](const V& v) { return ag::reciprocal(v[0]); })
+          .reference([](double x) { return 1 / x; }),
+      row("abs", "", {kinked({3, N}, {0})}, [](const V& v) { return ag::abs(v[0]); })
+          .reference([](double x) { return std::abs(x); }),
+      row("abs", "method", {kinked({3, N}, {0})}, [](const V& v) { return v[0].abs(); }),
+      row("sign", "", {kinked({3, N}, {0})}, [](const V& v) { return ag::sign(v[0]); })
+          .reference([](double x) { return x > 0 ? 1.0 : -1.0; }),
+      row("relu", "", {kinked({3, N}, {0})}, [](const V& v) { return ag::relu(v[0]); })
+          .reference([](double x) { return x > 0 ? x : 0.0; }),
+      row("relu", "method", {kinked({3, N}, {0})}, [](const V& v) { return v[0].relu(); }),
+      row("gelu", "x2", {nrm({3, N}, 2)}, [](const V& v) { return ag::gelu(v[0]); })
+          .reference([](double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }),
+      row("tanh", "x2", {nrm({3, N}, 2)}, [](const V& v) { return ag::tanh(v[0]); })
+          .reference([](double x) { return std::tanh(x); }),
+      row("sigmoid", "x3", {nrm({3, N}, 3)}, [](const V& v) { return ag::sigmoid(v[0]); }).reference(sigmoid),
+      row("softplus", "x3", {nrm({3, N}, 3)}, [](const V& v) { return ag::softplus(v[0]); })
+          .reference([](double x) { return std::log1p(std::exp(x)); }),
+      row("softplus", "past the threshold", {In{{3, N}, away({-20, 20}, 15)}}, [](const V& v) { return ag::softplus(v[0]); })
+          .reference([](double x) { return x > 20 ? x : std::log1p(std::exp(x)); }),
+      row("softplus", "beta 2, threshold 5", {In{{3, N}, away({-2.5, 2.5}, 3)}},
+          [](const V& v) { return ag::softplus(v[0], 2, 5); })
+          .reference([](double x) { return 2 * x > 5 ? x : std::log1p(std::exp(2 * x)) / 2; }),
+      row("clamp", "min and max", {kinked({3, N}, {-0.5, 0.5})}, [](const V& v) { return ag::clamp(v[0], -0.5, 0.5); })
+          .reference([](double x) { return std::min(0.5, std::max(-0.5, x)); }),
+      row("clamp", "min only", {kinked({3, N}, {-0.2})}, [](const V& v) { return ag::clamp(v[0], -0.2, std::nullopt); })
+          .reference([](double x) { return std::max(-0.2, x); }),
+      row("clamp", "max only", {kinked({3, N}, {0.3})}, [](const V& v) { return ag::clamp(v[0], std::nullopt, 0.3); })
+          .reference([](double x) { return std::min(0.3, x); }),
+
+      // ---- Binary elementwise, with broadcasting -------------------------------------------------
+      row("add", "same shape", {nrm({3, N}), nrm({3, N})}, [](const V& v) { return ag::add(v[0], v[1]); })
+          .reference([](double a, double b) { return a + b; }),
+      row("add", "broadcast [3,1] + [n]", {nrm({3, 1}), nrm({N})}, [](const V& v) { return v[0] + v[1]; }),
+      row("add", "alpha 0.5", {nrm({3, N}), nrm({N})}, [](const V& v) { return ag::add(v[0], v[1], 0.5); })
+          .reference([](double a, double b) { return a + 0.5 * b; }),
+      row("add", "scalar", {nrm({3, N})}, [](const V& v) { return v[0] + 1.5; })
+          .reference([](double x) { return x + 1.5; }),
+      row("add", "0-dim + [3,n]", {nrm({}), nrm({3, N})}, [](const V& v) { return v[0] + v[1]; }),
+      row("sub", "same shape", {nrm({3, N}), nrm({3, N})}, [](const V& v) { return ag::sub(v[0], v[1]); })
+          .reference([](double a, double b) { return a - b; }),
+      row("sub", "broadcast [n] - [3,1]", {nrm({N}), nrm({3, 1})}, [](const V& v) { return v[0] - v[1]; }),
+      row("sub", "alpha -2", {nrm({3, N}), nrm({3, N})}, [](const V& v) { return ag::sub(v[0], v[1], -2); })
+          .reference([](double a, double b) { return a + 2 * b; }),
+      row("sub", "scalar", {nrm({3, N})}, [](const V& v) { return v[0] - 0.75; })
+          .reference([](double x) { return x - 0.75; }),
+      row("rsub", "scalar - tensor", {nrm({3, N})}, [](const V& v) { return ag::rsub(v[0], 2.5); })
+          .reference([](double x) { return 2.5 - x; }),
+      row("rsub", "operator", {nrm({3, N})}, [](const V& v) { return 3 - v[0]; }),
+      row("mul", "same shape", {nrm({3, N}), nrm({3, N})}, [](const V& v) { return ag::mul(v[0], v[1]); })
+          .reference([](double a, double b) { return a * b; }),
+      row("mul", "broadcast [3,n] * [3,1]", {nrm({3, N}), nrm({3, 1})}, [](const V& v) { return v[0] * v[1]; }),
+      row("mul", "broadcast [2,n] * [n]", {nrm({2, N}), nrm({N})}, [](const V& v) { return v[0] * v[1]; }),
+      row("mul", "x * x (one input twice)", {nrm({3, N})}, [](const V& v) { return v[0] * v[0]; })
+          .reference([](double x) { return x * x; }),
+      row("mul", "scalar", {nrm({3, N})}, [](const V& v) { return v[0] * -1.5; })
+          .reference([](double x) { return x * -1.5; }),
+      row("div", "same shape", {nrm({3, N}), nz({3, N})}, [](const V& v) { return ag::div(v[0], v[1]); })
+          .reference([](double a, double b) { return a / b; }),
+      row("div", "broadcast [3,n] / [3,1]", {nrm({3, N}), nz({3, 1})}, [](const V& v) { return v[0] / v[1]; }),
+      row("div", "broadcast [3,n] / [n]", {sy({3, N}), pos({N})}, [](const V& v) { return v[0] / v[1]; }),
+      row("div", "scalar denominator", {nrm({3, N})}, [](const V& v) { return v[0] / 4.0; })
+          .reference([](double x) { return x / 4; }),
+      row("div", "scalar numerator (rdiv)", {nz({3, N})}, [](const V& v) { return 2.0 / v[0]; })
+          .reference([](double x) { return 2 / x; }),
+      row("pow", "scalar 2, any sign", {nrm({3, N})}, [](const V& v) { return v[0].pow(2); })
+          .reference([](double x) { return x * x; }),
+      row("pow", "scalar 3, any sign", {nrm({3, N})}, [](const V& v) { return ag::pow(v[0], 3); })
+          .reference([](double x) { return x * x * x; }),
+      row("pow", "scalar 0.5, positive", {pos({3, N})}, [](const V& v) { return ag::pow(v[0], 0.5); })
+          .reference([](double x) { return std::sqrt(x); }),
+      row("pow", "scalar 2.5, positive", {uni({3, N}, 0.1, 3)}, [](const V& v) { return v[0].pow(2.5); })
+          .reference([](double x) { return std::pow(x, 2.5); }),
+      row("pow", "scalar -1.5, positive", {pos({3, N})}, [](const V& v) { return ag::pow(v[0], -1.5); })
+          .reference([](double x) { return std::pow(x, -1.5); }),
+      row("pow", "tensor exponent, broadcast [3,n] ^ [n]", {uni({3, N}, 0.1, 3), uni({N}, -2, 2)},
+          [](const V& v) { return ag::pow(v[0], v[1]); })
+          .reference([](double a, double b) { return std::pow(a, b); }),
+      row("pow", "tensor exponent, broadcast [3,1] ^ [3,n]", {pos({3, 1}), nrm({3, N})},
+          [](const V& v) { return v[0].pow(v[1]); }),
+      row("maximum", "same shape, no ties", {nrm({3, N}), In{{3, N}, untied(0)}},
+          [](const V& v) { return ag::maximum(v[0], v[1]); })
+          .reference([](double a, double b) { return std::max(a, b); }),
+      row("maximum", "broadcast [3,1] vs [n], no ties", {nrm({3, 1}), In{{N}, untied(0)}},
+          [](const V& v) { return ag::maximum(v[0], v[1]); }),
+      row("minimum", "same shape, no ties", {nrm({3, N}), In{{3, N}, untied(0)}},
+          [](const V& v) { return ag::minimum(v[0], v[1]); })
+          .reference([](double a, double b) { return std::min(a, b); }),
+      row("minimum", "broadcast [3,1] vs [n], no ties", {nrm({3, 1}), In{{N}, untied(0)}},
+          [](const V& v) { return ag::minimum(v[1], v[0]); }),
+      row("where", "same shape", {In{{3, N}, mask()}, nrm({3, N}), nrm({3, N})},
+          [](const V& v) { return ag::where(v[0], v[1], v[2]); }),
+      row("where", "broadcast cond [3,n], a [3,1], b [n]", {In{{3, N}, mask()}, nrm({3, 1}), nrm({N})},
+          [](const V& v) { return ag::where(v[0], v[1], v[2]); }),
+      row("where", "scalar other, cond [n] broadcast", {In{{N}, mask()}, nrm({3, N})},
+          [](const V& v) { return ag::where(v[0], v[1], 0.5); }),
+      row("eq", "a == maximum(a, b)", {sy({3, N}), sy({N})}, [](const V& v) { return ag::eq(v[0], ag::maximum(v[0], v[1])); }),
+      row("eq", "a == a through two transposes", {sy({3, N})}, [](const V& v) { return ag::eq(v[0], v[0].t().t()); }),
+      row("ne", "a != minimum(a, b)", {sy({3, N}), sy({3, 1})}, [](const V& v) { return ag::ne(v[0], ag::minimum(v[0], v[1])); }),
+      row("lt", "broadcast row", {sy({3, N}), sy({N})}, [](const V& v) { return ag::lt(v[0], v[1]); }),
+      row("le", "same shape", {sy({3, N}), sy({3, N})}, [](const V& v) { return ag::le(v[0], v[1]); }),
+      row("gt", "broadcast column", {sy({3, N}), sy({3, 1})}, [](const V& v) { return ag::gt(v[0], v[1]); }),
+      row("ge", "broadcast row", {sy({3, N}), sy({N})}, [](const V& v) { return ag::ge(v[0], v[1]); }),
+
+      // ---- Reductions and softmax --------------------------------------------------------------
+      sum_row("sum", "all", {nrm({3, N})}, [](const V& v) { return v[0].sum(); }),
+      sum_row("sum", "dim 1", {nrm({3, N})}, [](const V& v) { return ag::sum(v[0], {1}); }),
+      sum_row("sum", "dim -1 keepdim", {nrm({3, N})}, [](const V& v) { return ag::sum(v[0], {-1}, true); }),
+      sum_row("sum", "dim 0 keepdim", {nrm({3, N})}, [](const V& v) { return ag::sum(v[0], {0}, true); }),
+      sum_row("sum", "dims {0,2} (non-adjacent)", {nrm({2, 3, N})}, [](const V& v) { return ag::sum(v[0], {0, 2}); }),
+      sum_row("sum", "dims {0,2} keepdim", {nrm({2, 3, N})}, [](const V& v) { return ag::sum(v[0], {0, 2}, true); }),
+      sum_row("mean", "all", {nrm({3, N})}, [](const V& v) { return v[0].mean(); }),
+      sum_row("mean", "dim 0", {nrm({3, N})}, [](const V& v) { return ag::mean(v[0], {0}); }),
+      sum_row("mean", "dim 1", {nrm({3, N})}, [](const V& v) { return ag::mean(v[0], {1}); }),
+      sum_row("mean", "dims {0,2} keepdim", {nrm({2, 3, N})}, [](const V& v) { return ag::mean(v[0], {0, 2}, true); }),
+      row("prod", "all, no zeros", {In{{3, N}, near_one()}}, [](const V& v) { return ag::prod(v[0]); })
+          .tolerance(Tol::normalized),
+      row("prod", "dim 1", {In{{3, N}, near_one()}}, [](const V& v) { return ag::prod(v[0], 1); }).tolerance(Tol::normalized),
+      row("prod", "dim 0 keepdim", {In{{3, N}, near_one()}}, [](const V& v) { return ag::prod(v[0], 0, true); })
+          .tolerance(Tol::normalized),
+      row("prod", "all of [2,3], magnitudes in [0.5, 1.5)", {nz({2, 3})}, [](const V& v) { return ag::prod(v[0]); })
+          .tolerance(Tol::normalized),
+      // n + 1 elements: a dim of one element has no variance with correction 1.
+      sum_row("var", "all", {nrm({3, N})}, [](const V& v) { return ag::var(v[0]); }).at_sizes({2, 8, 1024, 65538}, 4),
+      sum_row("var", "dim 1, correction 1", {nrm({3, N})}, [](const V& v) { return ag::var(v[0], {1}); })
+          .at_sizes({2, 8, 1024, 65538}, 4),
+      sum_row("var", "dim 0, correction 0", {nrm({3, N})}, [](const V& v) { return ag::var(v[0], {0}, 0); }),
+      sum_row("var", "dims {0,2}, correction 0, keepdim", {nrm({2, 3, N})},
+              [](const V& v) { return ag::var(v[0], {0, 2}, 0, true); }),
+      row("logsumexp", "dim 1", {nrm({3, N})}, [](const V& v) { return ag::logsumexp(v[0], {1}); }).tolerance(Tol::normalized),
+      row("logsumexp", "dim 0", {nrm({3, N})}, [](const V& v) { return ag::logsumexp(v[0], {0}); }).tolerance(Tol::normalized),
+      row("logsumexp", "all", {nrm({3, N})}, [](const V& v) { return ag::logsumexp(v[0], {}); }).tolerance(Tol::normalized),
+      row("logsumexp", "dims {0,2} keepdim", {nrm({2, 3, N})}, [](const V& v) { return ag::logsumexp(v[0], {0, 2}, true); })
+          .tolerance(Tol::normalized),
+      row("max", "all", {nrm({3, N})}, [](const V& v) { return ag::max(v[0]); }),
+      row("max", "dim 1", {nrm({3, N})}, [](const V& v) { return ag::max(v[0], 1).first; }),
+      row("max", "dim 0 keepdim", {nrm({3, N})}, [](const V& v) { return ag::max(v[0], 0, true).first; }),
+      row("min", "all", {nrm({3, N})}, [](const V& v) { return ag::min(v[0]); }),
+      row("min", "dim -1", {nrm({2, 3, N})}, [](const V& v) { return ag::min(v[0], -1).first; }),
+      row("min", "dim 1 keepdim", {nrm({2, 3, N})}, [](const V& v) { return ag::min(v[0], 1, true).first; }),
+      row("min", "dim 0", {nrm({3, N})}, [](const V& v) { return ag::min(v[0], 0).first; }),
+      row("argmax", "dim 1", {sy({3, N})}, [](const V& v) { return ag::argmax(v[0], 1); }),
+      row("argmax", "dim 0", {sy({3, N})}, [](const V& v) { return ag::argmax(v[0], 0); }),
+      row("argmax", "all", {sy({3, N})}, [](const V& v) { return ag::argmax(v[0]); }),
+      row("argmin", "dim 1", {sy({3, N})}, [](const V& v) { return ag::argmin(v[0], 1); }),
+      row("argmin", "dim 0", {sy({3, N})}, [](const V& v) { return ag::argmin(v[0], 0); }),
+      row("softmax", "dim 1", {uni({3, N}, -4, 4)}, [](const V& v) { return ag::softmax(v[0], 1); }).tolerance(Tol::normalized),
+      row("softmax", "dim 0", {uni({3, N}, -4, 4)}, [](const V& v) { return ag::softmax(v[0], 0); }).tolerance(Tol::normalized),
+      row("softmax", "dim -1 of 3-D", {nrm({2, 3, N})}, [](const V& v) { return ag::softmax(v[0], -1); })
+          .tolerance(Tol::normalized),
+      row("log_softmax", "dim 1", {uni({3, N}, -4, 4)}, [](const V& v) { return ag::log_softmax(v[0], 1); })
+          .tolerance(Tol::normalized),
+      row("log_softmax", "dim 0", {uni({3, N}, -4, 4)}, [](const V& v) { return ag::log_softmax(v[0], 0); })
+          .tolerance(Tol::normalized),
+      row("log_softmax", "dim 1 of 3-D", {nrm({2, 3, N})}, [](const V& v) { return ag::log_softmax(v[0], 1); })
+          .tolerance(Tol::normalized),
+
+      // ---- Shapes and views --------------------------------------------------------------------
+      row("view", "[3,n] -> [n,3]", {nrm({3, N})}, [](const V& v) { return ag::view(v[0], {v[0].size(1), 3}); }).contiguous(),
+      row("view", "[2,3,n] -> [-1]", {nrm({2, 3, N})}, [](const V& v) { return v[0].view({-1}); }).contiguous(),
+      row("reshape", "[3,n] -> [n,3]", {nrm({3, N})}, [](const V& v) { return v[0].reshape({v[0].size(1), 3}); }),
+      row("reshape", "of a transpose (copies)", {nrm({3, N})}, [](const V& v) { return ag::reshape(v[0].t(), {-1}); }),
+      row("reshape", "flatten(1) of 3-D", {nrm({2, 3, N})}, [](const V& v) { return v[0].flatten(1); }),
+      row("transpose", "(0,2) of 3-D", {nrm({2, 3, N})}, [](const V& v) { return v[0].transpose(0, 2); }),
+      row("transpose", "t() of 2-D", {nrm({3, N})}, [](const V& v) { return ag::t(v[0]); }),
+      row("permute", "{2,0,1}", {nrm({2, N, 3})}, [](const V& v) { return v[0].permute({2, 0, 1}); }),
+      row("permute", "{1,0}", {nrm({3, N})}, [](const V& v) { return ag::permute(v[0], {1, 0}); }),
+      row("slice", "dim 1 step 2", {nrm({3, N})}, [](const V& v) { return ag::slice(v[0], 1, 0, v[0].size(1), 2); }),
+      row("slice", "dim 1 [1,4)", {nrm({3, 5})}, [](const V& v) { return v[0].slice(1, 1, 4); }),
+      row("slice", "dim 0 step 3, negative start", {nrm({7, 2})}, [](const V& v) { return ag::slice(v[0], 0, -6, 7, 3); }),
+      row("slice", "narrow dim 0", {nrm({5, 3})}, [](const V& v) { return v[0].narrow(0, 1, 3); }),
+      row("select", "dim 0", {nrm({3, N})}, [](const V& v) { return v[0].select(0, 1); }),
+      row("select", "dim -1, index -1", {nrm({3, N})}, [](const V& v) { return ag::select(v[0], -1, -1); }),
+      row("expand", "[3,1] -> [2,3,4]", {nrm({3, 1})}, [](const V& v) { return v[0].expand({2, 3, 4}); }),
+      row("expand", "[n,1] -> [2,n,3]", {nrm({N, 1})}, [](const V& v) { return ag::expand(v[0], {2, v[0].size(0), 3}); }),
+      row("expand", "[n] -> [3,-1]", {nrm({N})}, [](const V& v) { return ag::expand(v[0], {3, -1}); }),
+      row("squeeze", "dim 1 of [3,1,n]", {nrm({3, 1, N})}, [](const V& v) { return v[0].squeeze(1); }),
+      row("squeeze", "all dims of [1,3,1,2]", {nrm({1, 3, 1, 2})}, [](const V& v) { return ag::squeeze(v[0]); }),
+      row("unsqueeze", "dim 0", {nrm({3, N})}, [](const V& v) { return v[0].unsqueeze(0); }),
+      row("unsqueeze", "dim -1", {nrm({3, N})}, [](const V& v) { return ag::unsqueeze(v[0], -1); }),
+      row("unsqueeze", "dim 1", {nrm({3, N})}, [](const V& v) { return ag::unsqueeze(v[0], 1); }),
+      row("cat", "dim 0, three inputs", {nrm({2, N}), nrm({1, N}), nrm({3, N})},
+          [](const V& v) { return ag::cat({v[0], v[1], v[2]}, 0); }),
+      row("cat", "dim 1", {nrm({3, 2}), nrm({3, N})}, [](const V& v) { return ag::cat({v[0], v[1]}, 1); }),
+      row("cat", "dim -1 of 3-D", {nrm({2, 3, 1}), nrm({2, 3, N})}, [](const V& v) { return ag::cat({v[0], v[1]}, -1); }),
+      row("stack", "dim 0", {nrm({3, N}), nrm({3, N})}, [](const V& v) { return ag::stack({v[0], v[1]}, 0); }),
+      row("stack", "dim 1, three inputs", {nrm({3, N}), nrm({3, N}), nrm({3, N})},
+          [](const V& v) { return ag::stack({v[0], v[1], v[2]}, 1); }),
+      row("stack", "dim -1", {nrm({N, 2}), nrm({N, 2})}, [](const V& v) { return ag::stack({v[0], v[1]}, -1); }),
+      // More indices than rows: some repeat, and their gradients add up.
+      row("index_select", "dim 0, repeated indices", {nrm({N, 4}), In{{7}, indices(N)}},
+          [](const V& v) { return ag::index_select(v[0], 0, v[1]); }),
+      row("index_select", "dim 1, repeated indices", {nrm({3, N}), In{{5}, indices(N)}},
+          [](const V& v) { return v[0].index_select(1, v[1]); }),
+
+      // ---- Matrix products (sums of n products) --------------------------------------------------
+      sum_row("mm", "[7,n] @ [n,5]", {nrm({7, N}), nrm({N, 5})}, [](const V& v) { return ag::mm(v[0], v[1]); }),
+      sum_row("mm", "method", {nrm({3, N}), nrm({N, 2})}, [](const V& v) { return v[0].mm(v[1]); }),
+      sum_row("bmm", "[2,3,n] @ [2,n,4]", {nrm({2, 3, N}), nrm({2, N, 4})}, [](const V& v) { return ag::bmm(v[0], v[1]); }),
+      sum_row("bmm", "transposed inner dims", {nrm({2, N, 3}), nrm({2, 4, N})},
+              [](const V& v) { return ag::bmm(v[0].transpose(1, 2), v[1].transpose(1, 2)); }),
+      sum_row("matmul", "1-D . 1-D", {nrm({N}), nrm({N})}, [](const V& v) { return ag::matmul(v[0], v[1]); }),
+      sum_row("matmul", "1-D @ 2-D", {nrm({N}), nrm({N, 3})}, [](const V& v) { return ag::matmul(v[0], v[1]); }),
+      sum_row("matmul", "2-D @ 1-D", {nrm({3, N}), nrm({N})}, [](const V& v) { return v[0].matmul(v[1]); }),
+      sum_row("matmul", "2-D @ 2-D", {nrm({3, N}), nrm({N, 2})}, [](const V& v) { return ag::matmul(v[0], v[1]); }),
+      sum_row("matmul", "3-D @ 3-D", {nrm({2, 3, N}), nrm({2, N, 2})}, [](const V& v) { return ag::matmul(v[0], v[1]); }),
+      sum_row("matmul", "3-D @ 2-D", {nrm({2, 3, N}), nrm({N, 4})}, [](const V& v) { return ag::matmul(v[0], v[1]); }),
+      sum_row("matmul", "1-D @ 3-D", {nrm({N}), nrm({2, N, 3})}, [](const V& v) { return ag::matmul(v[0], v[1]); }),
+      sum_row("matmul", "3-D @ 1-D", {nrm({2, 3, N}), nrm({N})}, [](const V& v) { return ag::matmul(v[0], v[1]); }),
+      sum_row("matmul", "broadcast batch [2,1,3,n] @ [3,n,2]", {nrm({2, 1, 3, N}), nrm({3, N, 2})},
+              [](const V& v) { return ag::matmul(v[0], v[1]); }),
+      sum_row("addmm", "c [3,2]", {nrm({3, 2}), nrm({3, N}), nrm({N, 2})}, [](const V& v) { return ag::addmm(v[0], v[1], v[2]); }),
+      sum_row("addmm", "c [4] broadcast, beta 0.5, alpha 2", {nrm({4}), nrm({3, N}), nrm({N, 4})},
+              [](const V& v) { return ag::addmm(v[0], v[1], v[2], 0.5, 2); }),
+      sum_row("addmm", "c [3,1], beta 0, alpha -1", {nrm({3, 1}), nrm({3, N}), nrm({N, 2})},
+              [](const V& v) { return ag::addmm(v[0], v[1], v[2], 0, -1); }),
+      sum_row("linear", "with bias", {nrm({3, N}), nrm({5, N}), nrm({5})}, [](const V& v) { return ag::linear(v[0], v[1], v[2]); }),
+      sum_row("linear", "without bias", {nrm({3, N}), nrm({5, N})}, [](const V& v) { return ag::linear(v[0], v[1]); }),
+      sum_row("linear", "3-D input", {nrm({2, 3, N}), nrm({5, N}), nrm({5})},
+              [](const V& v) { return ag::linear(v[0], v[1], v[2]); }),
+      // Biases 6 standard deviations from relu's kink: the CPU and the GPU agree on the mask.
+      sum_row("linear_relu", "3-D input, with bias", {nrm({2, 3, N}), nrm({5, N}), In{{5}, far_bias()}},
+              [](const V& v) { return ag::linear_relu(v[0], v[1], v[2]); }),
+      // Without a bias some outputs sit at relu's kink, where the two devices' roundings may
+      // disagree on the mask: gradcheck and autocast only.
+      sum_row("linear_relu", "without bias", {nrm({2, 3, N}), nrm({3, N})}, [](const V& v) { return ag::linear_relu(v[0], v[1]); })
+          .no_cuda(),
+
+      // ---- Neural-network ops (cuDNN may pick Winograd or FFT algorithms: looser) ----------------
+      image_row("conv2d", "bias, padding 1", {nrm({2, 3, N, N}), nrm({4, 3, 3, 3}), nrm({4})},
+                [](const V& v) { return ag::conv2d(v[0], v[1], v[2], {1, 1}, {1, 1}); })
+          .tolerance(Tol::sum, 32),
+      row("conv2d", "stride 2, padding 1, no bias", {nrm({2, 2, 5, 4}), nrm({2, 2, 3, 3})},
+          [](const V& v) { return ag::conv2d(v[0], v[1], {}, {2, 2}, {1, 1}); })
+          .tolerance(Tol::sum, 32),
+      row("conv2d", "dilation 2, groups 2", {nrm({1, 4, 5, 5}), nrm({2, 2, 2, 2}), nrm({2})},
+          [](const V& v) { return ag::conv2d(v[0], v[1], v[2], {1, 1}, {0, 0}, {2, 2}, 2); })
+          .tolerance(Tol::sum, 32),
+      row("conv2d", "channels-last input, rectangular kernel", {In{{1, 2, 4, 5}, channels_last(normal())}, nrm({3, 2, 2, 3})},
+          [](const V& v) { return ag::conv2d(v[0], v[1]); })
+          .tolerance(Tol::sum, 32),
+      image_row("unfold", "2x3 window, stride (1,2), padding (1,0)", {nrm({2, 3, N, N})},
+                [](const V& v) { return ag::unfold(v[0], ag::Window2d{2, 3, 1, 2, 1, 0, 1, 1}); }),
+      row("unfold", "2x2 stride 2", {nrm({1, 2, 4, 4})}, [](const V& v) { return ag::unfold(v[0], ag::Window2d{2, 2, 2, 2, 0, 0, 1, 1}); }),
+      row("unfold", "3x2 padding 1 (pad value 0.5), dilation 2 in w", {nrm({1, 1, 4, 5})},
+          [](const V& v) { return ag::unfold(v[0], ag::Window2d{3, 2, 1, 1, 1, 1, 1, 2}, 0.5); }),
+      image_row("max_pool2d", "2x2", {nrm({2, 3, N, N})}, [](const V& v) { return ag::max_pool2d(v[0], {2, 2}); }),
+      row("max_pool2d", "3x3 stride 1 padding 1", {nrm({1, 1, 4, 4})},
+          [](const V& v) { return ag::max_pool2d(v[0], {3, 3}, {1, 1}, {1, 1}); }),
+      row("max_pool2d", "2x2 dilation 2", {nrm({1, 2, 5, 5})},
+          [](const V& v) { return ag::max_pool2d(v[0], {2, 2}, {1, 1}, {0, 0}, {2, 2}); }),
+      image_row("avg_pool2d", "3x3 stride 2 padding 1", {nrm({2, 3, N, N})},
+                [](const V& v) { return ag::avg_pool2d(v[0], {3, 3}, {2, 2}, {1, 1}); }),
+      row("avg_pool2d", "2x2", {nrm({1, 2, 4, 4})}, [](const V& v) { return ag::avg_pool2d(v[0], {2, 2}); }),
+      image_row("adaptive_avg_pool2d", "to 3x2", {nrm({2, 3, N, N})}, [](const V& v) { return ag::adaptive_avg_pool2d(v[0], {3, 2}); }),
+      row("adaptive_avg_pool2d", "to 1x1", {nrm({1, 2, 4, 4})}, [](const V& v) { return ag::adaptive_avg_pool2d(v[0], {1, 1}); }),
+      row("adaptive_avg_pool2d", "5x5 to 2x3 (uneven, overlapping bins)", {nrm({1, 2, 5, 5})},
+          [](const V& v) { return ag::adaptive_avg_pool2d(v[0], {2, 3}); }),
+      // Running statistics are buffers (updated in place in training), not differentiated.
+      row("batch_norm", "training, affine, running stats",
+          {nrm({N, 3, 2, 2}), fixed(uni({3}, -0.1, 0.1)), fixed(pos({3})), pos({3}), sy({3})},
+          [](const V& v) { return ag::batch_norm(v[0], v[1], v[2], v[3], v[4], true); })
+          .at_sizes({1, 7, 1023}, 4)
+          .tolerance(Tol::normalized),
+      row("batch_norm", "training, no affine, 2-D input", {nrm({N, 3})},
+          [](const V& v) { return ag::batch_norm(v[0], {}, {}, {}, {}, true); })
+          .at_sizes({2, 7, 1023}, 5)
+          .tolerance(Tol::normalized),
+      row("batch_norm", "evaluation, affine", {nrm({2, 3, 2, 2}), fixed(nrm({3})), fixed(pos({3})), pos({3}), sy({3})},
+          [](const V& v) { return ag::batch_norm(v[0], v[1], v[2], v[3], v[4], false); })
+          .tolerance(Tol::normalized),
+      row("layer_norm", "last dim, affine", {nrm({N, 6}), pos({6}), sy({6})},
+          [](const V& v) { return ag::layer_norm(v[0], {6}, v[1], v[2]); })
+          .tolerance(Tol::normalized),
+      row("layer_norm", "last two dims of a transpose, no affine", {nrm({2, 3, 4})},
+          [](const V& v) { return ag::layer_norm(v[0].transpose(1, 2), {4, 3}); })
+          .tolerance(Tol::normalized),
+      // The same mask on every evaluation: the generator is reseeded before each draw.
+      row("dropout", "p 0.3, fixed mask", {nrm({3, N})},
+          [](const V& v) {
+            ag::manual_seed(5);
+            return ag::dropout(v[0], 0.3);
+          }),
+      row("dropout", "evaluation: identity", {nrm({3, N})}, [](const V& v) { return ag::dropout(v[0], 0.3, false) * 1.0; }),
+      row("nll_loss", "of log_softmax", {sy({N, 5}), In{{N}, indices(5)}},
+          [](const V& v) { return ag::nll_loss(ag::log_softmax(v[0], 1), v[1]); })
+          .tolerance(Tol::normalized),
+      row("nll_loss", "rows ignored (-100)", {nrm({N, 5}), In{{N}, targets(5, -100)}},
+          [](const V& v) { return ag::nll_loss(v[0], v[1]); })
+          .tolerance(Tol::normalized),
+      row("nll_loss", "ignore_index -1", {nrm({N, 5}), In{{N}, targets(5, -1)}},
+          [](const V& v) { return ag::nll_loss(v[0], v[1], -1); })
+          .tolerance(Tol::normalized),
+      row("cross_entropy", "label smoothing 0.1", {uni({N, 5}, -3, 3), In{{N}, indices(5)}},
+          [](const V& v) { return ag::cross_entropy(v[0], v[1], 0.1); })
+          .tolerance(Tol::normalized),
+      row("cross_entropy", "no smoothing", {nrm({N, 3}), In{{N}, indices(3)}}, [](const V& v) { return ag::cross_entropy(v[0], v[1]); })
+          .tolerance(Tol::normalized),
+      row("cross_entropy", "rows ignored (-100), label smoothing 0.1", {nrm({N, 3}), In{{N}, targets(3, -100)}},
+          [](const V& v) { return ag::cross_entropy(v[0], v[1], 0.1); })
+          .tolerance(Tol::normalized),
+      row("cross_entropy", "ignore_index -1, label smoothing 0.2", {nrm({N, 3}), In{{N}, targets(3, -1)}},
+          [](const V& v) { return ag::cross_entropy(v[0], v[1], 0.2, -1); })
+          .tolerance(Tol::normalized),
+      row("mse_loss", "", {nrm({3, N}), nrm({3, N})}, [](const V& v) { return ag::mse_loss(v[0], v[1]); }).tolerance(Tol::normalized),
+      row("binary_cross_entropy_with_logits", "logits away from 0, soft targets", {In{{3, N}, away({0}, 3)}, uni({3, N}, 0, 1)},
+          [](const V& v) { return ag::binary_cross_entropy_with_logits(v[0], v[1]); })
+          .tolerance(Tol::normalized),
+      row("binary_cross_entropy", "probabilities in (0.05, 0.95), soft targets", {uni({3, N}, 0.05, 0.95), uni({3, N}, 0, 1)},
+          [](const V& v) { return ag::binary_cross_entropy(v[0], v[1]); })
+          .tolerance(Tol::normalized),
+
+      // ---- Copies ------------------------------------------------------------------------------
+      row("clone", "", {nrm({3, N})}, [](const V& v) { return v[0].clone(); }),
+      row("clone", "of a transpose", {nrm({3, N})}, [](const V& v) { return v[0].t().clone(); }),
+      row("clone", "contiguous() of a transpose", {nrm({3, N})}, [](const V& v) { return v[0].t().contiguous(); }),
+      row("copy_", "into a transposed shape", {nrm({3, N})},
+          [](const V& v) {
+            ag::Tensor out = ag::empty(v[0].t().shape(), v[0].options());
+            out.copy_(v[0].t());
+            return out;
+          }),
+      // A cast to float64 and back is not gradcheckable in float64 (checked_by_hand).
+      row("to", "to float64", {nrm({3, N})}, [](const V& v) { return v[0].to(ag::kFloat64) * 2; }).no_gradcheck(),
+  };
+  return table;
+}
+
+}  // namespace op_table

@@ -1,0 +1,181 @@
+// The op table's machinery (Note [Op table] in tests/op_table.h): the value draws, the rows'
+// shapes and draws, the registry walks and the layouts. The rows are in tests/op_rows.cpp.
+#include "op_table.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace op_table {
+
+namespace {
+
+std::vector<double> values_of(const ag::Tensor& t) { return t.to_vector<double>(); }
+ag::Tensor f64(const std::vector<double>& v, const ag::Shape& s) { return ag::tensor(v, s, ag::kFloat64); }
+
+// Moves every value closer than `margin` to one of `points` out to 1.5 margins (repeating
+// until none is close).
+void shift_away(std::vector<double>& v, const std::vector<double>& points, double margin) {
+  for (double& x : v) {
+    for (int round = 0; round < 64; ++round) {
+      bool moved = false;
+      for (double p : points) {
+        if (std::abs(x - p) < margin) {
+          x = p + (x >= p ? margin : -margin) * 1.5;
+          moved = true;
+        }
+      }
+      if (!moved) break;
+    }
+  }
+}
+
+}  // namespace
+
+Draw normal(double scale) {
+  return [scale](const ag::Shape& s, int64_t, const V&) { return ag::randn(s, ag::kFloat64) * scale; };
+}
+Draw uniform(double lo, double hi) {
+  return [lo, hi](const ag::Shape& s, int64_t, const V&) { return ag::rand(s, ag::kFloat64) * (hi - lo) + lo; };
+}
+Draw away(std::vector<double> kinks, double scale, double margin) {
+  return [kinks, scale, margin](const ag::Shape& s, int64_t, const V&) {
+    std::vector<double> v = values_of(ag::randn(s, ag::kFloat64) * scale);
+    shift_away(v, kinks, margin);
+    return f64(v, s);
+  };
+}
+Draw nonzero() {
+  return [](const ag::Shape& s, int64_t, const V&) {
+    ag::Tensor mag = ag::rand(s, ag::kFloat64) + 0.5;
+    return ag::where(ag::lt(ag::rand(s, ag::kFloat64), 0.5), -mag, mag);
+  };
+}
+Draw near_one() {
+  return [](const ag::Shape& s, int64_t, const V&) {
+    ag::Tensor mag = ag::rand(s, ag::kFloat64) * 0.02 + 0.99;
+    return ag::where(ag::lt(ag::rand(s, ag::kFloat64), 0.5), -mag, mag);
+  };
+}
+Draw untied(size_t i) {
+  return [i](const ag::Shape& s, int64_t, const V& earlier) {
+    REQUIRE(i < earlier.size());
+    std::vector<double> v = values_of(ag::randn(s, ag::kFloat64));
+    shift_away(v, values_of(earlier[i]), 0.05);
+    return f64(v, s);
+  };
+}
+Draw indices(int64_t bound) {
+  return [bound](const ag::Shape& s, int64_t n, const V&) {
+    const int64_t b = bound == N ? n : bound;
+    return (ag::rand(s, ag::kFloat64) * static_cast<double>(b)).to(ag::kInt64);
+  };
+}
+Draw targets(int64_t classes, int64_t ignored) {
+  return [classes, ignored](const ag::Shape& s, int64_t, const V&) {
+    std::vector<int64_t> t = (ag::rand(s, ag::kFloat64) * static_cast<double>(classes)).to(ag::kInt64).to_vector<int64_t>();
+    for (size_t i = 1; i < t.size(); i += 4) t[i] = ignored;
+    return ag::tensor(t, s);
+  };
+}
+Draw mask() {
+  return [](const ag::Shape& s, int64_t, const V&) { return ag::gt(ag::rand(s, ag::kFloat64), 0.5); };
+}
+Draw far_bias() {
+  return [](const ag::Shape& s, int64_t, const V& earlier) {
+    REQUIRE(!earlier.empty());
+    const double b = 2 * std::sqrt(static_cast<double>(earlier[0].size(-1)));
+    std::vector<double> v(static_cast<size_t>(ag::shape_numel(s)));
+    for (size_t i = 0; i < v.size(); ++i) v[i] = i % 2 ? -b : b;
+    return f64(v, s);
+  };
+}
+Draw channels_last(Draw inner) {
+  return [inner](const ag::Shape& s, int64_t n, const V& earlier) {
+    ag::Tensor t = inner(s, n, earlier).to_channels_last();
+    REQUIRE(!t.is_contiguous());
+    return t;
+  };
+}
+
+Row& Row::at_sizes(std::vector<int64_t> s, int64_t gradcheck_n) {
+  sizes = std::move(s);
+  n = gradcheck_n;
+  return *this;
+}
+Row& Row::tolerance(Tol t, double scale) {
+  tol = t;
+  tol_scale = scale;
+  return *this;
+}
+Row& Row::reference(std::function<double(double)> f) {
+  ref = [f](const std::vector<double>& v) { return f(v[0]); };
+  return *this;
+}
+Row& Row::reference(std::function<double(double, double)> f) {
+  ref = [f](const std::vector<double>& v) { return f(v[0], v[1]); };
+  return *this;
+}
+
+ag::Shape Row::shape(size_t i, int64_t size) const {
+  ag::Shape s = in.at(i).shape;
+  for (int64_t& d : s)
+    if (d == N) d = size;
+  return s;
+}
+bool Row::sized() const {
+  for (const In& i : in)
+    if (std::count(i.shape.begin(), i.shape.end(), N)) return true;
+  return false;
+}
+V Row::draw_shapes(const std::vector<ag::Shape>& shapes, int64_t size) const {
+  V out;
+  for (size_t i = 0; i < in.size(); ++i) out.push_back(in[i].draw(shapes[i], size, out));
+  return out;
+}
+V Row::draw(int64_t size) const {
+  std::vector<ag::Shape> shapes;
+  for (size_t i = 0; i < in.size(); ++i) shapes.push_back(shape(i, size));
+  return draw_shapes(shapes, size);
+}
+
+const std::map<std::string, std::string>& checked_by_hand() {
+  static const std::map<std::string, std::string> m = {
+      {"to", "a float64 -> float32 cast is not gradcheckable in float64; see TEST_CASE \"to: ...\""},
+  };
+  return m;
+}
+
+std::vector<std::string> ops_without(Check c) {
+  std::vector<std::string> missing;
+  for (const ag::OpInfo* op : ag::op_registry()) {
+    const std::string name(op->name);
+    if (c == Check::gradcheck && (!op->differentiable || checked_by_hand().count(name))) continue;
+    const bool covered = std::any_of(rows().begin(), rows().end(), [&](const Row& r) {
+      return r.op == name && (c == Check::gradcheck ? r.gradcheck : (c == Check::cuda ? r.cuda : r.autocast));
+    });
+    if (!covered) missing.push_back(name);
+  }
+  return missing;
+}
+
+std::vector<std::string> stale_rows() {
+  std::vector<std::string> stale;
+  for (const Row& r : rows())
+    if (ag::find_op(r.op) == nullptr) stale.push_back(r.name());
+  return stale;
+}
+
+ag::Tensor relayout(const ag::Tensor& t, int layout) {
+  ag::NoGradGuard no_grad;
+  if (layout == 1 && t.dim() > 0) {
+    ag::Shape wide = t.shape();
+    wide.back() *= 2;
+    ag::Tensor v = ag::empty(wide, t.options()).slice(-1, 0, wide.back(), 2);
+    v.copy_(t);
+    return v;
+  }
+  if (layout == 2 && t.dim() >= 2) return t.transpose(-1, -2).contiguous().transpose(-1, -2);
+  return t;
+}
+
+}  // namespace op_table
