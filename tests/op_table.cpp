@@ -13,18 +13,18 @@ std::vector<double> values_of(const ag::Tensor& t) { return t.to_vector<double>(
 ag::Tensor f64(const std::vector<double>& v, const ag::Shape& s) { return ag::tensor(v, s, ag::kFloat64); }
 
 // Moves every value closer than `margin` to one of `points` out to 1.5 margins (repeating
-// until none is close).
-void shift_away(std::vector<double>& v, const std::vector<double>& points, double margin) {
+// until none is close). Points are searched sorted: rows draw up to 200k values.
+void shift_away(std::vector<double>& v, std::vector<double> points, double margin) {
+  std::sort(points.begin(), points.end());
+  auto near = [&](double x) -> const double* {
+    auto it = std::lower_bound(points.begin(), points.end(), x - margin);
+    return it != points.end() && std::abs(*it - x) < margin ? &*it : nullptr;
+  };
   for (double& x : v) {
     for (int round = 0; round < 64; ++round) {
-      bool moved = false;
-      for (double p : points) {
-        if (std::abs(x - p) < margin) {
-          x = p + (x >= p ? margin : -margin) * 1.5;
-          moved = true;
-        }
-      }
-      if (!moved) break;
+      const double* p = near(x);
+      if (p == nullptr) break;
+      x = *p + (x >= *p ? margin : -margin) * 1.5;
     }
   }
 }
@@ -60,7 +60,9 @@ Draw untied(size_t i) {
   return [i](const ag::Shape& s, int64_t, const V& earlier) {
     REQUIRE(i < earlier.size());
     std::vector<double> v = values_of(ag::randn(s, ag::kFloat64));
-    shift_away(v, values_of(earlier[i]), 0.05);
+    // Beyond a few thousand values no draw keeps 0.05 from all of them; the sizes that large
+    // (the CUDA check's) compare one formula on both devices, which treat ties alike.
+    if (earlier[i].numel() <= 4096) shift_away(v, values_of(earlier[i]), 0.05);
     return f64(v, s);
   };
 }

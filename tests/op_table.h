@@ -46,7 +46,8 @@ Draw away(std::vector<double> kinks, double scale = 1, double margin = 0.05);
 Draw nonzero();
 // Magnitudes in [0.99, 1.01), random signs: long products neither overflow nor vanish.
 Draw near_one();
-// Normal values away from every value of earlier input i: no ties under any broadcast.
+// Normal values away from every value of earlier input i: no ties under any broadcast (while
+// input i has at most 4096 values).
 Draw untied(size_t i);
 // Int64 in [0, bound), N standing for n.
 Draw indices(int64_t bound);
