@@ -1,19 +1,22 @@
 // `ampgrad ops`: the op-category table, every registered op with its autocast category.
 #include <cstdio>
 
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "amp/op_table.h"
 #include "cli/commands.h"
+#include "ops/op.h"
 
 namespace ampgrad::cli {
 
 void add_ops(CLI::App& app) {
   auto json = std::make_shared<bool>(false);
+  auto libraries = std::make_shared<std::vector<std::string>>();
   CLI::App* cmd = app.add_subcommand("ops", "List every op with its autocast category and the reason for it");
   cmd->add_flag("--json", *json, "print JSON instead of a table");
-  cmd->callback([json] {
+  cmd->add_option("--load", *libraries, "shared libraries of ops to load first (a program's own ops: see examples/)");
+  cmd->callback([json, libraries] {
+    for (const std::string& lib : *libraries) load_op_library(lib);
     auto table = amp::op_table();
     if (*json) {
       nlohmann::json out = nlohmann::json::array();
@@ -25,20 +28,7 @@ void add_ops(CLI::App& app) {
       std::printf("%s\n", out.dump(2).c_str());
       return;
     }
-    std::printf("%-34s %-12s %s\n", "op", "category", "why");
-    for (amp::Category c : {amp::Category::lower, amp::Category::fp32, amp::Category::promote, amp::Category::banned,
-                            amp::Category::passthrough}) {
-      for (const auto& e : table) {
-        if (e.category != c) continue;
-        std::string why(e.reason);
-        if (!e.alternative.empty()) why += fmt::format(" (use {})", e.alternative);
-        std::printf("%-34s %-12s %s\n", std::string(e.name).c_str(), std::string(amp::category_name(c)).c_str(),
-                    why.c_str());
-      }
-    }
-    std::printf("\n%zu ops. lower: run in the autocast dtype; fp32: inputs cast to float32; promote: to the widest "
-                "input; passthrough: no cast; banned: refused under float16 autocast.\n",
-                table.size());
+    std::fputs(amp::format_op_table(table).c_str(), stdout);
   });
 }
 

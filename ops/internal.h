@@ -1,5 +1,6 @@
-// Helpers shared between op families that are not part of the public API: the input checks
-// many ops share, dtype rules, broadcasting views, and the in-place paths.
+// Helpers shared between op families that are not part of the public API: dtype rules,
+// broadcasting views, and the in-place paths (the shared input checks are public, in
+// ops/define_op.h).
 #pragma once
 
 #include <string_view>
@@ -7,14 +8,12 @@
 #include "core/kernel_kinds.h"
 #include "core/scalar.h"
 #include "core/tensor.h"
+#include "ops/define_op.h"
 
 namespace ampgrad {
 
 struct OpInfo;
 
-// "add: expected all tensors on the same device, got float32 [2] on cpu and float32 [2] on cuda:0"
-void check_same_device(const OpInfo& op, const Tensor& a, const Tensor& b);
-void check_defined(const OpInfo& op, const Tensor& t, std::string_view what);
 // Floating dtype an op computes in for `t`: its own if floating, float32 for integers/bool.
 DType float_compute_dtype(DType t);
 // A 0-dim tensor holding a Python-style scalar, typed so it does not upcast `like`.

@@ -3,6 +3,7 @@
 // tests that walk every op (Note [Op registry]).
 #pragma once
 
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -39,5 +40,9 @@ struct OpInfo {
 
 const std::vector<const OpInfo*>& op_registry();
 const OpInfo* find_op(std::string_view name);
+// Loads a shared library of ops (a program's own, Note [Defining an op] in ops/define_op.h):
+// its records and kernel registrations run as it loads, so the registry, autocast and
+// `ampgrad ops --load` see its ops. As torch.ops.load_library. Throws if it cannot load.
+void load_op_library(const std::string& path);
 
 }  // namespace ampgrad

@@ -1,4 +1,6 @@
-// The op registry (Note [Op registry]) and the shared op checks.
+// The op registry (Note [Op registry]), loading a library of ops, and the shared op checks.
+#include <dlfcn.h>
+
 #include "ops/internal.h"
 #include "ops/op.h"
 #include "ops/op_scope.h"
@@ -30,6 +32,12 @@ void OpScope::refuse_duplicate() const {
 }
 
 const std::vector<const OpInfo*>& op_registry() { return registry(); }
+
+void load_op_library(const std::string& path) {
+  // Never closed: the library's records stay in the registry for the process's life.
+  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL);
+  AG_CHECK(handle != nullptr, "load_op_library: cannot load {}: {}", path, dlerror());
+}
 
 const OpInfo* find_op(std::string_view name) {
   for (const OpInfo* op : registry())

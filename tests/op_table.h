@@ -106,8 +106,11 @@ struct Row {
 
 const std::vector<Row>& rows();
 
+// The registry's ops that the library defines (a test binary's own ops, which test how a
+// program defines one, are not the table's to cover).
+std::vector<const ag::OpInfo*> library_ops();
 enum class Check { gradcheck, cuda, autocast };
-// Registered ops (differentiable ones for gradcheck) with no row the check reads.
+// The library's registered ops (differentiable ones for gradcheck) with no row the check reads.
 std::vector<std::string> ops_without(Check c);
 // Rows whose op is not registered (a renamed op leaves one behind), or whose op is not
 // differentiable while the row asks for gradcheck.

@@ -503,3 +503,41 @@ TEST_CASE("working copies: new memory, live graphs and freed parameters", "[amp]
     CHECK(memory.expired());
   }
 }
+
+// A program's own op, defined as ampgrad defines its own (Note [Defining an op] in
+// ops/define_op.h): its record's category is all autocast needs.
+namespace {
+const ag::OpInfo kTestSquare{"test_square", Category::fp32, true, "a test op: squares overflow float16"};
+ag::Tensor test_square(const ag::Tensor& x0) {
+  ag::Tensor x = x0;
+  ag::OpScope scope(kTestSquare, x);
+  return scope.finish(x * x);
+}
+}  // namespace
+
+TEST_CASE("a program's own op: autocast casts by its category, the trace and the op table show it", "[amp]") {
+  const ag::Tensor h = ag::tensor({1.5f, -2.f, 300.f}).to(ag::kBFloat16).requires_grad_();
+  ag::Tensor y;
+  std::vector<ag::amp::OpRecord> records;
+  {
+    ag::amp::Trace trace;
+    ag::amp::AutocastGuard guard(ag::kCPU, ag::kBFloat16);
+    y = test_square(h);
+    records = trace.records();
+  }
+  CHECK(y.dtype() == ag::kFloat32);  // computed in float32, as the category says
+  check_close(y, {2.25, 4, 90000}, 0, 0);
+  REQUIRE(records.size() == 1);  // the muls inside are not the caller's ops
+  CHECK(records[0].op == "test_square");
+  CHECK(records[0].category == Category::fp32);
+  REQUIRE(records[0].chosen_dtype.has_value());
+  CHECK(*records[0].chosen_dtype == ag::kFloat32);
+  CHECK(records[0].casts == 1);
+  y.sum().backward();  // the gradient comes back through the cast in the input's dtype
+  CHECK(h.grad().dtype() == ag::kBFloat16);
+  check_close(h.grad(), {3, -4, 600}, 0, 0);
+  bool listed = false;
+  for (const auto& e : ag::amp::op_table()) listed |= e.name == "test_square" && e.category == Category::fp32;
+  CHECK(listed);
+  CHECK_THAT(ag::amp::format_op_table(ag::amp::op_table()), Catch::Contains("test_square"));
+}

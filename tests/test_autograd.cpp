@@ -86,6 +86,9 @@ TEST_CASE("autograd: every differentiable op in the registry has a gradcheck row
   const std::vector<std::string> missing = op_table::ops_without(op_table::Check::gradcheck);
   INFO("differentiable ops without a gradcheck row in tests/op_rows.cpp: " << fmt::format("{}", fmt::join(missing, ", ")));
   CHECK(missing.empty());
+  // This binary defines no ops of its own: the walk saw every registered op.
+  CHECK(op_table::library_ops().size() == ag::op_registry().size());
+  CHECK(op_table::library_ops().size() > 70);
   // The table names only real ops (a renamed op would leave a stale row).
   const std::vector<std::string> stale = op_table::stale_rows();
   INFO("rows of unregistered ops: " << fmt::format("{}", fmt::join(stale, "; ")));

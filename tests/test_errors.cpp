@@ -336,3 +336,46 @@ TEST_CASE("errors: device strings", "[errors]") {
   CHECK(ag::Device("cuda:1").index == 1);
   still_works();
 }
+
+// A kernel with an implementation for one device only, and an op that calls it (Note [Kernel
+// dispatch]): the error names the op, the kernel and the device.
+AG_DECLARE_KERNEL(test_cuda_only_kernel, void(const ag::Tensor& x));
+namespace {
+void test_cuda_only_impl(const ag::Tensor&) {}
+const ag::OpInfo kTestCudaOnly{"test_cuda_only", ag::amp::Category::passthrough, false, "a test op"};
+// Named as a built-in op: registering it cannot throw, calling it does.
+const ag::OpInfo kTestDuplicate{"relu", ag::amp::Category::fp32, false, "a test op that takes relu's name"};
+void test_cuda_only(const ag::Tensor& x0) {
+  ag::Tensor x = x0;
+  ag::OpScope scope(kTestCudaOnly, x);
+  test_cuda_only_kernel(x.device(), x);
+}
+}  // namespace
+AG_REGISTER_KERNEL(test_cuda_only_kernel, ag::kCUDA, test_cuda_only_impl);
+
+TEST_CASE("errors: a kernel without an implementation for the tensor's device", "[errors]") {
+  const std::string msg = error_message([] { test_cuda_only(ag::ones({2})); });
+  CHECK_THAT(msg, StartsWith("test_cuda_only (kernel test_cuda_only_kernel): no cpu implementation"));
+  CHECK_THAT(msg, Contains("cpu tensors") && Contains("AG_REGISTER_KERNEL(test_cuda_only_kernel, kCPU, fn)"));
+  // Called outside any op, it names the kernel alone.
+  CHECK_THAT(error_message([] { test_cuda_only_kernel(ag::kCPU, ag::ones({2})); }),
+             StartsWith("test_cuda_only_kernel: no cpu implementation"));
+  CHECK(test_cuda_only_kernel.has(ag::kCUDA));
+  CHECK_FALSE(test_cuda_only_kernel.has(ag::kCPU));
+  // The library registers each of its kernels once per device.
+  INFO(fmt::format("{}", fmt::join(ag::kernel_registration_clashes(), ", ")));
+  CHECK(ag::kernel_registration_clashes().empty());
+  CHECK(ag::kernels_registered(ag::kCPU));
+  still_works();
+}
+
+TEST_CASE("errors: an op registered under a name already taken refuses to run", "[errors]") {
+  CHECK(kTestDuplicate.duplicate);
+  CHECK(ag::find_op("relu")->category == ag::amp::Category::passthrough);  // the first record stays
+  int relus = 0;
+  for (const ag::OpInfo* op : ag::op_registry()) relus += op->name == "relu";
+  CHECK(relus == 1);
+  ag::Tensor x = ag::ones({2});
+  CHECK_THROWS_WITH(ag::OpScope(kTestDuplicate, x), Contains("relu: another op is already registered under this name"));
+  still_works();
+}

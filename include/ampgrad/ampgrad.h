@@ -15,6 +15,7 @@
 #include "data/fashion_mnist.h"
 #include "data/idx.h"
 #include "data/loader.h"
+#include "ops/define_op.h"
 #include "ops/op.h"
 #include "nn/functional.h"
 #include "nn/init.h"
