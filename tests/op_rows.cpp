@@ -72,6 +72,8 @@ const std::vector<Row>& rows() {
       row("tanh", "x2", {nrm({3, N}, 2)}, [](const V& v) { return ag::tanh(v[0]); })
           .reference([](double x) { return std::tanh(x); }),
       row("sigmoid", "x3", {nrm({3, N}, 3)}, [](const V& v) { return ag::sigmoid(v[0]); }).reference(sigmoid),
+      row("silu", "x3", {nrm({3, N}, 3)}, [](const V& v) { return ag::silu(v[0]); })
+          .reference([](double x) { return x * sigmoid(x); }),
       row("softplus", "x3", {nrm({3, N}, 3)}, [](const V& v) { return ag::softplus(v[0]); })
           .reference([](double x) { return std::log1p(std::exp(x)); }),
       row("softplus", "past the threshold", {In{{3, N}, away({-20, 20}, 15)}}, [](const V& v) { return ag::softplus(v[0]); })
