@@ -21,6 +21,14 @@ std::vector<bool> reduced_mask(std::string_view op, int64_t ndim, const Shape& d
 }
 }  // namespace
 
+Shape rows_around(const Shape& shape, int64_t d) {
+  const int64_t ndim = static_cast<int64_t>(shape.size());
+  int64_t outer = 1, r = ndim ? shape[d] : 1, inner = 1;
+  for (int64_t i = 0; i < d; ++i) outer *= shape[i];
+  for (int64_t i = d + 1; i < ndim; ++i) inner *= shape[i];
+  return {outer, r, inner};
+}
+
 Shape reduce_geometry_keep_shape(const Shape& in_shape, const Shape& dims) {
   const int64_t n = static_cast<int64_t>(in_shape.size());
   std::vector<bool> mask = reduced_mask("reduce", n, dims);

@@ -5,6 +5,7 @@
 #include "ops/internal.h"
 #include "ops/op_scope.h"
 #include "ops/ops.h"
+#include "ops/reduce_geometry.h"
 
 namespace ampgrad {
 
@@ -31,14 +32,6 @@ const OpInfo kLogSoftmax{"log_softmax", Category::fp32, true, "range and accumul
 // also fuses for half to float). Autocast learns of it from OpInfo::reads_16bit, and
 // `ampgrad explain` counts the inputs read this way instead of cast.
 
-// [outer, r, inner] around dim d.
-Shape rows_of(const Tensor& a, int64_t d) {
-  int64_t outer = 1, r = a.dim() ? a.shape()[d] : 1, inner = 1;
-  for (int64_t i = 0; i < d; ++i) outer *= a.shape()[i];
-  for (int64_t i = d + 1; i < a.dim(); ++i) inner *= a.shape()[i];
-  return {outer, r, inner};
-}
-
 Tensor softmax_impl(const OpInfo& op, OpScope& scope, Tensor a, int64_t dim, std::optional<DType> dtype, bool log) {
   check_defined(op, a, "input");
   AG_CHECK(is_floating(a.dtype()), "{}: expected a floating tensor, got {}", op.name, a.desc());
@@ -49,7 +42,7 @@ Tensor softmax_impl(const OpInfo& op, OpScope& scope, Tensor a, int64_t dim, std
   const bool widen = dtype && *dtype == kFloat32 && is_reduced_float(a.dtype());
   if (dtype && *dtype != a.dtype() && !widen) a = a.to(*dtype);
   const int64_t d = wrap_dim(op.name, dim, a.dim());
-  const Shape rows = rows_of(a, d);
+  const Shape rows = rows_around(a.shape(), d);
   Tensor out = empty(a.shape(), TensorOptions(widen ? kFloat32 : a.dtype()).device(a.device()));
   if (out.numel()) {
     NoGradGuard no_grad;
