@@ -52,6 +52,10 @@ AG_DECLARE_KERNEL(accumulate, void(const Tensor& dst, const Tensor& src));
 // `param` is the correction of Var.
 AG_DECLARE_KERNEL(reduce,
                   void(ReduceKind k, const Tensor& x, const Tensor& out, const Tensor& indices, double param));
+// out = the running sums of x along r (reverse: from r's end), x and out contiguous [outer, r,
+// inner] of one dtype; each sum kept in the accumulation type (float for 16-bit x, int64 for
+// integers) and rounded as it is stored.
+AG_DECLARE_KERNEL(cumsum, void(const Tensor& x, const Tensor& out, bool reverse));
 // x contiguous [outer, r, inner]; out the same shape, of x's dtype or float32 (a 16-bit x read
 // as is: log_softmax(x, dim, kFloat32)); softmax (or log_softmax) over r.
 AG_DECLARE_KERNEL(softmax, void(const Tensor& x, const Tensor& out, bool log));

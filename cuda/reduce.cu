@@ -178,6 +178,85 @@ template <bool kInt64, bool kNarrowInts, class F> void dispatch_reduce(DType t, 
   AG_CHECK(false, "{} on cuda: dtype {} is not supported", what, dtype_name(t));
 }
 
+// Note [CUDA scans]
+// cumsum along r of [outer, r, inner], one line per (outer, inner) position. Short lines go
+// one per thread, in order (neighbouring threads take neighbouring inner positions). Longer
+// ones take a block each: the block scans a tile of kBlockSize elements (a warp-shuffle scan,
+// then one over the warps' totals in shared memory), adds the running carry and moves on.
+// Sums are kept in the accumulation type, in an order fixed by the shape: deterministic.
+constexpr int64_t kShortScan = 64;
+
+template <class T>
+__global__ void cumsum_lines_kernel(const T* x, T* out, int64_t lines, int64_t r, int64_t inner, bool reverse) {
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t line = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; line < lines; line += step) {
+    const int64_t start = (line / inner) * r * inner + line % inner;
+    dacc_t<T> s = 0;
+    for (int64_t k = 0; k < r; ++k) {
+      const int64_t at = start + (reverse ? r - 1 - k : k) * inner;
+      s += to_acc(x[at]);
+      out[at] = from_acc<T>(s);
+    }
+  }
+}
+
+template <class T> __global__ void cumsum_block_kernel(const T* x, T* out, int64_t r, int64_t inner, bool reverse) {
+  using A = dacc_t<T>;
+  constexpr int kWarps = kBlockSize / 32;
+  __shared__ A warp_total[kWarps];
+  const int64_t line = blockIdx.x;
+  const int64_t start = (line / inner) * r * inner + line % inner;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  A carry = 0;
+  for (int64_t base = 0; base < r; base += kBlockSize) {
+    const int64_t k = base + threadIdx.x;
+    const int64_t at = start + (reverse ? r - 1 - k : k) * inner;
+    A v = k < r ? to_acc(x[at]) : A(0);
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+      const A n = __shfl_up_sync(0xffffffffu, v, d);
+      if (lane >= d) v += n;
+    }
+    if (lane == 31) warp_total[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+      A w = lane < kWarps ? warp_total[lane] : A(0);
+#pragma unroll
+      for (int d = 1; d < kWarps; d <<= 1) {
+        const A n = __shfl_up_sync(0xffffffffu, w, d);
+        if (lane >= d) w += n;
+      }
+      if (lane < kWarps) warp_total[lane] = w;
+    }
+    __syncthreads();
+    if (k < r) out[at] = from_acc<T>(carry + (warp > 0 ? warp_total[warp - 1] : A(0)) + v);
+    carry += warp_total[kWarps - 1];
+    __syncthreads();  // warp_total is rewritten by the next tile
+  }
+}
+
+void cumsum(const Tensor& x, const Tensor& out, bool reverse) {
+  const int64_t outer = x.size(0), r = x.size(1), inner = x.size(2), lines = outer * inner;
+  if (out.numel() == 0) return;
+  KernelContext ctx(out);
+  dispatch_all(x.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_same_v<T, bool>) {
+      AG_INTERNAL_ASSERT(false, "cumsum on cuda: bool reaches the kernel as int64");
+    } else {
+      const T* xp = ptr<const T>(x);
+      T* op = ptr<T>(out);
+      if (r <= kShortScan) {
+        launch(ctx, cumsum_lines_kernel<T>, ctx.grid_stride_blocks(lines), kBlockSize, 0, xp, op, lines, r, inner,
+               reverse);
+      } else {
+        AG_CHECK(lines <= INT32_MAX, "cumsum on cuda: {} lines of {} elements is more than one grid", lines, r);
+        launch(ctx, cumsum_block_kernel<T>, static_cast<unsigned>(lines), kBlockSize, 0, xp, op, r, inner, reverse);
+      }
+    }
+  });
+}
+
 }  // namespace
 
 void reduce(ReduceKind k, const Tensor& x, const Tensor& out, const Tensor& indices, double param) {
@@ -217,5 +296,6 @@ void reduce(ReduceKind k, const Tensor& x, const Tensor& out, const Tensor& indi
 }
 
 AG_REGISTER_KERNEL(kernel::reduce, kCUDA, reduce);
+AG_REGISTER_KERNEL(kernel::cumsum, kCUDA, cumsum);
 
 }  // namespace ampgrad::cuda

@@ -74,6 +74,8 @@ Tensor sum(const Tensor& a);
 Tensor sum(const Tensor& a, const Shape& dims, bool keepdim = false);
 Tensor mean(const Tensor& a);
 Tensor mean(const Tensor& a, const Shape& dims, bool keepdim = false);
+// Running sums along dim (dtype as PyTorch's: integers give int64 unless it says otherwise).
+Tensor cumsum(const Tensor& a, int64_t dim, std::optional<DType> dtype = std::nullopt);
 Tensor prod(const Tensor& a);
 Tensor prod(const Tensor& a, int64_t dim, bool keepdim = false);
 Tensor var(const Tensor& a, const Shape& dims = {}, double correction = 1, bool keepdim = false);

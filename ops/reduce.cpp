@@ -25,6 +25,28 @@ const OpInfo kMax{"max", Category::passthrough, true, "exact in any dtype"};
 const OpInfo kMin{"min", Category::passthrough, true, "exact in any dtype"};
 const OpInfo kArgmax{"argmax", Category::passthrough, false, "returns indices"};
 const OpInfo kArgmin{"argmin", Category::passthrough, false, "returns indices"};
+const OpInfo kCumsum{"cumsum", Category::fp32, true, "accumulation: running sums outgrow float16's range and digits"};
+
+// The CPU reference of kernel::cumsum: one running sum per (outer, inner) line.
+void cumsum_cpu(const Tensor& x, const Tensor& out, bool reverse) {
+  const int64_t outer = x.size(0), r = x.size(1), inner = x.size(2);
+  visit_dtype(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    using A = acc_t<T>;
+    const T* px = static_cast<const T*>(x.data_ptr());
+    T* po = static_cast<T*>(out.data_ptr());
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t i = 0; i < inner; ++i) {
+        A s = 0;
+        for (int64_t k = 0; k < r; ++k) {
+          const int64_t at = (o * r + (reverse ? r - 1 - k : k)) * inner + i;
+          s += static_cast<A>(px[at]);
+          po[at] = static_cast<T>(s);
+        }
+      }
+  });
+}
+AG_REGISTER_KERNEL(kernel::cumsum, kCPU, cumsum_cpu);
 
 // Runs kernel k over `dims`; returns the values (shape per keepdim) and, for max/min, indices.
 std::pair<Tensor, Tensor> reduce_forward(const OpInfo& op, ReduceKind k, const Tensor& a, const Shape& dims,
@@ -77,6 +99,33 @@ Tensor sum(const Tensor& a, const Shape& dims, bool keepdim) {
   return scope.finish(out);
 }
 Tensor sum(const Tensor& a) { return sum(a, {}, false); }
+
+Tensor cumsum(const Tensor& a0, int64_t dim, std::optional<DType> dtype) {
+  Tensor a = a0;
+  OpScope scope(kCumsum, a);
+  check_defined(kCumsum, a, "input");
+  const int64_t d = wrap_dim(kCumsum.name, dim, a.dim());
+  // As PyTorch: integers and bool sum into int64; `dtype` casts the input first.
+  const DType dt = dtype.value_or(sum_dtype(a.dtype()));
+  AG_CHECK(dt != kBool, "cumsum: dtype bool is not supported ({})", a.desc());
+  Tensor x = a;
+  if (x.dtype() != dt) {
+    NoGradGuard no_grad;
+    x = to(a, a.device(), dt);
+  }
+  const Shape rows = rows_around(a.shape(), d);
+  Tensor out = empty_as(a.shape(), dt, a);
+  if (out.numel()) kernel::cumsum(out.device(), contiguous(x).view(rows), out.view(rows), false);
+  if (autograd::any_requires_grad({&a}) && is_floating(dt)) {
+    // Each input element reaches every later output: its gradient is the reverse running sum.
+    autograd::record(kCumsum, out, {a}, {}, [rows](const Tensor& g, const Saved&) {
+      Tensor gx = empty(g.shape(), g.options());
+      if (gx.numel()) kernel::cumsum(gx.device(), contiguous(g).view(rows), gx.view(rows), true);
+      return Grads{gx};
+    });
+  }
+  return scope.finish(out);
+}
 
 Tensor mean(const Tensor& a, const Shape& dims, bool keepdim) {
   Tensor x = a;

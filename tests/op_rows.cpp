@@ -187,6 +187,13 @@ const std::vector<Row>& rows() {
       sum_row("var", "dim 0, correction 0", {nrm({3, N})}, [](const V& v) { return ag::var(v[0], {0}, 0); }),
       sum_row("var", "dims {0,2}, correction 0, keepdim", {nrm({2, 3, N})},
               [](const V& v) { return ag::var(v[0], {0, 2}, 0, true); }),
+      sum_row("cumsum", "dim 1", {nrm({3, N})}, [](const V& v) { return ag::cumsum(v[0], 1); }),
+      sum_row("cumsum", "dim 0 (short lines)", {nrm({3, N})}, [](const V& v) { return ag::cumsum(v[0], 0); }),
+      sum_row("cumsum", "dim 1 of 3-D, strided lines", {nrm({2, N, 3})}, [](const V& v) { return ag::cumsum(v[0], -2); }),
+      sum_row("cumsum", "dtype float64", {nrm({3, N})}, [](const V& v) { return ag::cumsum(v[0], 1, ag::kFloat64); }),
+      sum_row("cumsum", "int32 input sums in int64", {In{{3, N}, indices(7)}},
+              [](const V& v) { return ag::cumsum(v[0].to(ag::kInt32), 1); })
+          .no_gradcheck(),
       row("logsumexp", "dim 1", {nrm({3, N})}, [](const V& v) { return ag::logsumexp(v[0], {1}); }).tolerance(Tol::normalized),
       row("logsumexp", "dim 0", {nrm({3, N})}, [](const V& v) { return ag::logsumexp(v[0], {0}); }).tolerance(Tol::normalized),
       row("logsumexp", "all", {nrm({3, N})}, [](const V& v) { return ag::logsumexp(v[0], {}); }).tolerance(Tol::normalized),
