@@ -66,7 +66,7 @@ Grads linear_grads(const Tensor& g2, const Tensor& x, const Tensor& w, bool has_
 // The output is identical (relu commutes with rounding), NaN aside: relu keeps a NaN, as
 // PyTorch's does, and cuBLASLt's epilogue is documented as max(x, 0), which may not (not
 // checked on the H200). Backward, the output saved for it
-// serves as the relu's mask (y > 0 exactly where x @ w^T + b > 0): one ReluBackward kernel,
+// serves as the relu's mask (y > 0 exactly where x @ w^T + b > 0): relu's one backward kernel,
 // then linear's gradients. nn::Sequential runs each Linear directly followed by a ReLU this
 // way; the trace (`ampgrad explain`) shows it as linear_relu. Elsewhere (the CPU, float64, a
 // GEMM cuBLASLt declines) the relu runs in place on linear's output.
