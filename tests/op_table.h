@@ -54,8 +54,8 @@ Draw indices(int64_t bound);
 // Int64 class targets in [0, classes), every fourth row (from the second) set to `ignored`.
 Draw targets(int64_t classes, int64_t ignored);
 Draw mask();  // bool, each true with probability 1/2
-// A bias for earlier input 0 @ earlier input 1^T that keeps every output 6 standard
-// deviations from relu's kink: +-2 sqrt(k) by turns, k the inner dim.
+// A bias for earlier input 0 @ earlier input 1^T (values in [-1, 1)) that keeps every output
+// 6 standard deviations from relu's kink: +-2 sqrt(k) by turns, k the inner dim.
 Draw far_bias();
 // The values of `inner` with channels-last (NHWC) strides (4-D shapes).
 Draw channels_last(Draw inner);
