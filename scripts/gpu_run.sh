@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine (from the repository root, with dist/gpu carried there):
 # every test binary (the [cuda] cases run for real), then the [cuda] cases under
-# compute-sanitizer memcheck (memory errors only: the tests provoke API errors on purpose,
+# compute-sanitizer memcheck (AMPGRAD_TEST_QUICK: the op table's two smallest sizes; memory
+# errors only: the tests provoke API errors on purpose,
 # an out-of-memory and a synchronization inside a graph capture), then the benchmarks. Logs go to $OUT when it is set.
 # "profile" prints host time per step part and a per-kernel device-time table (ncu) of one
 # training step of the small MLP, the CNN and the wide MLP (benchmarks/profile_step.cpp) and of conv2d
@@ -38,7 +39,7 @@ if [ "$what" = all ] || [ "$what" = memcheck ]; then
     names=$("$t" --list-test-names-only "[cuda]" 2>/dev/null)
     [ -n "$names" ] || continue
     echo "=== memcheck $(basename "$t") [cuda]"
-    compute-sanitizer --tool memcheck --leak-check no --report-api-errors no --error-exitcode 9 "$t" "[cuda]" 2>&1 \
+    AMPGRAD_TEST_QUICK=1 compute-sanitizer --tool memcheck --leak-check no --report-api-errors no --error-exitcode 9 "$t" "[cuda]" 2>&1 \
       | tee "$out/memcheck_$(basename "$t").log" | tail -n 3
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
   done
