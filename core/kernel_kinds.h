@@ -146,6 +146,54 @@ AG_HOST_DEVICE inline int64_t pow(int64_t x, int64_t y) {
   for (; y > 0; --y) r *= x;
   return r;
 }
+AG_HOST_DEVICE inline float sin(float x) { return ::sinf(x); }
+AG_HOST_DEVICE inline double sin(double x) { return ::sin(x); }
+AG_HOST_DEVICE inline float cos(float x) { return ::cosf(x); }
+AG_HOST_DEVICE inline double cos(double x) { return ::cos(x); }
+AG_HOST_DEVICE inline float tan(float x) { return ::tanf(x); }
+AG_HOST_DEVICE inline double tan(double x) { return ::tan(x); }
+AG_HOST_DEVICE inline float asin(float x) { return ::asinf(x); }
+AG_HOST_DEVICE inline double asin(double x) { return ::asin(x); }
+AG_HOST_DEVICE inline float acos(float x) { return ::acosf(x); }
+AG_HOST_DEVICE inline double acos(double x) { return ::acos(x); }
+AG_HOST_DEVICE inline float atan(float x) { return ::atanf(x); }
+AG_HOST_DEVICE inline double atan(double x) { return ::atan(x); }
+AG_HOST_DEVICE inline float atan2(float y, float x) { return ::atan2f(y, x); }
+AG_HOST_DEVICE inline double atan2(double y, double x) { return ::atan2(y, x); }
+AG_HOST_DEVICE inline float sinh(float x) { return ::sinhf(x); }
+AG_HOST_DEVICE inline double sinh(double x) { return ::sinh(x); }
+AG_HOST_DEVICE inline float cosh(float x) { return ::coshf(x); }
+AG_HOST_DEVICE inline double cosh(double x) { return ::cosh(x); }
+AG_HOST_DEVICE inline float expm1(float x) { return ::expm1f(x); }
+AG_HOST_DEVICE inline double expm1(double x) { return ::expm1(x); }
+AG_HOST_DEVICE inline float log2(float x) { return ::log2f(x); }
+AG_HOST_DEVICE inline double log2(double x) { return ::log2(x); }
+AG_HOST_DEVICE inline float log10(float x) { return ::log10f(x); }
+AG_HOST_DEVICE inline double log10(double x) { return ::log10(x); }
+// Rounding: integers are already whole (floor, ceil, trunc and round return them as they are).
+AG_HOST_DEVICE inline float floor(float x) { return ::floorf(x); }
+AG_HOST_DEVICE inline double floor(double x) { return ::floor(x); }
+AG_HOST_DEVICE inline int64_t floor(int64_t x) { return x; }
+AG_HOST_DEVICE inline float ceil(float x) { return ::ceilf(x); }
+AG_HOST_DEVICE inline double ceil(double x) { return ::ceil(x); }
+AG_HOST_DEVICE inline int64_t ceil(int64_t x) { return x; }
+AG_HOST_DEVICE inline float trunc(float x) { return ::truncf(x); }
+AG_HOST_DEVICE inline double trunc(double x) { return ::trunc(x); }
+AG_HOST_DEVICE inline int64_t trunc(int64_t x) { return x; }
+// Half to even, as PyTorch's round (nearbyint in the default rounding mode).
+AG_HOST_DEVICE inline float rint(float x) { return ::rintf(x); }
+AG_HOST_DEVICE inline double rint(double x) { return ::rint(x); }
+AG_HOST_DEVICE inline int64_t rint(int64_t x) { return x; }
+// The remainder of truncated division, with the dividend's sign (C's fmod). Integer division
+// by zero gives 0 (PyTorch raises on the CPU; a kernel cannot).
+AG_HOST_DEVICE inline float fmod(float x, float y) { return ::fmodf(x, y); }
+AG_HOST_DEVICE inline double fmod(double x, double y) { return ::fmod(x, y); }
+AG_HOST_DEVICE inline int64_t fmod(int64_t x, int64_t y) { return y == 0 ? 0 : x % y; }
+// The remainder of floored division, with the divisor's sign (Python's %, PyTorch's remainder).
+template <class T> AG_HOST_DEVICE inline T remainder(T x, T y) {
+  const T r = fmod(x, y);
+  return r != T(0) && ((r < T(0)) != (y < T(0))) ? r + y : r;
+}
 template <class T> AG_HOST_DEVICE inline bool isnan(T x) { return x != x; }
 template <class T> AG_HOST_DEVICE inline T sign(T x) { return T((x > T(0)) - (x < T(0))); }
 template <class T> AG_HOST_DEVICE inline T sigmoid(T x) { return T(1) / (T(1) + exp(-x)); }
@@ -154,6 +202,59 @@ template <class T> AG_HOST_DEVICE inline T normal_cdf(T x) {
   return T(0.5) * (T(1) + erf(x * T(0.70710678118654752440)));
 }
 template <class T> AG_HOST_DEVICE inline T normal_pdf(T x) { return exp(T(-0.5) * x * x) * T(0.39894228040143267794); }
+// erf's inverse: Giles' single-precision approximation ("Approximating the erfinv function",
+// 2012), then Newton steps on erf(x) = y in T (one for float, two for double); +-1 give +-inf,
+// values outside [-1, 1] NaN. The same code on both devices, so they agree to erf's rounding.
+template <class T> AG_HOST_DEVICE inline T erfinv(T y) {
+  if (!(y > T(-1) && y < T(1))) return y == T(1) ? T(INFINITY) : (y == T(-1) ? T(-INFINITY) : T(NAN));
+  T w = -log((T(1) - y) * (T(1) + y)), p;
+  if (w < T(5)) {
+    w -= T(2.5);
+    p = T(2.81022636e-08);
+    p = T(3.43273939e-07) + p * w;
+    p = T(-3.5233877e-06) + p * w;
+    p = T(-4.39150654e-06) + p * w;
+    p = T(0.00021858087) + p * w;
+    p = T(-0.00125372503) + p * w;
+    p = T(-0.00417768164) + p * w;
+    p = T(0.246640727) + p * w;
+    p = T(1.50140941) + p * w;
+  } else {
+    w = sqrt(w) - T(3);
+    p = T(-0.000200214257);
+    p = T(0.000100950558) + p * w;
+    p = T(0.00134934322) + p * w;
+    p = T(-0.00367342844) + p * w;
+    p = T(0.00573950773) + p * w;
+    p = T(-0.0076224613) + p * w;
+    p = T(0.00943887047) + p * w;
+    p = T(1.00167406) + p * w;
+    p = T(2.83297682) + p * w;
+  }
+  T x = p * y;
+  for (int i = 0; i < (sizeof(T) == 8 ? 2 : 1); ++i) {
+    const T d = T(1.12837916709551257390) * exp(-x * x);  // erf'(x)
+    if (d == T(0)) break;
+    x -= (erf(x) - y) / d;
+  }
+  return x;
+}
+// Rounds to `d` decimals, half to even, as PyTorch's round(x, decimals=d).
+template <class T> AG_HOST_DEVICE inline T round_decimals(T x, T d) {
+  if (d == T(0)) return rint(x);
+  if (d > T(0)) {
+    const T p = pow(T(10), d);
+    return rint(x * p) / p;
+  }
+  const T p = pow(T(10), -d);
+  return rint(x / p) * p;
+}
+AG_HOST_DEVICE inline int64_t round_decimals(int64_t x, int64_t) { return x; }
+// d/dx mish(x) = tanh(softplus(x)) + x sigmoid(x) (1 - tanh(softplus(x))^2), as PyTorch's.
+template <class T> AG_HOST_DEVICE inline T mish_grad(T x) {
+  const T t = tanh(log1p(exp(x)));
+  return t + x * sigmoid(x) * (T(1) - t * t);
+}
 }  // namespace math
 
 // Each kind's formulas as functions of the type T they compute in. A backward names only the

@@ -19,9 +19,11 @@ template <class F> void visit_binary_kind(BinaryKind k, F&& f) {
   AG_INTERNAL_ASSERT(false, "binary: unknown kind {}", static_cast<int>(k));
 }
 
-// As on the CPU: comparisons take every dtype, arithmetic every dtype but bool.
+// As on the CPU: comparisons take every dtype, arithmetic every dtype but bool, and the kinds
+// that compute in float (the op casts integers first) floating dtypes.
 template <BinaryKind K, class T> constexpr bool binary_instantiated() {
-  return is_comparison(K) || !std::is_same_v<T, bool>;
+  if constexpr (binary_computes_in_float(K)) return is_float_v<T>;
+  else return is_comparison(K) || !std::is_same_v<T, bool>;
 }
 
 template <BinaryKind K, class T> using binary_out_t = std::conditional_t<is_comparison(K), bool, T>;

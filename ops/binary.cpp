@@ -21,6 +21,9 @@ const OpInfo kDiv{"div", Category::passthrough, true, "elementwise, no accumulat
 const OpInfo kPow{"pow", Category::fp32, true, "range: powers overflow float16 quickly"};
 const OpInfo kRsub{"rsub", Category::passthrough, true, "elementwise: stays in its input dtype"};
 const OpInfo kWhere{"where", Category::promote, true, "mixes two inputs: both are cast to the wider dtype"};
+const OpInfo kRdiv{"rdiv", Category::fp32, true, "range: s / x overflows float16 for small x, as PyTorch's fp32 list"};
+const OpInfo kRtruediv{"rtruediv", Category::fp32, true, "range: s / x overflows float16 for small x (Python's name)"};
+const OpInfo kRpow{"rpow", Category::fp32, true, "range: s ** x overflows float16 quickly, as PyTorch's fp32 list"};
 
 int category_rank(DType t) { return t == kBool ? 0 : (is_floating(t) ? 2 : 1); }
 
@@ -218,6 +221,9 @@ Tensor pow(const Tensor& a, const Tensor& e) { return binary_elementwise(kPow, B
   const OpInfo k_##name{#name, Category::category, binary_grad(BinaryKind::Kind).differentiable, reason};      \
   }                                                                                                           \
   Tensor name(const Tensor& a, const Tensor& b) { return binary_elementwise(k_##name, BinaryKind::Kind, a, b); }
+#define AG_BINARY_OP_S(name, Kind, category, reason)                                  \
+  AG_BINARY_OP(name, Kind, category, reason)                                          \
+  Tensor name(const Tensor& a, const Scalar& b) { return name(a, scalar_like(a, b)); }
 #define AG_COMPARE_OP(name, Kind)                                                                   \
   namespace {                                                                                       \
   const OpInfo k_##name{#name, Category::passthrough, false, "returns bool"};                        \
@@ -241,7 +247,16 @@ Tensor mul(const Tensor& a, const Scalar& b) {
   return unary_elementwise(kMul, UnaryKind::MulScalar, a, b.to_double(), 0, !b.is_floating());
 }
 Tensor div(const Tensor& a, const Scalar& b) { return div(a, scalar_like(a, b)); }
-Tensor rdiv(const Tensor& a, const Scalar& b) { return div(scalar_like(a, b), a); }
+// The scalar-first forms: one kernel each, computed in float (true division, as Python's).
+Tensor rdiv(const Tensor& a, const Scalar& b) {
+  return unary_elementwise(kRdiv, UnaryKind::RDivScalar, a, b.to_double(), 0, false);
+}
+Tensor rtruediv(const Tensor& a, const Scalar& b) {
+  return unary_elementwise(kRtruediv, UnaryKind::RDivScalar, a, b.to_double(), 0, false);
+}
+Tensor pow(const Scalar& base, const Tensor& e) {
+  return unary_elementwise(kRpow, UnaryKind::RPowScalar, e, base.to_double(), 0, false);
+}
 Tensor pow(const Tensor& a, const Scalar& e) {
   return unary_elementwise(kPow, UnaryKind::PowScalar, a, e.to_double(), 0, false);
 }

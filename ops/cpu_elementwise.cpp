@@ -70,6 +70,9 @@ template <BinaryKind K> void binary_kind(const Tensor& x, const Tensor& y, const
     using T = decltype(tag);
     if constexpr (std::is_same_v<T, bool> && !is_comparison(K)) {
       AG_INTERNAL_ASSERT(false, "cpu binary kernel has no bool arithmetic");
+    } else if constexpr (binary_computes_in_float(K) && !std::is_floating_point_v<acc_t<T>>) {
+      AG_INTERNAL_ASSERT(false, "cpu binary kernel {} computes in float; the op casts {} first", kind_name(K),
+                         dtype_name(x.dtype()));
     } else {
       binary_typed<K, T>(x, y, out);
     }

@@ -40,15 +40,20 @@ Tensor rand(const Shape& shape, Generator& gen, TensorOptions options = {});
 Tensor randn(const Shape& shape, Generator& gen, TensorOptions options = {});
 
 // Elementwise with broadcasting (ops/binary.cpp, ops/unary.cpp). The ops that are one kind
-// each are declared from their tables: ops/unary_ops.def (neg, exp, log, log1p, sqrt, rsqrt,
-// reciprocal, abs, sign, relu, gelu, tanh, sigmoid, softplus, ...) and ops/binary_ops.def
-// (maximum, minimum, and the comparisons eq, ne, lt, le, gt, ge with tensors and scalars).
+// each are declared from their tables: ops/unary_ops.def (neg, exp, log, sqrt, abs, relu,
+// gelu, tanh, sigmoid, silu, softplus, the trigonometric ones, erf, erfinv, floor, hardtanh,
+// leaky_relu, elu, mish, hardswish, ...) and ops/binary_ops.def
+// (maximum, minimum, atan2, fmod, remainder, and the comparisons eq, ne, lt, le, gt, ge with
+// tensors and scalars).
 #define AG_UNARY_OP(name, Kind, category, reason) Tensor name(const Tensor& x);
 #define AG_UNARY_OP1(name, Kind, category, reason, p, p0) Tensor name(const Tensor& x, double p = p0);
 #define AG_UNARY_OP2(name, Kind, category, reason, p, p0, q, q0) \
   Tensor name(const Tensor& x, double p = p0, double q = q0);
 #include "ops/unary_ops.def"
 #define AG_BINARY_OP(name, Kind, category, reason) Tensor name(const Tensor& a, const Tensor& b);
+#define AG_BINARY_OP_S(name, Kind, category, reason) \
+  Tensor name(const Tensor& a, const Tensor& b);    \
+  Tensor name(const Tensor& a, const Scalar& b);
 #define AG_COMPARE_OP(name, Kind)                 \
   Tensor name(const Tensor& a, const Tensor& b); \
   Tensor name(const Tensor& a, const Scalar& b);
@@ -62,9 +67,13 @@ Tensor mul(const Tensor& a, const Tensor& b);
 Tensor mul(const Tensor& a, const Scalar& b);
 Tensor div(const Tensor& a, const Tensor& b);
 Tensor div(const Tensor& a, const Scalar& b);
-Tensor rdiv(const Tensor& a, const Scalar& b);  // b / a
+Tensor rdiv(const Tensor& a, const Scalar& b);      // b / a
+Tensor rtruediv(const Tensor& a, const Scalar& b);  // b / a, Python's name for it
 Tensor pow(const Tensor& a, const Scalar& exponent);
 Tensor pow(const Tensor& a, const Tensor& exponent);
+Tensor pow(const Scalar& base, const Tensor& exponent);  // base ** exponent ("rpow")
+// Half to even (PyTorch's); decimals < 0 rounds to tens, hundreds, ...
+Tensor round(const Tensor& a, int64_t decimals = 0);
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
 Tensor where(const Tensor& cond, const Tensor& a, const Scalar& b);
 Tensor clamp(const Tensor& a, std::optional<Scalar> min, std::optional<Scalar> max);

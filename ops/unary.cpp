@@ -73,7 +73,12 @@ Tensor unary_elementwise(const OpInfo& op, UnaryKind k, const Tensor& a0, double
 
 namespace {
 const OpInfo kClamp{"clamp", Category::passthrough, true, "exact in any dtype"};
+const OpInfo kRound{"round", Category::passthrough, true, "exact in any dtype"};
 }  // namespace
+
+Tensor round(const Tensor& a, int64_t decimals) {
+  return unary_elementwise(kRound, UnaryKind::Round, a, static_cast<double>(decimals), 0, true);
+}
 
 Tensor clamp(const Tensor& a, std::optional<Scalar> min, std::optional<Scalar> max) {
   AG_CHECK(min || max, "clamp: at least one of min and max must be given");

@@ -37,6 +37,25 @@ Row image_row(std::string op, std::string form, std::vector<In> in, Fn run) {
   return row(std::move(op), std::move(form), std::move(in), std::move(run)).at_sizes({5, 9}, 4);
 }
 double sigmoid(double x) { return 1 / (1 + std::exp(-x)); }
+// erf's inverse in float64 by bisection (|y| < 1).
+double erfinv_ref(double y) {
+  double lo = -6, hi = 6;
+  for (int i = 0; i < 200; ++i) {
+    const double mid = 0.5 * (lo + hi);
+    (std::erf(mid) < y ? lo : hi) = mid;
+  }
+  return 0.5 * (lo + hi);
+}
+// Points between lo and hi `step` apart: the kinks of rounding and of fmod's jumps.
+std::vector<double> grid(double lo, double hi, double step) {
+  std::vector<double> g;
+  for (double v = lo; v <= hi + 1e-9; v += step) g.push_back(v);
+  return g;
+}
+double python_mod(double x, double y) {
+  const double r = std::fmod(x, y);
+  return r != 0 && ((r < 0) != (y < 0)) ? r + y : r;
+}
 
 }  // namespace
 
@@ -74,6 +93,65 @@ const std::vector<Row>& rows() {
       row("sigmoid", "x3", {nrm({3, N}, 3)}, [](const V& v) { return ag::sigmoid(v[0]); }).reference(sigmoid),
       row("silu", "x3", {nrm({3, N}, 3)}, [](const V& v) { return ag::silu(v[0]); })
           .reference([](double x) { return x * sigmoid(x); }),
+      row("sin", "x2", {nrm({3, N}, 2)}, [](const V& v) { return ag::sin(v[0]); }).reference([](double x) { return std::sin(x); }),
+      row("cos", "x2", {nrm({3, N}, 2)}, [](const V& v) { return ag::cos(v[0]); }).reference([](double x) { return std::cos(x); }),
+      row("tan", "(-1.2, 1.2)", {uni({3, N}, -1.2, 1.2)}, [](const V& v) { return ag::tan(v[0]); })
+          .reference([](double x) { return std::tan(x); }),
+      row("asin", "(-0.9, 0.9)", {uni({3, N}, -0.9, 0.9)}, [](const V& v) { return ag::asin(v[0]); })
+          .reference([](double x) { return std::asin(x); }),
+      row("acos", "(-0.9, 0.9)", {uni({3, N}, -0.9, 0.9)}, [](const V& v) { return ag::acos(v[0]); })
+          .reference([](double x) { return std::acos(x); }),
+      row("atan", "x2", {nrm({3, N}, 2)}, [](const V& v) { return ag::atan(v[0]); }).reference([](double x) { return std::atan(x); }),
+      row("sinh", "x1.5", {nrm({3, N}, 1.5)}, [](const V& v) { return ag::sinh(v[0]); })
+          .reference([](double x) { return std::sinh(x); }),
+      row("cosh", "x1.5", {nrm({3, N}, 1.5)}, [](const V& v) { return ag::cosh(v[0]); })
+          .reference([](double x) { return std::cosh(x); }),
+      row("erf", "x1.5", {nrm({3, N}, 1.5)}, [](const V& v) { return ag::erf(v[0]); }).reference([](double x) { return std::erf(x); }),
+      row("erfinv", "(-0.95, 0.95)", {uni({3, N}, -0.95, 0.95)}, [](const V& v) { return ag::erfinv(v[0]); })
+          .reference(erfinv_ref),
+      row("expm1", "", {nrm({3, N})}, [](const V& v) { return ag::expm1(v[0]); }).reference([](double x) { return std::expm1(x); }),
+      row("log2", "", {uni({3, N}, 0.05, 5)}, [](const V& v) { return ag::log2(v[0]); })
+          .reference([](double x) { return std::log2(x); }),
+      row("log10", "", {uni({3, N}, 0.05, 5)}, [](const V& v) { return ag::log10(v[0]); })
+          .reference([](double x) { return std::log10(x); }),
+      row("floor", "away from integers", {In{{3, N}, away(grid(-8, 8, 1), 2)}}, [](const V& v) { return ag::floor(v[0]); })
+          .reference([](double x) { return std::floor(x); }),
+      row("ceil", "away from integers", {In{{3, N}, away(grid(-8, 8, 1), 2)}}, [](const V& v) { return ag::ceil(v[0]); })
+          .reference([](double x) { return std::ceil(x); }),
+      row("trunc", "away from integers", {In{{3, N}, away(grid(-8, 8, 1), 2)}}, [](const V& v) { return ag::trunc(v[0]); })
+          .reference([](double x) { return std::trunc(x); }),
+      row("round", "half to even, away from the halves", {In{{3, N}, away(grid(-8.5, 8.5, 1), 2)}},
+          [](const V& v) { return ag::round(v[0]); })
+          .reference([](double x) { return std::nearbyint(x); }),
+      row("round", "exact halves go to even", {In{{2, 4}, [](const S& s, int64_t, const V&) {
+                                                  return ag::tensor(std::vector<double>{-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 3.5, 4.5}, s);
+                                                }}},
+          [](const V& v) { return ag::round(v[0]); })
+          .reference([](double x) { return std::nearbyint(x); })
+          .no_gradcheck(),
+      // Rounding to decimals has jumps 0.01 apart: no central differences across them.
+      row("round", "decimals 2", {uni({3, N}, -3, 3)}, [](const V& v) { return ag::round(v[0], 2); })
+          .reference([](double x) { return std::nearbyint(x * 100) / 100; })
+          .no_gradcheck(),
+      row("round", "decimals -1", {uni({3, N}, -300, 300)}, [](const V& v) { return ag::round(v[0], -1); })
+          .reference([](double x) { return std::nearbyint(x / 10) * 10; })
+          .no_gradcheck(),
+      row("hardtanh", "", {kinked({3, N}, {-1, 1})}, [](const V& v) { return ag::hardtanh(v[0]); })
+          .reference([](double x) { return std::min(1.0, std::max(-1.0, x)); }),
+      row("hardtanh", "min -0.5, max 2", {In{{3, N}, away({-0.5, 2}, 2)}}, [](const V& v) { return ag::hardtanh(v[0], -0.5, 2); })
+          .reference([](double x) { return std::min(2.0, std::max(-0.5, x)); }),
+      row("leaky_relu", "", {kinked({3, N}, {0})}, [](const V& v) { return ag::leaky_relu(v[0]); })
+          .reference([](double x) { return x > 0 ? x : 0.01 * x; }),
+      row("leaky_relu", "slope 0.2", {kinked({3, N}, {0})}, [](const V& v) { return ag::leaky_relu(v[0], 0.2); })
+          .reference([](double x) { return x > 0 ? x : 0.2 * x; }),
+      row("elu", "", {kinked({3, N}, {0})}, [](const V& v) { return ag::elu(v[0]); })
+          .reference([](double x) { return x > 0 ? x : std::expm1(x); }),
+      row("elu", "alpha 0.5", {kinked({3, N}, {0})}, [](const V& v) { return ag::elu(v[0], 0.5); })
+          .reference([](double x) { return x > 0 ? x : 0.5 * std::expm1(x); }),
+      row("mish", "x3", {nrm({3, N}, 3)}, [](const V& v) { return ag::mish(v[0]); })
+          .reference([](double x) { return x * std::tanh(std::log1p(std::exp(x))); }),
+      row("hardswish", "x3", {In{{3, N}, away({-3, 3}, 3)}}, [](const V& v) { return ag::hardswish(v[0]); })
+          .reference([](double x) { return x <= -3 ? 0.0 : (x >= 3 ? x : x * (x + 3) / 6); }),
       row("softplus", "x3", {nrm({3, N}, 3)}, [](const V& v) { return ag::softplus(v[0]); })
           .reference([](double x) { return std::log1p(std::exp(x)); }),
       row("softplus", "past the threshold", {In{{3, N}, away({-20, 20}, 15)}}, [](const V& v) { return ag::softplus(v[0]); })
@@ -121,8 +199,15 @@ const std::vector<Row>& rows() {
       row("div", "broadcast [3,n] / [n]", {sy({3, N}), pos({N})}, [](const V& v) { return v[0] / v[1]; }),
       row("div", "scalar denominator", {nrm({3, N})}, [](const V& v) { return v[0] / 4.0; })
           .reference([](double x) { return x / 4; }),
-      row("div", "scalar numerator (rdiv)", {nz({3, N})}, [](const V& v) { return 2.0 / v[0]; })
+      row("rdiv", "scalar / tensor", {nz({3, N})}, [](const V& v) { return 2.0 / v[0]; })
           .reference([](double x) { return 2 / x; }),
+      row("rdiv", "function", {nz({3, N})}, [](const V& v) { return ag::rdiv(v[0], -3); }).reference([](double x) { return -3 / x; }),
+      row("rtruediv", "", {nz({3, N})}, [](const V& v) { return ag::rtruediv(v[0], 1.5); })
+          .reference([](double x) { return 1.5 / x; }),
+      row("rpow", "2.5 ** x", {nrm({3, N})}, [](const V& v) { return ag::pow(2.5, v[0]); })
+          .reference([](double x) { return std::pow(2.5, x); }),
+      row("rpow", "0.5 ** x", {nrm({3, N})}, [](const V& v) { return ag::pow(0.5, v[0]); })
+          .reference([](double x) { return std::pow(0.5, x); }),
       row("pow", "scalar 2, any sign", {nrm({3, N})}, [](const V& v) { return v[0].pow(2); })
           .reference([](double x) { return x * x; }),
       row("pow", "scalar 3, any sign", {nrm({3, N})}, [](const V& v) { return ag::pow(v[0], 3); })
@@ -148,6 +233,27 @@ const std::vector<Row>& rows() {
           .reference([](double a, double b) { return std::min(a, b); }),
       row("minimum", "broadcast [3,1] vs [n], no ties", {nrm({3, 1}), In{{N}, untied(0)}},
           [](const V& v) { return ag::minimum(v[1], v[0]); }),
+      row("atan2", "same shape, away from the origin", {nz({3, N}), nz({3, N})}, [](const V& v) { return ag::atan2(v[0], v[1]); })
+          .reference([](double a, double b) { return std::atan2(a, b); }),
+      row("atan2", "broadcast [3,n] vs [n]", {nz({3, N}), nz({N})}, [](const V& v) { return ag::atan2(v[0], v[1]); }),
+      row("fmod", "same shape", {nrm({3, N}, 3), In{{3, N}, divisor_of(0)}}, [](const V& v) { return ag::fmod(v[0], v[1]); })
+          .reference([](double a, double b) { return std::fmod(a, b); }),
+      row("fmod", "scalar divisor", {In{{3, N}, away(grid(-9, 9, 0.75), 3)}}, [](const V& v) { return ag::fmod(v[0], 0.75); })
+          .reference([](double x) { return std::fmod(x, 0.75); }),
+      // Broadcast divisors meet x / y near integers, where the gradient jumps: no gradcheck.
+      row("fmod", "broadcast [3,n] by [n]", {nrm({3, N}, 3), nz({N})}, [](const V& v) { return ag::fmod(v[0], v[1]); }).no_gradcheck(),
+      row("fmod", "int64", {In{{3, N}, indices(100)}, In{{3, N}, indices(7)}},
+          [](const V& v) { return ag::fmod(v[0] - 50, v[1] + 1); })
+          .no_gradcheck(),
+      row("remainder", "same shape", {nrm({3, N}, 3), In{{3, N}, divisor_of(0)}},
+          [](const V& v) { return ag::remainder(v[0], v[1]); })
+          .reference(python_mod),
+      row("remainder", "scalar divisor", {In{{3, N}, away(grid(-9, 9, 0.75), 3)}},
+          [](const V& v) { return ag::remainder(v[0], -0.75); })
+          .reference([](double x) { return python_mod(x, -0.75); }),
+      row("remainder", "int64", {In{{3, N}, indices(100)}, In{{3, N}, indices(7)}},
+          [](const V& v) { return ag::remainder(v[0] - 50, v[1] + 1); })
+          .no_gradcheck(),
       row("where", "same shape", {In{{3, N}, mask()}, nrm({3, N}), nrm({3, N})},
           [](const V& v) { return ag::where(v[0], v[1], v[2]); }),
       row("where", "broadcast cond [3,n], a [3,1], b [n]", {In{{3, N}, mask()}, nrm({3, 1}), nrm({N})},

@@ -84,6 +84,16 @@ Draw targets(int64_t classes, int64_t ignored) {
 Draw mask() {
   return [](const ag::Shape& s, int64_t, const V&) { return ag::gt(ag::rand(s, ag::kFloat64), 0.5); };
 }
+Draw divisor_of(size_t i) {
+  return [i](const ag::Shape& s, int64_t n, const V& earlier) {
+    REQUIRE(i < earlier.size());
+    if (earlier[i].shape() != s) return nonzero()(s, n, earlier);
+    const ag::Tensor k = (ag::rand(s, ag::kFloat64) * 3).to(ag::kInt64).to(ag::kFloat64);  // 0, 1 or 2
+    const ag::Tensor q = k + ag::rand(s, ag::kFloat64) * 0.7 + 0.15;
+    const ag::Tensor sign = ag::where(ag::lt(ag::rand(s, ag::kFloat64), 0.5), -ag::ones_like(q), ag::ones_like(q));
+    return earlier[i] / q * sign;
+  };
+}
 Draw far_bias() {
   return [](const ag::Shape& s, int64_t, const V& earlier) {
     REQUIRE(!earlier.empty());

@@ -54,6 +54,9 @@ Draw indices(int64_t bound);
 // Int64 class targets in [0, classes), every fourth row (from the second) set to `ignored`.
 Draw targets(int64_t classes, int64_t ignored);
 Draw mask();  // bool, each true with probability 1/2
+// A divisor of earlier input i (of the same shape) that keeps x / y 0.15 from every integer, so
+// fmod's and remainder's jumps stay away; nonzero() values at other shapes.
+Draw divisor_of(size_t i);
 // A bias for earlier input 0 @ earlier input 1^T (values in [-1, 1)) that keeps every output
 // 6 standard deviations from relu's kink: +-2 sqrt(k) by turns, k the inner dim.
 Draw far_bias();
