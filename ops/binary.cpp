@@ -257,8 +257,12 @@ Tensor rtruediv(const Tensor& a, const Scalar& b) {
 Tensor pow(const Scalar& base, const Tensor& e) {
   return unary_elementwise(kRpow, UnaryKind::RPowScalar, e, base.to_double(), 0, false);
 }
+// As PyTorch: an integer tensor to an integer power stays an integer tensor (a floating
+// exponent gives float32), and a negative integer power of it is an error.
 Tensor pow(const Tensor& a, const Scalar& e) {
-  return unary_elementwise(kPow, UnaryKind::PowScalar, a, e.to_double(), 0, false);
+  AG_CHECK(!a.defined() || is_floating(a.dtype()) || e.is_floating() || e.to_double() >= 0,
+           "pow: integers to negative integer powers are not allowed ({} ** {})", a.desc(), e.to_double());
+  return unary_elementwise(kPow, UnaryKind::PowScalar, a, e.to_double(), 0, !e.is_floating());
 }
 
 Tensor where(const Tensor& cond0, const Tensor& a0, const Tensor& b0) {

@@ -353,6 +353,15 @@ void test_cuda_only(const ag::Tensor& x0) {
 }  // namespace
 AG_REGISTER_KERNEL(test_cuda_only_kernel, ag::kCUDA, test_cuda_only_impl);
 
+TEST_CASE("errors: integers to negative integer powers", "[errors]") {
+  // As PyTorch; a floating exponent is fine (float32), and so are floating tensors.
+  CHECK_THROWS_WITH(ag::pow(ag::tensor(std::vector<int64_t>{2, 3}), -1),
+                    Contains("pow: integers to negative integer powers are not allowed (int64 [2] on cpu ** -1)"));
+  CHECK(ag::pow(ag::tensor(std::vector<int64_t>{2, 4}), -0.5).dtype() == ag::kFloat32);
+  check_close(ag::pow(ag::tensor({2.f, 4.f}), -1), {0.5, 0.25}, 0, 0);
+  still_works();
+}
+
 TEST_CASE("errors: a kernel without an implementation for the tensor's device", "[errors]") {
   const std::string msg = error_message([] { test_cuda_only(ag::ones({2})); });
   CHECK_THAT(msg, StartsWith("test_cuda_only (kernel test_cuda_only_kernel): no cpu implementation"));

@@ -664,6 +664,11 @@ TEST_CASE("ops: integer arithmetic stays int64, sums of int64 are int64", "[ops]
   exact(a * -3, muls_r);
   exact(-a, neg_r);
   exact(ag::abs(a), abs_r);
+  // Integer powers stay integers, as PyTorch's; a floating exponent gives float32.
+  std::vector<int64_t> cube_r;
+  for (int64_t x : va) cube_r.push_back(x * x * x);
+  exact(a.pow(3), cube_r);
+  CHECK(a.pow(0.5).dtype() == ag::kFloat32);
   // Large values survive (no trip through float).
   ag::Tensor big = ag::tensor(std::vector<int64_t>{(int64_t{1} << 53) + 1, 3});
   exact(big + 2, {(int64_t{1} << 53) + 3, 5});
