@@ -1,5 +1,5 @@
 // Kernels declared once and implemented per device (Note [Kernel dispatch]): the Kernel
-// stub, its three macros, and the current op that a missing kernel's error names.
+// stub, its two macros, and the current op that a missing kernel's error names.
 #pragma once
 
 #include <string>
@@ -24,7 +24,7 @@ namespace ampgrad {
 // implementation (a CPU-only build, a program's kernel registered for the CPU alone) raises
 // ag::Error naming the op that called it, the kernel and the device. Stubs are constant-
 // initialized, so registrations running at load time, in any order, always find them.
-// Programs outside the library declare, define and register their own kernels the same way.
+// Programs outside the library declare and register their own kernels the same way.
 
 // The op running on this thread, innermost first: OpScope sets it (ops/op_scope.h), and a
 // missing kernel's error names it.
