@@ -4,6 +4,7 @@
 
 #include "core/kernels.h"
 #include "ops/cpu_loop.h"
+#include "ops/cpu_values.h"
 
 namespace ampgrad::cpu {
 
@@ -98,17 +99,6 @@ void binary_backward_typed(const Tensor& g, const Tensor& x, const Tensor& y, co
                      });
 }
 
-template <class F> void visit_floating_dtype(DType d, const char* what, F&& f) {
-  visit_dtype(d, [&](auto tag) {
-    using T = decltype(tag);
-    if constexpr (std::is_floating_point_v<acc_t<T>>) {
-      f(tag);
-    } else {
-      AG_INTERNAL_ASSERT(false, "cpu {} kernel on a non-floating dtype {}", what, dtype_name(d));
-    }
-  });
-}
-
 void unary(UnaryKind k, const Tensor& x, const Tensor& out, double a, double b) {
   switch (k) {
 #define AG_UNARY(Kind, ...) \
@@ -118,7 +108,7 @@ void unary(UnaryKind k, const Tensor& x, const Tensor& out, double a, double b) 
 }
 
 void unary_backward(UnaryKind k, const Tensor& g, const Tensor& s, const Tensor& gx, double a, double b) {
-  visit_floating_dtype(gx.dtype(), "unary_backward", [&](auto tag) {
+  visit_floating(gx, "unary_backward", [&](auto tag) {
     using T = decltype(tag);
     switch (k) {
 #define AG_UNARY(Kind, ...) \
@@ -137,7 +127,7 @@ void binary(BinaryKind k, const Tensor& x, const Tensor& y, const Tensor& out) {
 }
 
 void binary_backward(BinaryKind k, const Tensor& g, const Tensor& x, const Tensor& y, const Tensor& gx, const Tensor& gy) {
-  visit_floating_dtype(g.dtype(), "binary_backward", [&](auto tag) {
+  visit_floating(g, "binary_backward", [&](auto tag) {
     using T = decltype(tag);
     switch (k) {
 #define AG_BINARY(Kind, ...) \

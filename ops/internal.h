@@ -12,8 +12,6 @@
 
 namespace ampgrad {
 
-struct OpInfo;
-
 // Floating dtype an op computes in for `t`: its own if floating, float32 for integers/bool.
 DType float_compute_dtype(DType t);
 // A 0-dim tensor holding a Python-style scalar, typed so it does not upcast `like`.

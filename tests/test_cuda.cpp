@@ -38,7 +38,7 @@ void poison_cuda_cache() {
 struct Tol {
   double atol, rtol;
 };
-enum class Kind { elementwise, sum, normalized };
+using Kind = op_table::Tol;
 // elementwise: one rounding each side. sum: float32 accumulation of n terms of size ~1 on
 // CUDA against the CPU's. normalized: a result divided by such a sum (relative error).
 Tol tolerance(Kind k, ag::DType d, int64_t n) {
@@ -54,9 +54,7 @@ Tol tolerance(Kind k, ag::DType d, int64_t n) {
 }
 
 Tol tolerance_of(const op_table::Row& r, ag::DType d, int64_t n) {
-  const Kind k = r.tol == op_table::Tol::sum ? Kind::sum
-                                             : (r.tol == op_table::Tol::normalized ? Kind::normalized : Kind::elementwise);
-  const Tol t = tolerance(k, d, n);
+  const Tol t = tolerance(r.tol, d, n);
   return {t.atol * r.tol_scale, t.rtol * r.tol_scale};
 }
 
