@@ -1,6 +1,10 @@
 // Type promotion between two tensor dtypes, as torch.promote_types.
 #include "core/dtype.h"
 
+#include <atomic>
+
+#include "core/error.h"
+
 namespace ampgrad {
 
 DType promote_types(DType a, DType b) {
@@ -25,6 +29,18 @@ DType promote_types(DType a, DType b) {
   if (a == DType::UInt8 && b == DType::Bool) return a;
   if (b == DType::UInt8 && a == DType::Bool) return b;
   return rank(a) > rank(b) ? a : b;
+}
+
+namespace {
+std::atomic<DType> g_default_dtype{DType::Float32};
+}
+
+DType get_default_dtype() { return g_default_dtype.load(std::memory_order_relaxed); }
+
+void set_default_dtype(DType dtype) {
+  AG_CHECK(is_floating(dtype), "set_default_dtype: only floating dtypes can be the default, got {}",
+           dtype_name(dtype));
+  g_default_dtype.store(dtype, std::memory_order_relaxed);
 }
 
 }  // namespace ampgrad

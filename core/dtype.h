@@ -56,6 +56,26 @@ constexpr std::string_view dtype_name(DType t) { return traits(t).name; }
 // Result type of a binary op between two tensors, as torch.promote_types.
 DType promote_types(DType a, DType b);
 
+// The dtype of floating tensors made without an explicit dtype, as torch.get_default_dtype:
+// factories (zeros, randn, tensor of floats, arange with a floating bound), layers'
+// parameters, and integer inputs of ops that compute in floating point (sqrt of an int64
+// tensor, an int64 tensor times 2.5, true division of integers). float32 unless set;
+// process-wide, as PyTorch's. set_default_dtype takes a floating dtype only (else ag::Error).
+DType get_default_dtype();
+void set_default_dtype(DType dtype);
+
+// Sets the default dtype for a scope and restores the previous one when it ends.
+class DefaultDTypeGuard {
+ public:
+  explicit DefaultDTypeGuard(DType dtype) : previous_(get_default_dtype()) { set_default_dtype(dtype); }
+  DefaultDTypeGuard(const DefaultDTypeGuard&) = delete;
+  DefaultDTypeGuard& operator=(const DefaultDTypeGuard&) = delete;
+  ~DefaultDTypeGuard() { set_default_dtype(previous_); }
+
+ private:
+  DType previous_;
+};
+
 // The C++ type stored for each DType.
 template <DType D> struct CppType;
 template <> struct CppType<DType::Float32> { using type = float; };

@@ -32,7 +32,12 @@ enum class BinaryKind : uint8_t {
 #define AG_BINARY(Kind, ...) Kind,
 #include "core/elementwise_kinds.def"
 };
-enum class ReduceKind : uint8_t { Sum, Mean, Prod, Max, Min, Argmax, Argmin, Var, LogSumExp };
+enum class LossKind : uint8_t {
+#define AG_LOSS(Kind, ...) Kind,
+#include "core/loss_kinds.def"
+};
+// Norm: the vector p-norm, param = p (any p; 0 counts nonzeros, +-inf the largest/smallest |x|).
+enum class ReduceKind : uint8_t { Sum, Mean, Prod, Max, Min, Argmax, Argmin, Var, LogSumExp, Norm };
 
 // What a kind's backward reads (the `reads` column).
 enum class UnaryGrad : uint8_t { x, y, g, pass, none };
@@ -104,6 +109,10 @@ constexpr int kBinaryTypes[] = {
 #undef AG_KIND_TYPES_floats
 #undef AG_KIND_TYPES_compare
 };
+constexpr const char* kLossNames[] = {
+#define AG_LOSS(Kind, ...) #Kind,
+#include "core/loss_kinds.def"
+};
 constexpr const char* kBinaryNames[] = {
 #define AG_BINARY(Kind, ...) #Kind,
 #include "core/elementwise_kinds.def"
@@ -122,6 +131,7 @@ constexpr bool is_comparison(BinaryKind k) { return detail::kBinaryTypes[static_
 // Integer operands are computed in float32 (div, pow), as PyTorch's true division.
 constexpr bool binary_computes_in_float(BinaryKind k) { return detail::kBinaryTypes[static_cast<int>(k)] == 1; }
 constexpr const char* kind_name(BinaryKind k) { return detail::kBinaryNames[static_cast<int>(k)]; }
+constexpr const char* kind_name(LossKind k) { return detail::kLossNames[static_cast<int>(k)]; }
 
 namespace math {
 AG_HOST_DEVICE inline float exp(float x) { return ::expf(x); }
@@ -255,6 +265,50 @@ template <class T> AG_HOST_DEVICE inline T mish_grad(T x) {
   const T t = tanh(log1p(exp(x)));
   return t + x * sigmoid(x) * (T(1) - t * t);
 }
+// The p-norm's cases (ReduceKind::Norm): how |x| joins the state and how states combine.
+enum class NormMode : int64_t { two, one, inf, neg_inf, zero, other };
+AG_HOST_DEVICE inline NormMode norm_mode(double p) {
+  return p == 2 ? NormMode::two : p == 1 ? NormMode::one : p == INFINITY ? NormMode::inf
+       : p == -INFINITY ? NormMode::neg_inf : p == 0 ? NormMode::zero : NormMode::other;
+}
+template <class T> AG_HOST_DEVICE inline T norm_accumulate(NormMode m, T s, T x, T p) {
+  const T a = abs(x);
+  switch (m) {
+    case NormMode::two: return s + a * a;
+    case NormMode::one: return s + a;
+    case NormMode::inf: return (a > s || isnan(a)) && !isnan(s) ? a : s;
+    case NormMode::neg_inf: return (a < s || isnan(a)) && !isnan(s) ? a : s;
+    case NormMode::zero: return s + (x != T(0) ? T(1) : T(0));
+    default: return s + pow(a, p);
+  }
+}
+template <class T> AG_HOST_DEVICE inline T norm_combine(NormMode m, T s, T t) {
+  if (m == NormMode::inf || m == NormMode::neg_inf) return norm_accumulate(m, s, t, T(0));
+  return s + t;
+}
+template <class T> AG_HOST_DEVICE inline T norm_identity(NormMode m) { return m == NormMode::neg_inf ? T(INFINITY) : T(0); }
+template <class T> AG_HOST_DEVICE inline T norm_finish(NormMode m, T s, T inv_p) {
+  return m == NormMode::two ? sqrt(s) : m == NormMode::other ? pow(s, inv_p) : s;
+}
+template <class T> AG_HOST_DEVICE inline T max0(T x) { return x > T(0) ? x : T(0); }
+// smooth_l1_loss of a difference d with beta a (l1 when a == 0), and its derivative in d.
+template <class T> AG_HOST_DEVICE inline T smooth_l1(T d, T a) {
+  return abs(d) < a ? T(0.5) * d * d / a : abs(d) - T(0.5) * a;
+}
+template <class T> AG_HOST_DEVICE inline T smooth_l1_grad(T d, T a) { return abs(d) < a ? d / a : sign(d); }
+// huber_loss of d with delta a, and its derivative in d.
+template <class T> AG_HOST_DEVICE inline T huber(T d, T a) {
+  return abs(d) <= a ? T(0.5) * d * d : a * (abs(d) - T(0.5) * a);
+}
+template <class T> AG_HOST_DEVICE inline T huber_grad(T d, T a) { return abs(d) <= a ? d : a * sign(d); }
+// Stirling's approximation of log(y!) less its log-rate part, y log y - y + log(2 pi y) / 2,
+// where y > 1 (poisson_nll_loss's full term; on = 0 turns it off), and its derivative.
+template <class T> AG_HOST_DEVICE inline T stirling(T y, T on) {
+  return on != T(0) && y > T(1) ? y * log(y) - y + T(0.5) * log(T(6.28318530717958647693) * y) : T(0);
+}
+template <class T> AG_HOST_DEVICE inline T stirling_grad(T y, T on) {
+  return on != T(0) && y > T(1) ? log(y) + T(0.5) / y : T(0);
+}
 }  // namespace math
 
 // Each kind's formulas as functions of the type T they compute in. A backward names only the
@@ -317,6 +371,21 @@ namespace formulas {
 #undef AG_GRAD_Y_g
 #undef AG_GRAD_Y_ops
 #undef AG_GRAD_Y_none
+#define AG_LOSS(Kind, loss, dx, dy)                                                                        \
+  template <class T> AG_HOST_DEVICE inline T Kind##_loss(T x, T y, [[maybe_unused]] T a, [[maybe_unused]] T b) { \
+    return loss;                                                                                           \
+  }                                                                                                        \
+  template <class T>                                                                                       \
+  AG_HOST_DEVICE inline T Kind##_loss_dx([[maybe_unused]] T g, [[maybe_unused]] T x, [[maybe_unused]] T y,  \
+                                         [[maybe_unused]] T a, [[maybe_unused]] T b) {                     \
+    return dx;                                                                                             \
+  }                                                                                                        \
+  template <class T>                                                                                       \
+  AG_HOST_DEVICE inline T Kind##_loss_dy([[maybe_unused]] T g, [[maybe_unused]] T x, [[maybe_unused]] T y,  \
+                                         [[maybe_unused]] T a, [[maybe_unused]] T b) {                     \
+    return dy;                                                                                             \
+  }
+#include "core/loss_kinds.def"
 }  // namespace formulas
 
 // y = f(x) for one element, computed in T (float for 16-bit inputs). `a`, `b` are the op's
@@ -357,6 +426,26 @@ template <BinaryKind K, class T> AG_HOST_DEVICE inline T binary_grad_y(T g, T x,
 #define AG_BINARY(Kind, ...) \
   if constexpr (K == BinaryKind::Kind) return formulas::Kind##_dy<T>(g, x, y); else
 #include "core/elementwise_kinds.def"
+  return g;
+}
+
+// The loss of one element (input x, target y) and its gradients, computed in T; a, b the op's scalars.
+template <LossKind K, class T> AG_HOST_DEVICE inline T loss_op(T x, T y, T a, T b) {
+#define AG_LOSS(Kind, ...) \
+  if constexpr (K == LossKind::Kind) return formulas::Kind##_loss<T>(x, y, a, b); else
+#include "core/loss_kinds.def"
+  return x;
+}
+template <LossKind K, class T> AG_HOST_DEVICE inline T loss_grad_x(T g, T x, T y, T a, T b) {
+#define AG_LOSS(Kind, ...) \
+  if constexpr (K == LossKind::Kind) return formulas::Kind##_loss_dx<T>(g, x, y, a, b); else
+#include "core/loss_kinds.def"
+  return g;
+}
+template <LossKind K, class T> AG_HOST_DEVICE inline T loss_grad_y(T g, T x, T y, T a, T b) {
+#define AG_LOSS(Kind, ...) \
+  if constexpr (K == LossKind::Kind) return formulas::Kind##_loss_dy<T>(g, x, y, a, b); else
+#include "core/loss_kinds.def"
   return g;
 }
 

@@ -49,13 +49,18 @@ AG_DECLARE_KERNEL(accumulate, void(const Tensor& dst, const Tensor& src));
 
 // x contiguous [outer, r, inner] -> out contiguous [outer, inner] (x's dtype; Int64 for
 // Argmax/Argmin). `indices` (Int64 [outer, inner]) is filled for Max/Min when defined.
-// `param` is the correction of Var.
+// `param` is the correction of Var, p of Norm.
 AG_DECLARE_KERNEL(reduce,
                   void(ReduceKind k, const Tensor& x, const Tensor& out, const Tensor& indices, double param));
 // out = the running sums of x along r (reverse: from r's end), x and out contiguous [outer, r,
 // inner] of one dtype; each sum kept in the accumulation type (float for 16-bit x, int64 for
 // integers) and rounded as it is stored.
 AG_DECLARE_KERNEL(cumsum, void(const Tensor& x, const Tensor& out, bool reverse));
+// out = the running products of x along r, as cumsum (floating dtypes and int64).
+AG_DECLARE_KERNEL(cumprod, void(const Tensor& x, const Tensor& out));
+// grad_x of cumprod along r, right at zeros (Note [cumprod's gradient] in ops/reduce.cpp): x,
+// out (the forward's), g and grad_x contiguous [outer, r, inner] of one floating dtype.
+AG_DECLARE_KERNEL(cumprod_backward, void(const Tensor& x, const Tensor& out, const Tensor& g, const Tensor& grad_x));
 // x contiguous [outer, r, inner]; out the same shape, of x's dtype or float32 (a 16-bit x read
 // as is: log_softmax(x, dim, kFloat32)); softmax (or log_softmax) over r.
 AG_DECLARE_KERNEL(softmax, void(const Tensor& x, const Tensor& out, bool log));
@@ -107,6 +112,21 @@ AG_DECLARE_KERNEL(cross_entropy_forward, void(const Tensor& x, const Tensor& tar
 AG_DECLARE_KERNEL(cross_entropy_backward, void(const Tensor& grad, const Tensor& x, const Tensor& target,
                                                const Tensor& lse, const Tensor& count, int64_t ignore_index,
                                                const Tensor& grad_x));
+
+// Pointwise losses (core/loss_kinds.def): x and y contiguous of one shape and floating dtype,
+// a and b the loss's scalars. pointwise_loss: out (contiguous, x's shape and dtype) = the loss
+// of each element. pointwise_loss_sum: out (0-dim, x's dtype) = scale * the sum of the losses,
+// summed in float (double for float64) in an order fixed by the shape, the device and its
+// size, in one pass. pointwise_loss_backward: grad_x and grad_y (contiguous, x's shape, either
+// undefined: not computed) = scale * the kind's gradients, g either of x's shape (contiguous)
+// or 0-dim (the gradient of a reduced loss, the same for every element).
+AG_DECLARE_KERNEL(pointwise_loss,
+                  void(LossKind k, const Tensor& x, const Tensor& y, const Tensor& out, double a, double b));
+AG_DECLARE_KERNEL(pointwise_loss_sum, void(LossKind k, const Tensor& x, const Tensor& y, const Tensor& out, double a,
+                                           double b, double scale));
+AG_DECLARE_KERNEL(pointwise_loss_backward, void(LossKind k, const Tensor& g, const Tensor& x, const Tensor& y,
+                                                const Tensor& grad_x, const Tensor& grad_y, double a, double b,
+                                                double scale));
 
 // ---- Normalization --------------------------------------------------------------------------
 

@@ -17,7 +17,7 @@ class TensorOptions {
   TensorOptions dtype(DType d) const { auto o = *this; o.dtype_ = d; return o; }
   TensorOptions device(Device d) const { auto o = *this; o.device_ = d; return o; }
   TensorOptions requires_grad(bool r) const { auto o = *this; o.requires_grad_ = r; return o; }
-  DType dtype() const { return dtype_.value_or(DType::Float32); }
+  DType dtype() const { return dtype_.value_or(get_default_dtype()); }  // get_default_dtype(): core/dtype.h
   bool has_dtype() const { return dtype_.has_value(); }  // factories that infer a dtype ask
   Device device() const { return device_; }
   bool requires_grad() const { return requires_grad_; }

@@ -186,56 +186,62 @@ template <bool kInt64, bool kNarrowInts, class F> void dispatch_reduce(DType t, 
 // Sums are kept in the accumulation type, in an order fixed by the shape: deterministic.
 constexpr int64_t kShortScan = 64;
 
-template <class T>
+// kProd: cumprod, the same scans with products (identity 1).
+template <class A, bool kProd> __device__ __forceinline__ A scan_join(A a, A b) { return kProd ? a * b : a + b; }
+
+template <class T, bool kProd>
 __global__ void cumsum_lines_kernel(const T* x, T* out, int64_t lines, int64_t r, int64_t inner, bool reverse) {
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t line = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; line < lines; line += step) {
     const int64_t start = (line / inner) * r * inner + line % inner;
-    dacc_t<T> s = 0;
+    dacc_t<T> s = kProd ? 1 : 0;
     for (int64_t k = 0; k < r; ++k) {
       const int64_t at = start + (reverse ? r - 1 - k : k) * inner;
-      s += to_acc(x[at]);
+      s = scan_join<dacc_t<T>, kProd>(s, to_acc(x[at]));
       out[at] = from_acc<T>(s);
     }
   }
 }
 
-template <class T> __global__ void cumsum_block_kernel(const T* x, T* out, int64_t r, int64_t inner, bool reverse) {
+template <class T, bool kProd>
+__global__ void cumsum_block_kernel(const T* x, T* out, int64_t r, int64_t inner, bool reverse) {
   using A = dacc_t<T>;
+  const A id = kProd ? A(1) : A(0);
   constexpr int kWarps = kBlockSize / 32;
   __shared__ A warp_total[kWarps];
   const int64_t line = blockIdx.x;
   const int64_t start = (line / inner) * r * inner + line % inner;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  A carry = 0;
+  A carry = id;
   for (int64_t base = 0; base < r; base += kBlockSize) {
     const int64_t k = base + threadIdx.x;
     const int64_t at = start + (reverse ? r - 1 - k : k) * inner;
-    A v = k < r ? to_acc(x[at]) : A(0);
+    A v = k < r ? to_acc(x[at]) : id;
 #pragma unroll
     for (int d = 1; d < 32; d <<= 1) {
       const A n = __shfl_up_sync(0xffffffffu, v, d);
-      if (lane >= d) v += n;
+      if (lane >= d) v = scan_join<A, kProd>(v, n);
     }
     if (lane == 31) warp_total[warp] = v;
     __syncthreads();
     if (warp == 0) {
-      A w = lane < kWarps ? warp_total[lane] : A(0);
+      A w = lane < kWarps ? warp_total[lane] : id;
 #pragma unroll
       for (int d = 1; d < kWarps; d <<= 1) {
         const A n = __shfl_up_sync(0xffffffffu, w, d);
-        if (lane >= d) w += n;
+        if (lane >= d) w = scan_join<A, kProd>(w, n);
       }
       if (lane < kWarps) warp_total[lane] = w;
     }
     __syncthreads();
-    if (k < r) out[at] = from_acc<T>(carry + (warp > 0 ? warp_total[warp - 1] : A(0)) + v);
-    carry += warp_total[kWarps - 1];
+    if (k < r)
+      out[at] = from_acc<T>(scan_join<A, kProd>(scan_join<A, kProd>(carry, warp > 0 ? warp_total[warp - 1] : id), v));
+    carry = scan_join<A, kProd>(carry, warp_total[kWarps - 1]);
     __syncthreads();  // warp_total is rewritten by the next tile
   }
 }
 
-void cumsum(const Tensor& x, const Tensor& out, bool reverse) {
+template <bool kProd> void scan(const Tensor& x, const Tensor& out, bool reverse) {
   const int64_t outer = x.size(0), r = x.size(1), inner = x.size(2), lines = outer * inner;
   if (out.numel() == 0) return;
   KernelContext ctx(out);
@@ -247,13 +253,57 @@ void cumsum(const Tensor& x, const Tensor& out, bool reverse) {
       const T* xp = ptr<const T>(x);
       T* op = ptr<T>(out);
       if (r <= kShortScan) {
-        launch(ctx, cumsum_lines_kernel<T>, ctx.grid_stride_blocks(lines), kBlockSize, 0, xp, op, lines, r, inner,
-               reverse);
+        launch(ctx, cumsum_lines_kernel<T, kProd>, ctx.grid_stride_blocks(lines), kBlockSize, 0, xp, op, lines, r,
+               inner, reverse);
       } else {
-        AG_CHECK(lines <= INT32_MAX, "cumsum on cuda: {} lines of {} elements is more than one grid", lines, r);
-        launch(ctx, cumsum_block_kernel<T>, static_cast<unsigned>(lines), kBlockSize, 0, xp, op, r, inner, reverse);
+        AG_CHECK(lines <= INT32_MAX, "{} on cuda: {} lines of {} elements is more than one grid",
+                 kProd ? "cumprod" : "cumsum", lines, r);
+        launch(ctx, cumsum_block_kernel<T, kProd>, static_cast<unsigned>(lines), kBlockSize, 0, xp, op, r, inner,
+               reverse);
       }
     }
+  });
+}
+void cumsum(const Tensor& x, const Tensor& out, bool reverse) { scan<false>(x, out, reverse); }
+void cumprod(const Tensor& x, const Tensor& out) { scan<true>(x, out, false); }
+
+// One thread per line, in order (Note [cumprod's gradient] in ops/reduce.cpp): before the
+// line's first zero z, grad_i = (sum over k >= i of g_k out_k) / x_i; at z, the sum over k >= z
+// of g_k times the product of the line's other values up to k; after z, 0.
+template <class T>
+__global__ void cumprod_backward_kernel(const T* x, const T* out, const T* g, T* gx, int64_t lines, int64_t r,
+                                        int64_t inner) {
+  using A = dacc_t<T>;
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t line = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; line < lines; line += step) {
+    const int64_t start = (line / inner) * r * inner + line % inner;
+    auto at = [&](int64_t k) { return start + k * inner; };
+    int64_t z = r;
+    for (int64_t k = 0; k < r && z == r; ++k)
+      if (to_acc(x[at(k)]) == A(0)) z = k;
+    // At z and after: the products of the values after z, times the product before z.
+    A before = z > 0 ? A(to_acc(out[at(z - 1)])) : A(1), q = before, at_zero = 0;
+    for (int64_t k = z; k < r; ++k) {
+      if (k > z) q *= to_acc(x[at(k)]);
+      at_zero += to_acc(g[at(k)]) * q;
+      if (k > z) gx[at(k)] = from_acc<T>(A(0));
+    }
+    if (z < r) gx[at(z)] = from_acc<T>(at_zero);
+    A suffix = 0;  // sum over k >= i of g_k out_k (out_k is 0 from z on)
+    for (int64_t k = z - 1; k >= 0; --k) {
+      suffix += to_acc(g[at(k)]) * to_acc(out[at(k)]);
+      gx[at(k)] = from_acc<T>(suffix / to_acc(x[at(k)]));
+    }
+  }
+}
+
+void cumprod_backward(const Tensor& x, const Tensor& out, const Tensor& g, const Tensor& grad_x) {
+  const int64_t outer = x.size(0), r = x.size(1), inner = x.size(2), lines = outer * inner;
+  if (x.numel() == 0) return;
+  KernelContext ctx(grad_x);
+  dispatch_floating(x.dtype(), "cumprod backward", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    launch(ctx, cumprod_backward_kernel<T>, ctx.grid_stride_blocks(lines), kBlockSize, 0, ptr<const T>(x), ptr<const T>(out), ptr<const T>(g), ptr<T>(grad_x), lines, r, inner);
   });
 }
 
@@ -291,11 +341,19 @@ void reduce(ReduceKind k, const Tensor& x, const Tensor& out, const Tensor& indi
       return dispatch_reduce<false, false>(x.dtype(), "logsumexp", [&](auto tag) {
         run_reduce(ctx, LseOp<typename decltype(tag)::type>{}, x, out, indices);
       });
+    case ReduceKind::Norm:
+      return dispatch_reduce<false, false>(x.dtype(), "norm", [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        using A = dacc_t<T>;
+        run_reduce(ctx, NormOp<T>{math::norm_mode(param), static_cast<A>(param), static_cast<A>(1.0 / param)}, x, out, indices);
+      });
   }
   AG_INTERNAL_ASSERT(false, "reduce: unknown kind {}", static_cast<int>(k));
 }
 
 AG_REGISTER_KERNEL(kernel::reduce, kCUDA, reduce);
 AG_REGISTER_KERNEL(kernel::cumsum, kCUDA, cumsum);
+AG_REGISTER_KERNEL(kernel::cumprod, kCUDA, cumprod);
+AG_REGISTER_KERNEL(kernel::cumprod_backward, kCUDA, cumprod_backward);
 
 }  // namespace ampgrad::cuda

@@ -1,4 +1,6 @@
-// CPU reference kernels of nll_loss and cross_entropy: everything in double.
+// CPU reference kernels of nll_loss and cross_entropy (everything in double) and of the
+// pointwise losses (core/loss_kinds.def: each element in its accumulation type, as the CUDA
+// kernels, the sums in double).
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -84,6 +86,74 @@ void cross_entropy_backward(const Tensor& grad, const Tensor& x, const Tensor& t
   }
 }
 
+namespace {
+template <class F> void visit_loss_kind(LossKind k, F&& f) {
+  switch (k) {
+#define AG_LOSS(Kind, ...) \
+  case LossKind::Kind: return f(std::integral_constant<LossKind, LossKind::Kind>{});
+#include "core/loss_kinds.def"
+  }
+  AG_INTERNAL_ASSERT(false, "pointwise loss: unknown kind {}", static_cast<int>(k));
+}
+}  // namespace
+
+void pointwise_loss(LossKind k, const Tensor& x, const Tensor& y, const Tensor& out, double a, double b) {
+  visit_loss_kind(k, [&](auto kind) {
+    visit_floating(x, "pointwise loss", [&](auto tag) {
+      using T = decltype(tag);
+      using A = acc_t<T>;
+      const T* px = static_cast<const T*>(x.data_ptr());
+      const T* py = static_cast<const T*>(y.data_ptr());
+      T* po = static_cast<T*>(out.data_ptr());
+      for (int64_t i = 0; i < x.numel(); ++i)
+        po[i] = static_cast<T>(loss_op<kind.value, A>(static_cast<A>(px[i]), static_cast<A>(py[i]), static_cast<A>(a),
+                                                      static_cast<A>(b)));
+    });
+  });
+}
+
+void pointwise_loss_sum(LossKind k, const Tensor& x, const Tensor& y, const Tensor& out, double a, double b,
+                        double scale) {
+  visit_loss_kind(k, [&](auto kind) {
+    visit_floating(x, "pointwise loss", [&](auto tag) {
+      using T = decltype(tag);
+      using A = acc_t<T>;
+      const T* px = static_cast<const T*>(x.data_ptr());
+      const T* py = static_cast<const T*>(y.data_ptr());
+      double total = 0;
+      for (int64_t i = 0; i < x.numel(); ++i)
+        total += static_cast<double>(
+            loss_op<kind.value, A>(static_cast<A>(px[i]), static_cast<A>(py[i]), static_cast<A>(a), static_cast<A>(b)));
+      *static_cast<T*>(out.data_ptr()) = from_double<T>(total * scale);
+    });
+  });
+}
+
+void pointwise_loss_backward(LossKind k, const Tensor& g, const Tensor& x, const Tensor& y, const Tensor& gx,
+                             const Tensor& gy, double a, double b, double scale) {
+  visit_loss_kind(k, [&](auto kind) {
+    visit_floating(x, "pointwise loss backward", [&](auto tag) {
+      using T = decltype(tag);
+      using A = acc_t<T>;
+      const T* pg = static_cast<const T*>(g.data_ptr());
+      const T* px = static_cast<const T*>(x.data_ptr());
+      const T* py = static_cast<const T*>(y.data_ptr());
+      T* pgx = gx.defined() ? static_cast<T*>(gx.data_ptr()) : nullptr;
+      T* pgy = gy.defined() ? static_cast<T*>(gy.data_ptr()) : nullptr;
+      const bool reduced = g.dim() == 0;
+      const A sa = static_cast<A>(a), sb = static_cast<A>(b), sc = static_cast<A>(scale);
+      for (int64_t i = 0; i < x.numel(); ++i) {
+        const A vg = static_cast<A>(pg[reduced ? 0 : i]) * sc, vx = static_cast<A>(px[i]), vy = static_cast<A>(py[i]);
+        if (pgx) pgx[i] = static_cast<T>(loss_grad_x<kind.value, A>(vg, vx, vy, sa, sb));
+        if (pgy) pgy[i] = static_cast<T>(loss_grad_y<kind.value, A>(vg, vx, vy, sa, sb));
+      }
+    });
+  });
+}
+
+AG_REGISTER_KERNEL(kernel::pointwise_loss, kCPU, pointwise_loss);
+AG_REGISTER_KERNEL(kernel::pointwise_loss_sum, kCPU, pointwise_loss_sum);
+AG_REGISTER_KERNEL(kernel::pointwise_loss_backward, kCPU, pointwise_loss_backward);
 AG_REGISTER_KERNEL(kernel::nll_loss_forward, kCPU, nll_loss_forward);
 AG_REGISTER_KERNEL(kernel::nll_loss_backward, kCPU, nll_loss_backward);
 AG_REGISTER_KERNEL(kernel::cross_entropy_forward, kCPU, cross_entropy_forward);

@@ -76,6 +76,14 @@ void reduce_typed(ReduceKind k, const Tensor& x, const Tensor& out, const Tensor
           acc = static_cast<A>(m + std::log(s));
           break;
         }
+        case ReduceKind::Norm:
+          if constexpr (std::is_floating_point_v<A>) {
+            const math::NormMode m = math::norm_mode(param);
+            acc = math::norm_identity<A>(m);
+            for (int64_t j = 0; j < r; ++j) acc = math::norm_accumulate<A>(m, acc, at(j), static_cast<A>(param));
+            acc = math::norm_finish<A>(m, acc, static_cast<A>(1.0 / param));
+          }
+          break;
         default: break;
       }
       static_cast<T*>(out.data_ptr())[dst] = static_cast<T>(static_cast<acc_t<T>>(acc));

@@ -83,7 +83,7 @@ Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step, Tensor
   for (int64_t i = 0; i < n; ++i) v[i] = s + st * static_cast<double>(i);
   if (!options.has_dtype()) {
     const bool integral = !start.is_floating() && !end.is_floating() && !step.is_floating();
-    options = options.dtype(integral ? kInt64 : kFloat32);
+    options = options.dtype(integral ? kInt64 : get_default_dtype());
   }
   return from_host(v.data(), kFloat64, {n}, options, "arange");
 }

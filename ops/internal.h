@@ -32,6 +32,10 @@ Tensor unary_elementwise(const OpInfo& op, UnaryKind k, const Tensor& a, double 
 // when it cannot (promotion, broadcasting self, overlap), and the caller goes out of place.
 bool binary_inplace(BinaryKind k, Tensor& self, const Tensor& other);
 bool scalar_inplace(UnaryKind k, Tensor& self, double s);
+enum class Reduction;
+// A loss's per-sample values reduced as `reduction` says (ops/pair_loss.cpp); BatchMean is an
+// error naming op (kl_div alone takes it, in its kernel).
+Tensor reduce_loss(const Tensor& per_sample, Reduction reduction, const OpInfo& op);
 // Allocates out (shape, dtype of `like`, device of `like`).
 inline Tensor empty_as(const Shape& shape, DType dtype, const Tensor& like) {
   return empty(shape, TensorOptions(dtype).device(like.device()));

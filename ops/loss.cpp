@@ -1,4 +1,4 @@
-// Losses: nll_loss, cross_entropy (label smoothing, ignore_index), mse, and binary cross-entropy.
+// Losses: nll_loss, cross_entropy (label smoothing, ignore_index) and binary cross-entropy.
 #include "autograd/node.h"
 #include "core/kernels.h"
 #include "ops/internal.h"
@@ -16,9 +16,6 @@ namespace {
 const OpInfo kNllLoss{"nll_loss", Category::fp32, true, "losses: range and accumulation, as PyTorch"};
 const OpInfo kCrossEntropy{"cross_entropy", Category::fp32, true, "losses: exp, log and a sum over classes", {},
                            /*reads_16bit=*/true};
-const OpInfo kMseLoss{"mse_loss", Category::fp32, true, "losses: squares overflow float16"};
-const OpInfo kBceWithLogits{"binary_cross_entropy_with_logits", Category::fp32, true,
-                            "losses: the stable log-sigmoid form"};
 const OpInfo kBce{"binary_cross_entropy", Category::banned, true,
                   "log of probabilities near 0 or 1 is unsafe in float16", "binary_cross_entropy_with_logits"};
 
@@ -108,29 +105,7 @@ Tensor cross_entropy(const Tensor& logits0, const Tensor& target0, double label_
   return scope.finish(nll_mean(lp, target, ignore_index) * (1 - label_smoothing) + smooth * label_smoothing);
 }
 
-Tensor mse_loss(const Tensor& input0, const Tensor& target0) {
-  Tensor input = input0, target = target0;
-  OpScope scope(kMseLoss, input, target);
-  check_defined(kMseLoss, input, "input");
-  check_defined(kMseLoss, target, "target");
-  AG_CHECK(input.shape() == target.shape(), "mse_loss: input {} and target {} must have the same shape", input.desc(),
-           target.desc());
-  Tensor d = input - target;
-  return scope.finish(mean(d * d));
-}
-
-Tensor binary_cross_entropy_with_logits(const Tensor& logits0, const Tensor& target0) {
-  Tensor x = logits0, y = target0;
-  OpScope scope(kBceWithLogits, x, y);
-  check_defined(kBceWithLogits, x, "input");
-  check_defined(kBceWithLogits, y, "target");
-  AG_CHECK(x.shape() == y.shape(), "binary_cross_entropy_with_logits: input {} and target {} must have the same shape",
-           x.desc(), y.desc());
-  // max(x, 0) - x*y + log(1 + e^-|x|): no overflow for large |x|.
-  return scope.finish(mean(relu(x) - x * y + log1p(exp(-abs(x)))));
-}
-
-Tensor binary_cross_entropy(const Tensor& probs0, const Tensor& target0) {
+Tensor binary_cross_entropy(const Tensor& probs0, const Tensor& target0, Reduction reduction) {
   Tensor p = probs0, y = target0;
   OpScope scope(kBce, p, y);
   check_defined(kBce, p, "input");
@@ -139,7 +114,7 @@ Tensor binary_cross_entropy(const Tensor& probs0, const Tensor& target0) {
            y.desc());
   // log clamped at -100, as PyTorch, so p = 0 or 1 gives a finite loss.
   Tensor lp = clamp(log(p), -100.0, std::nullopt), l1p = clamp(log(rsub(p, 1)), -100.0, std::nullopt);
-  return scope.finish(-mean(y * lp + rsub(y, 1) * l1p));
+  return scope.finish(reduce_loss(-(y * lp + rsub(y, 1) * l1p), reduction, kBce));
 }
 
 }  // namespace ampgrad

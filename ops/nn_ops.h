@@ -32,19 +32,86 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
                   const Tensor& bias, bool training, double momentum = 0.1, double eps = 1e-5);
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = Tensor(),
                   const Tensor& bias = Tensor(), double eps = 1e-5);
+// x [N, C, *]: each sample's C channels in num_groups groups, each normalized over its
+// channels and positions; weight and bias [C] (optional).
+Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight = Tensor(), const Tensor& bias = Tensor(),
+                  double eps = 1e-5);
 
 // Zeroes each element with probability p and scales the rest by 1/(1-p) (training only).
 // Masks come from a counter-based hash, identical on the CPU and CUDA for the same seed.
 Tensor dropout(const Tensor& x, double p, bool training = true);
 
-// Losses (ops/loss.cpp): mean over the batch (ignored targets excluded).
+// Losses (ops/loss.cpp, ops/pointwise_loss.cpp, ops/pair_loss.cpp). reduction as PyTorch's:
+// None keeps one loss per element (per sample for the classification and pair losses), Mean
+// averages them (nll_loss and cross_entropy over the rows not ignored), Sum adds them;
+// BatchMean (kl_div only) adds them and divides by the batch size, input.size(0). The target
+// has the input's shape unless an op says otherwise; a wrong shape or dtype is an ag::Error.
+enum class Reduction { None, Mean, Sum, BatchMean };
+
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target, int64_t ignore_index = -100);
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, double label_smoothing = 0.0,
                      int64_t ignore_index = -100);
-Tensor mse_loss(const Tensor& input, const Tensor& target);
-Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& target);
+Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean);
+Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean);
+// Quadratic where |input - target| < beta, linear outside; beta = 0 is l1_loss.
+Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean,
+                      double beta = 1.0);
+// Quadratic where |input - target| <= delta, linear with slope delta outside.
+Tensor huber_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean,
+                  double delta = 1.0);
+// log(1 + exp(-target * input)), target labels 1 and -1.
+Tensor soft_margin_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean);
+// input log-probabilities, target probabilities (log-probabilities with log_target):
+// target * (log(target) - input). PyTorch's mean divides by every element; BatchMean is the
+// KL divergence per sample.
+Tensor kl_div(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean,
+              bool log_target = false);
+// log_input: exp(input) - target * input; else input - target * log(input + eps). full adds
+// Stirling's approximation of log(target!) where target > 1.
+Tensor poisson_nll_loss(const Tensor& input, const Tensor& target, bool log_input = true, bool full = false,
+                        double eps = 1e-8, Reduction reduction = Reduction::Mean);
+// input where target is 1, max(0, margin - input) where it is -1.
+Tensor hinge_embedding_loss(const Tensor& input, const Tensor& target, double margin = 1.0,
+                            Reduction reduction = Reduction::Mean);
+Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& target,
+                                        Reduction reduction = Reduction::Mean);
+// max(0, -target * (input1 - input2) + margin), labels 1 and -1.
+Tensor margin_ranking_loss(const Tensor& input1, const Tensor& input2, const Tensor& target, double margin = 0.0,
+                           Reduction reduction = Reduction::Mean);
+// Inputs [N, D] (or [D]), target [N] (or 0-dim) of labels 1 and -1: 1 - cos(x1, x2) where 1,
+// max(0, cos(x1, x2) - margin) where -1.
+Tensor cosine_embedding_loss(const Tensor& input1, const Tensor& input2, const Tensor& target, double margin = 0.0,
+                             Reduction reduction = Reduction::Mean);
+// max(0, d(anchor, positive) - d(anchor, negative) + margin), d = pairwise_distance(p, eps);
+// swap takes d(positive, negative) where it is smaller.
+Tensor triplet_margin_loss(const Tensor& anchor, const Tensor& positive, const Tensor& negative, double margin = 1.0,
+                           double p = 2, double eps = 1e-6, bool swap = false, Reduction reduction = Reduction::Mean);
+// Input [N, C] (or [C]), int64 target [N]: the multi-class hinge loss, sum over j != y of
+// max(0, margin - x[y] + x[j])^p (p 1 or 2, times weight[y] when given) / C.
+Tensor multi_margin_loss(const Tensor& input, const Tensor& target, int64_t p = 1, double margin = 1.0,
+                         const Tensor& weight = Tensor(), Reduction reduction = Reduction::Mean);
+// Input [N, C] (or [C]), int64 target of the same shape: each row's target classes, ended by
+// the first -1. Sum over targets j and non-targets i of max(0, 1 - (x[j] - x[i])) / C.
+Tensor multilabel_margin_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean);
 // Banned under float16 autocast (use binary_cross_entropy_with_logits).
-Tensor binary_cross_entropy(const Tensor& probs, const Tensor& target);
+Tensor binary_cross_entropy(const Tensor& probs, const Tensor& target, Reduction reduction = Reduction::Mean);
+
+// Vector norms and distances (ops/vector_norm.cpp). norm: the p-norm over dims (every dim
+// when empty), as torch.linalg.vector_norm: p = 2 (the Frobenius norm of the dims), 1, inf,
+// -inf, 0 (the count of nonzeros) or any p > 0; p < 0 other than -inf is an ag::Error.
+Tensor norm(const Tensor& x, double p = 2, const Shape& dims = {}, bool keepdim = false);
+Tensor dist(const Tensor& a, const Tensor& b, double p = 2);  // norm(a - b, p), broadcasting
+// x / max(norm(x, p, dim), eps), as torch.nn.functional.normalize.
+Tensor normalize(const Tensor& x, double p = 2, int64_t dim = 1, double eps = 1e-12);
+Tensor cosine_similarity(const Tensor& x1, const Tensor& x2, int64_t dim = 1, double eps = 1e-8);
+// norm(x1 - x2 + eps, p) over the last dim.
+Tensor pairwise_distance(const Tensor& x1, const Tensor& x2, double p = 2, double eps = 1e-6, bool keepdim = false);
+// [..., P, M] and [..., R, M] -> [..., P, R]: the p-norm distance of every pair of rows.
+Tensor cdist(const Tensor& x1, const Tensor& x2, double p = 2);
+// [N, M] -> [N (N - 1) / 2]: the distances of rows i < j, row by row.
+Tensor pdist(const Tensor& x, double p = 2);
+// Each slice along dim whose p-norm exceeds maxnorm, scaled to norm maxnorm.
+Tensor renorm(const Tensor& x, double p, int64_t dim, double maxnorm);
 
 // Memory formats (ops/memory_format.cpp).
 bool is_channels_last(const Tensor& t);  // 4-D with NHWC strides

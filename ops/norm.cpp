@@ -15,6 +15,7 @@ namespace {
 const OpInfo kBatchNorm{"batch_norm", Category::passthrough, true,
                         "statistics computed in float32 inside; output in the input's dtype (as cuDNN)"};
 const OpInfo kLayerNorm{"layer_norm", Category::fp32, true, "accumulation: mean and variance over a row"};
+const OpInfo kGroupNorm{"group_norm", Category::fp32, true, "accumulation: mean and variance over a group"};
 const OpInfo kDropout{"dropout", Category::passthrough, true, "a mask multiply: exact in any dtype"};
 
 Tensor as_float32(const Tensor& t) { return t.defined() && t.dtype() != kFloat32 && t.dtype() != kFloat64 ? t.to(kFloat32) : t; }
@@ -156,6 +157,30 @@ Tensor layer_norm(const Tensor& x0, const Shape& normalized_shape, const Tensor&
   Tensor y = (x - mu) * rsqrt(var + eps);
   if (weight.defined()) y = y * weight;
   if (bias.defined()) y = y + bias;
+  return scope.finish(y);
+}
+
+Tensor group_norm(const Tensor& x0, int64_t num_groups, const Tensor& weight0, const Tensor& bias0, double eps) {
+  Tensor x = x0, weight = weight0, bias = bias0;
+  OpScope scope(kGroupNorm, x, weight, bias);
+  check_defined(kGroupNorm, x, "input");
+  AG_CHECK(x.dim() >= 2, "group_norm: expected input [N, C, *], got {}", x.desc());
+  const int64_t n = x.size(0), c = x.size(1);
+  AG_CHECK(num_groups > 0 && c % num_groups == 0, "group_norm: {} channels of input {} do not split into {} groups", c,
+           x.desc(), num_groups);
+  for (const Tensor* t : std::initializer_list<const Tensor*>{&weight, &bias})
+    if (t->defined())
+      AG_CHECK(t->shape() == Shape{c}, "group_norm: weight and bias must be [{}], got {}", c, t->desc());
+  // Each sample's channels in num_groups groups, normalized over the group's channels and
+  // positions (biased variance), then a per-channel affine.
+  const Tensor xg = x.reshape({n, num_groups, -1});
+  const Tensor mu = mean(xg, {2}, true);
+  const Tensor v = ampgrad::var(xg, {2}, 0.0, true);
+  Tensor y = ((xg - mu) * rsqrt(v + eps)).reshape(x.shape());
+  Shape per_channel(x.dim(), 1);
+  per_channel[1] = c;
+  if (weight.defined()) y = y * weight.reshape(per_channel);
+  if (bias.defined()) y = y + bias.reshape(per_channel);
   return scope.finish(y);
 }
 

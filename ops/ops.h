@@ -85,6 +85,8 @@ Tensor mean(const Tensor& a);
 Tensor mean(const Tensor& a, const Shape& dims, bool keepdim = false);
 // Running sums along dim (dtype as PyTorch's: integers give int64 unless it says otherwise).
 Tensor cumsum(const Tensor& a, int64_t dim, std::optional<DType> dtype = std::nullopt);
+// Running products along dim (dtype as cumsum's); its gradient is right at zeros.
+Tensor cumprod(const Tensor& a, int64_t dim, std::optional<DType> dtype = std::nullopt);
 Tensor prod(const Tensor& a);
 Tensor prod(const Tensor& a, int64_t dim, bool keepdim = false);
 Tensor var(const Tensor& a, const Shape& dims = {}, double correction = 1, bool keepdim = false);
@@ -100,6 +102,7 @@ Tensor argmin(const Tensor& a, int64_t dim, bool keepdim = false);
 // input with kFloat32 is read as is and computed in float32, with no cast kernel).
 Tensor softmax(const Tensor& a, int64_t dim, std::optional<DType> dtype = std::nullopt);
 Tensor log_softmax(const Tensor& a, int64_t dim, std::optional<DType> dtype = std::nullopt);
+Tensor softmin(const Tensor& a, int64_t dim, std::optional<DType> dtype = std::nullopt);  // softmax(-a)
 // Sums `a` down to `shape` (the reverse of broadcasting), used by autograd.
 Tensor sum_to(const Tensor& a, const Shape& shape);
 

@@ -1,5 +1,6 @@
 // Reductions over dims with keepdim: sum, mean, prod, var, logsumexp, max/min, argmax/argmin.
 #include <algorithm>
+#include <cmath>
 
 #include "autograd/node.h"
 #include "core/kernels.h"
@@ -25,6 +26,7 @@ const OpInfo kMax{"max", Category::passthrough, true, "exact in any dtype"};
 const OpInfo kMin{"min", Category::passthrough, true, "exact in any dtype"};
 const OpInfo kArgmax{"argmax", Category::passthrough, false, "returns indices"};
 const OpInfo kArgmin{"argmin", Category::passthrough, false, "returns indices"};
+const OpInfo kCumprod{"cumprod", Category::fp32, true, "range: running products overflow float16"};
 const OpInfo kCumsum{"cumsum", Category::fp32, true, "accumulation: running sums outgrow float16's range and digits"};
 
 // The CPU reference of kernel::cumsum: one running sum per (outer, inner) line.
@@ -48,12 +50,76 @@ void cumsum_cpu(const Tensor& x, const Tensor& out, bool reverse) {
 }
 AG_REGISTER_KERNEL(kernel::cumsum, kCPU, cumsum_cpu);
 
-// Runs kernel k over `dims`; returns the values (shape per keepdim) and, for max/min, indices.
+void cumprod_cpu(const Tensor& x, const Tensor& out) {
+  const int64_t outer = x.size(0), r = x.size(1), inner = x.size(2);
+  visit_dtype(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    using A = acc_t<T>;
+    const T* px = static_cast<const T*>(x.data_ptr());
+    T* po = static_cast<T*>(out.data_ptr());
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t i = 0; i < inner; ++i) {
+        A s = 1;
+        for (int64_t k = 0; k < r; ++k) {
+          const int64_t at = (o * r + k) * inner + i;
+          s *= static_cast<A>(px[at]);
+          po[at] = static_cast<T>(s);
+        }
+      }
+  });
+}
+AG_REGISTER_KERNEL(kernel::cumprod, kCPU, cumprod_cpu);
+
+// Note [cumprod's gradient]
+// out_k = x_0 ... x_k, so d out_k / d x_i (i <= k) is the product of the line's values up to k
+// but x_i. Where x_i != 0 that is out_k / x_i, and grad_i = (sum over k >= i of g_k out_k) /
+// x_i, one reverse scan. Dividing fails at zeros: with z the line's first zero, every out_k
+// from z on is 0, so the sum is right for i < z; grad_z = sum over k >= z of g_k out_{z-1}
+// x_{z+1} ... x_k; and for i > z every product still holds x_z = 0, so grad_i = 0. PyTorch
+// computes the same cases. The kernel takes each line in order, in the accumulation type.
+void cumprod_backward_cpu(const Tensor& x, const Tensor& out, const Tensor& g, const Tensor& grad_x) {
+  const int64_t outer = x.size(0), r = x.size(1), inner = x.size(2);
+  visit_dtype(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    using A = acc_t<T>;
+    const T* px = static_cast<const T*>(x.data_ptr());
+    const T* po = static_cast<const T*>(out.data_ptr());
+    const T* pg = static_cast<const T*>(g.data_ptr());
+    T* gx = static_cast<T*>(grad_x.data_ptr());
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t i = 0; i < inner; ++i) {
+        auto at = [&](int64_t k) { return (o * r + k) * inner + i; };
+        int64_t z = r;
+        for (int64_t k = 0; k < r && z == r; ++k)
+          if (static_cast<A>(px[at(k)]) == A(0)) z = k;
+        A q = z > 0 ? static_cast<A>(po[at(z - 1)]) : A(1), at_zero = 0;
+        for (int64_t k = z; k < r; ++k) {
+          if (k > z) q *= static_cast<A>(px[at(k)]);
+          at_zero += static_cast<A>(pg[at(k)]) * q;
+          if (k > z) gx[at(k)] = static_cast<T>(A(0));
+        }
+        if (z < r) gx[at(z)] = static_cast<T>(at_zero);
+        A suffix = 0;
+        for (int64_t k = z - 1; k >= 0; --k) {
+          suffix += static_cast<A>(pg[at(k)]) * static_cast<A>(po[at(k)]);
+          gx[at(k)] = static_cast<T>(suffix / static_cast<A>(px[at(k)]));
+        }
+      }
+  });
+}
+AG_REGISTER_KERNEL(kernel::cumprod_backward, kCPU, cumprod_backward_cpu);
+
+DType sum_dtype(DType t) { return is_floating(t) ? t : kInt64; }
+
+}  // namespace
+
 std::pair<Tensor, Tensor> reduce_forward(const OpInfo& op, ReduceKind k, const Tensor& a, const Shape& dims,
-                                         bool keepdim, DType out_dtype, double param = 0) {
+                                         bool keepdim, DType out_dtype, double param) {
   check_defined(op, a, "input");
   ReduceGeometry geo = reduce_geometry(op.name, a, dims);
-  AG_CHECK(geo.r > 0 || k == ReduceKind::Sum || k == ReduceKind::Prod || k == ReduceKind::Mean,
+  const bool has_identity = k == ReduceKind::Sum || k == ReduceKind::Prod || k == ReduceKind::Mean ||
+                            (k == ReduceKind::Norm && param >= 0 && param != INFINITY);
+  AG_CHECK(geo.r > 0 || has_identity,
            "{}: cannot reduce over an empty dimension of {} (the result has no identity)", op.name, a.desc());
   Shape out_shape = keepdim ? geo.keep_shape : geo.out_shape;
   Tensor out = empty_as(out_shape, out_dtype, a);
@@ -61,7 +127,7 @@ std::pair<Tensor, Tensor> reduce_forward(const OpInfo& op, ReduceKind k, const T
   if (k == ReduceKind::Max || k == ReduceKind::Min) idx = empty_as(out_shape, kInt64, a);
   if (out.numel() == 0) return {out, idx};
   if (geo.r == 0) {
-    fill_into(out, k == ReduceKind::Prod ? 1.0 : (k == ReduceKind::Mean ? NAN : 0.0));
+    fill_into(out, k == ReduceKind::Prod ? 1.0 : (k == ReduceKind::Mean ? NAN : 0.0));  // Norm: 0
     return {out, idx};
   }
   Tensor x = geo.x3;
@@ -73,7 +139,6 @@ std::pair<Tensor, Tensor> reduce_forward(const OpInfo& op, ReduceKind k, const T
   return {out, idx};
 }
 
-// Gradient of a reduction, broadcast back over the reduced dims of `in_shape`.
 Tensor expand_back(const Tensor& g, const Shape& in_shape, const Shape& dims, bool keepdim) {
   Tensor gk = g;
   // reshape, not view: an incoming gradient may be non-contiguous (an expanded one from a
@@ -81,10 +146,6 @@ Tensor expand_back(const Tensor& g, const Shape& in_shape, const Shape& dims, bo
   if (!keepdim) gk = g.reshape(reduce_geometry_keep_shape(in_shape, dims));
   return expand(gk, in_shape);
 }
-
-DType sum_dtype(DType t) { return is_floating(t) ? t : kInt64; }
-
-}  // namespace
 
 Tensor sum(const Tensor& a, const Shape& dims, bool keepdim) {
   Tensor x = a;
@@ -121,6 +182,28 @@ Tensor cumsum(const Tensor& a0, int64_t dim, std::optional<DType> dtype) {
     autograd::record(kCumsum, out, {a}, {}, [rows](const Tensor& g, const Saved&) {
       Tensor gx = empty(g.shape(), g.options());
       if (gx.numel()) kernel::cumsum(gx.device(), contiguous(g).view(rows), gx.view(rows), true);
+      return Grads{gx};
+    });
+  }
+  return scope.finish(out);
+}
+
+Tensor cumprod(const Tensor& a0, int64_t dim, std::optional<DType> dtype) {
+  Tensor a = a0;
+  OpScope scope(kCumprod, a);
+  check_defined(kCumprod, a, "input");
+  const int64_t d = wrap_dim(kCumprod.name, dim, a.dim());
+  const DType dt = dtype.value_or(sum_dtype(a.dtype()));  // as cumsum: integers multiply in int64
+  AG_CHECK(dt != kBool, "cumprod: dtype bool is not supported ({})", a.desc());
+  Tensor x = contiguous(a.dtype() == dt ? a : a.to(dt));  // differentiable: gradients reach a in its dtype
+  const Shape rows = rows_around(a.shape(), d);
+  Tensor out = empty_as(a.shape(), dt, a);
+  if (out.numel()) kernel::cumprod(out.device(), x.view(rows), out.view(rows));
+  if (x.requires_grad() && is_floating(dt)) {
+    autograd::record(kCumprod, out, {x}, {x, out.detach()}, [rows](const Tensor& g, const Saved& s) {
+      Tensor gx = empty(g.shape(), g.options());
+      if (gx.numel())
+        kernel::cumprod_backward(gx.device(), s[0].view(rows), s[1].view(rows), contiguous(g).view(rows), gx.view(rows));
       return Grads{gx};
     });
   }

@@ -4,6 +4,7 @@
 
 #include <string_view>
 
+#include "core/kernel_kinds.h"
 #include "core/tensor.h"
 
 namespace ampgrad {
@@ -21,5 +22,13 @@ Shape reduce_geometry_keep_shape(const Shape& in_shape, const Shape& dims);
 // [outer, r, inner] around dim d (already wrapped) of a shape: the view the kernels along one
 // dim take (softmax, the scans) of a contiguous tensor.
 Shape rows_around(const Shape& shape, int64_t d);
+
+struct OpInfo;
+// Runs kernel::reduce of kind k over `dims` of a (ops/reduce.cpp): the values (keepdim's
+// shape, out_dtype) and, for Max/Min, their indices. param: Var's correction, Norm's p.
+std::pair<Tensor, Tensor> reduce_forward(const OpInfo& op, ReduceKind k, const Tensor& a, const Shape& dims,
+                                         bool keepdim, DType out_dtype, double param = 0);
+// A reduction's gradient g broadcast back over the reduced dims of in_shape.
+Tensor expand_back(const Tensor& g, const Shape& in_shape, const Shape& dims, bool keepdim);
 
 }  // namespace ampgrad

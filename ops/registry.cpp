@@ -54,11 +54,11 @@ void check_defined(const OpInfo& op, const Tensor& t, std::string_view what) {
   AG_CHECK(t.defined(), "{}: {} is an undefined tensor", op.name, what);
 }
 
-DType float_compute_dtype(DType t) { return is_floating(t) ? t : DType::Float32; }
+DType float_compute_dtype(DType t) { return is_floating(t) ? t : get_default_dtype(); }
 
 DType scalar_result_dtype(DType tensor_dtype, const Scalar& s) {
   if (is_floating(tensor_dtype)) return tensor_dtype;
-  if (s.is_floating()) return DType::Float32;
+  if (s.is_floating()) return get_default_dtype();
   if (tensor_dtype == DType::Bool && s.is_integral()) return DType::Int64;
   return tensor_dtype;
 }

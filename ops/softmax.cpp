@@ -16,6 +16,7 @@ using amp::Category;
 namespace {
 const OpInfo kSoftmax{"softmax", Category::fp32, true, "range and accumulation: exp and a sum over the row", {},
                       /*reads_16bit=*/true};
+const OpInfo kSoftmin{"softmin", Category::fp32, true, "softmax of -x: range and accumulation, as softmax"};
 const OpInfo kLogSoftmax{"log_softmax", Category::fp32, true, "range and accumulation: exp and a sum over the row",
                          {}, /*reads_16bit=*/true};
 
@@ -67,6 +68,13 @@ Tensor softmax(const Tensor& a0, int64_t dim, std::optional<DType> dtype) {
   Tensor a = a0;
   OpScope scope(kSoftmax, a);
   return scope.finish(softmax_impl(kSoftmax, scope, a, dim, dtype, false));
+}
+
+Tensor softmin(const Tensor& a0, int64_t dim, std::optional<DType> dtype) {
+  Tensor a = a0;
+  OpScope scope(kSoftmin, a);
+  check_defined(kSoftmin, a, "input");
+  return scope.finish(softmax(-a, dim, dtype));
 }
 
 Tensor log_softmax(const Tensor& a0, int64_t dim, std::optional<DType> dtype) {

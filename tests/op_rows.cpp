@@ -3,39 +3,12 @@
 #include <cmath>
 #include <optional>
 
-#include "op_table.h"
+#include "op_rows.h"
 
 namespace op_table {
 
 namespace {
 
-using S = ag::Shape;
-In nrm(S s, double scale = 1) { return In{std::move(s), normal(scale)}; }
-In uni(S s, double lo, double hi) { return In{std::move(s), uniform(lo, hi)}; }
-In pos(S s) { return In{std::move(s), positive()}; }
-In sy(S s) { return In{std::move(s), sym()}; }
-In nz(S s) { return In{std::move(s), nonzero()}; }
-In kinked(S s, std::vector<double> kinks) { return In{std::move(s), away(std::move(kinks))}; }
-In fixed(In i) {
-  i.constant = true;
-  return i;
-}
-Row row(std::string op, std::string form, std::vector<In> in, Fn run) {
-  Row r;
-  r.op = std::move(op);
-  r.form = std::move(form);
-  r.in = std::move(in);
-  r.run = std::move(run);
-  return r;
-}
-// A matrix product's rows: sums of n products (Tol::sum).
-Row sum_row(std::string op, std::string form, std::vector<In> in, Fn run) {
-  return row(std::move(op), std::move(form), std::move(in), std::move(run)).tolerance(Tol::sum);
-}
-// Images [2, 3, n, n] at n = 5 and 9 (4 for gradcheck).
-Row image_row(std::string op, std::string form, std::vector<In> in, Fn run) {
-  return row(std::move(op), std::move(form), std::move(in), std::move(run)).at_sizes({5, 9}, 4);
-}
 double sigmoid(double x) { return 1 / (1 + std::exp(-x)); }
 // erf's inverse in float64 by bisection (|y| < 1).
 double erfinv_ref(double y) {
@@ -60,7 +33,8 @@ double python_mod(double x, double y) {
 }  // namespace
 
 const std::vector<Row>& rows() {
-  static const std::vector<Row> table = {
+  static const std::vector<Row> table = [] {
+  std::vector<Row> all = {
       // ---- Unary elementwise -------------------------------------------------------------------
       row("neg", "", {nrm({3, N})}, [](const V& v) { return ag::neg(v[0]); }).reference([](double x) { return -x; }),
       row("neg", "operator-", {nrm({3, N})}, [](const V& v) { return -v[0]; }),
@@ -499,6 +473,9 @@ const std::vector<Row>& rows() {
       // A cast to float64 and back is not gradcheckable in float64 (checked_by_hand).
       row("to", "to float64", {nrm({3, N})}, [](const V& v) { return v[0].to(ag::kFloat64) * 2; }).no_gradcheck(),
   };
+  for (Row& r : loss_and_norm_rows()) all.push_back(std::move(r));
+  return all;
+  }();
   return table;
 }
 

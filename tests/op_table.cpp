@@ -68,6 +68,40 @@ Draw untied(size_t i) {
     return f64(v, s);
   };
 }
+Draw labels() {
+  return [](const ag::Shape& s, int64_t, const V&) {
+    return ag::where(ag::lt(ag::rand(s, ag::kFloat64), 0.5), ag::full(s, -1.0, ag::kFloat64), ag::ones(s, ag::kFloat64));
+  };
+}
+Draw shifted(size_t i, Draw by) {
+  return [i, by](const ag::Shape& s, int64_t n, const V& earlier) {
+    REQUIRE(i < earlier.size());
+    return earlier[i].to(ag::kFloat64) + by(s, n, earlier);
+  };
+}
+Draw with_zeros() {
+  return [](const ag::Shape& s, int64_t n, const V& earlier) {
+    std::vector<double> v = values_of(nonzero()(s, n, earlier));
+    for (size_t k = 1; k < v.size(); k += 3) v[k] = 0;
+    return f64(v, s);
+  };
+}
+Draw multilabel(int64_t classes) {
+  return [classes](const ag::Shape& s, int64_t, const V&) {
+    REQUIRE((!s.empty() && s.back() == classes));
+    std::vector<int64_t> t(static_cast<size_t>(ag::shape_numel(s)));
+    std::mt19937 rng(static_cast<uint32_t>(t.size() * 7 + 3));
+    for (size_t row = 0; row < t.size() / classes; ++row) {
+      std::vector<int64_t> perm(classes);
+      for (int64_t c = 0; c < classes; ++c) perm[c] = c;
+      std::shuffle(perm.begin(), perm.end(), rng);
+      const int64_t k = static_cast<int64_t>(rng() % classes);  // 0 .. C-1 targets, then -1
+      for (int64_t c = 0; c < classes; ++c)
+        t[row * classes + c] = c < k ? perm[c] : (c == k ? -1 : static_cast<int64_t>(rng() % classes));
+    }
+    return ag::tensor(t, s);
+  };
+}
 Draw indices(int64_t bound) {
   return [bound](const ag::Shape& s, int64_t n, const V&) {
     const int64_t b = bound == N ? n : bound;

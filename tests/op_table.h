@@ -60,6 +60,14 @@ Draw divisor_of(size_t i);
 // A bias for earlier input 0 @ earlier input 1^T (values in [-1, 1)) that keeps every output
 // 6 standard deviations from relu's kink: +-2 sqrt(k) by turns, k the inner dim.
 Draw far_bias();
+// Labels 1 and -1 in float64, each with probability 1/2.
+Draw labels();
+// Earlier input i plus a draw of `by` (same shape): a target a chosen distance from its input.
+Draw shifted(size_t i, Draw by);
+// nonzero() values with every third element (from the second) exactly 0.
+Draw with_zeros();
+// Int64 multilabel targets [.., C]: each row a few distinct classes, then -1, then anything.
+Draw multilabel(int64_t classes);
 // The values of `inner` with channels-last (NHWC) strides (4-D shapes).
 Draw channels_last(Draw inner);
 
@@ -87,8 +95,9 @@ struct Row {
   int64_t n = 4;
   // The float64 value of an elementwise op from its inputs' values at one (broadcast) position.
   std::function<double(const std::vector<double>&)> ref;
-  // Which checks read the row.
-  bool gradcheck = true, cuda = true, autocast = true;
+  // Which checks read the row; broadcasts: the op broadcasts its two inputs (the pointwise
+  // losses take a target of the input's shape only).
+  bool gradcheck = true, cuda = true, autocast = true, broadcasts = true;
 
   Row& at_sizes(std::vector<int64_t> s, int64_t gradcheck_n);
   Row& tolerance(Tol t, double scale = 1);
@@ -98,6 +107,7 @@ struct Row {
   Row& no_gradcheck() { gradcheck = false; return *this; }
   Row& no_cuda() { cuda = false; return *this; }
   Row& no_autocast() { autocast = false; return *this; }
+  Row& same_shapes() { broadcasts = false; return *this; }
 
   ag::Shape shape(size_t i, int64_t n) const;
   // Every input drawn fresh at size n (float64 or integer/bool, on the CPU).

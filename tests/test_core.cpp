@@ -588,6 +588,54 @@ TEST_CASE("factories: tensor, zeros, ones, full, arange", "[core][factory]") {
   }
 }
 
+// The seed's test01: print(torch.get_default_dtype()); print(torch.tensor(3.14).dtype);
+// torch.set_default_dtype(torch.float16); print(torch.tensor(3.14).dtype).
+TEST_CASE("default dtype: the seed's test01, and every factory follows it", "[core][dtype]") {
+  REQUIRE(ag::get_default_dtype() == ag::kFloat32);
+  std::string printed;
+  {
+    printed += fmt::format("{}\n", ag::dtype_name(ag::get_default_dtype()));
+    printed += fmt::format("{}\n", ag::dtype_name(ag::tensor(3.14f).dtype()));
+    ag::DefaultDTypeGuard fp16(ag::kFloat16);
+    printed += fmt::format("{}\n", ag::dtype_name(ag::tensor(3.14f).dtype()));
+    CHECK(ag::tensor(3.14f).item<float>() == Approx(3.140625));  // 3.14 rounded to float16
+  }
+  CHECK(printed == "float32\nfloat32\nfloat16\n");
+  CHECK(ag::get_default_dtype() == ag::kFloat32);  // the guard restored it
+
+  SECTION("floating dtypes only") {
+    CHECK_THROWS_WITH(ag::set_default_dtype(ag::kInt64), Catch::Contains("set_default_dtype") && Catch::Contains("int64"));
+    CHECK(ag::get_default_dtype() == ag::kFloat32);
+  }
+  SECTION("factories, promotions and layers under float64") {
+    ag::DefaultDTypeGuard f64(ag::kFloat64);
+    CHECK(ag::zeros({2}).dtype() == ag::kFloat64);
+    CHECK(ag::ones({2}).dtype() == ag::kFloat64);
+    CHECK(ag::full({2}, 1.5).dtype() == ag::kFloat64);
+    CHECK(ag::randn({2}).dtype() == ag::kFloat64);
+    CHECK(ag::rand({2}).dtype() == ag::kFloat64);
+    CHECK(ag::tensor({1.f, 2.f}).dtype() == ag::kFloat64);
+    CHECK(ag::arange(0.0, 1.0, 0.5).dtype() == ag::kFloat64);
+    CHECK(ag::arange(3).dtype() == ag::kInt64);  // integer bounds stay int64
+    CHECK(ag::tensor(std::vector<int64_t>{1, 2}).dtype() == ag::kInt64);
+    CHECK(ag::zeros({2}, ag::kFloat32).dtype() == ag::kFloat32);  // an explicit dtype wins
+    const ag::Tensor i = ag::tensor(std::vector<int64_t>{1, 4});
+    CHECK(ag::sqrt(i).dtype() == ag::kFloat64);  // as torch.sqrt(int tensor)
+    CHECK((i * 2.5).dtype() == ag::kFloat64);
+    CHECK((i / i).dtype() == ag::kFloat64);
+    CHECK(ag::sqrt(i).to_vector<double>()[1] == 2.0);
+    ag::nn::Linear lin(3, 2);
+    CHECK(lin.weight.dtype() == ag::kFloat64);
+    CHECK(lin.bias.dtype() == ag::kFloat64);
+    // Internal buffers keep their own dtypes: a loss and its backward run as before.
+    ag::Tensor x = ag::randn({4, 3}).requires_grad_(true);
+    ag::Tensor loss = ag::cross_entropy(lin.forward(x), ag::tensor(std::vector<int64_t>{0, 1, 1, 0}));
+    CHECK(loss.dtype() == ag::kFloat64);
+    loss.backward();
+    CHECK(x.grad().dtype() == ag::kFloat64);
+  }
+}
+
 TEST_CASE("rand and randn: ranges, moments, seeding", "[core][random]") {
   const int64_t n = 100000;
   SECTION("rand is uniform in [0, 1)") {
