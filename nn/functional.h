@@ -7,6 +7,24 @@
 namespace ampgrad::nn::functional {
 
 using ampgrad::adaptive_avg_pool2d;
+using ampgrad::cosine_embedding_loss;
+using ampgrad::cosine_similarity;
+using ampgrad::group_norm;
+using ampgrad::hinge_embedding_loss;
+using ampgrad::huber_loss;
+using ampgrad::kl_div;
+using ampgrad::l1_loss;
+using ampgrad::margin_ranking_loss;
+using ampgrad::multi_margin_loss;
+using ampgrad::multilabel_margin_loss;
+using ampgrad::normalize;
+using ampgrad::pairwise_distance;
+using ampgrad::pdist;
+using ampgrad::poisson_nll_loss;
+using ampgrad::smooth_l1_loss;
+using ampgrad::soft_margin_loss;
+using ampgrad::softmin;
+using ampgrad::triplet_margin_loss;
 using ampgrad::avg_pool2d;
 using ampgrad::batch_norm;
 using ampgrad::binary_cross_entropy;

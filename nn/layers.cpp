@@ -79,4 +79,15 @@ LayerNorm::LayerNorm(Shape shape, double eps, TensorOptions o) : Module("LayerNo
 
 Tensor LayerNorm::forward(const Tensor& x) { return layer_norm(x, shape_, weight, bias, eps_); }
 
+GroupNorm::GroupNorm(int64_t groups, int64_t channels, double eps, bool affine, TensorOptions o)
+    : Module("GroupNorm"), num_groups(groups), num_channels(channels), eps(eps) {
+  AG_CHECK(groups > 0 && channels % groups == 0, "GroupNorm: {} channels do not split into {} groups", channels, groups);
+  if (affine) {
+    weight = register_parameter("weight", ones({channels}, o));
+    bias = register_parameter("bias", zeros({channels}, o));
+  }
+}
+
+Tensor GroupNorm::forward(const Tensor& x) { return group_norm(x, num_groups, weight, bias, eps); }
+
 }  // namespace ampgrad::nn

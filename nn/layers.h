@@ -1,4 +1,5 @@
-// The layers: Linear, Conv2d, pooling, activations, Dropout, Flatten, BatchNorm2d, LayerNorm.
+// The layers: Linear, Conv2d, pooling, activations, Dropout, Flatten, BatchNorm2d, LayerNorm,
+// GroupNorm (the losses are in nn/losses.h).
 // Each initializes its parameters as PyTorch's layer of the same name does.
 #pragma once
 
@@ -132,6 +133,17 @@ class LayerNorm : public Module {
  private:
   Shape shape_;
   double eps_;
+};
+
+// group_norm over num_groups groups of num_channels; affine: weight (ones) and bias (zeros)
+// of [num_channels], as torch.nn.GroupNorm.
+class GroupNorm : public Module {
+ public:
+  GroupNorm(int64_t num_groups, int64_t num_channels, double eps = 1e-5, bool affine = true, TensorOptions o = {});
+  Tensor forward(const Tensor& x) override;
+  Tensor weight, bias;  // undefined without affine
+  int64_t num_groups, num_channels;
+  double eps;
 };
 
 }  // namespace ampgrad::nn

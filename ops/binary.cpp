@@ -20,9 +20,9 @@ const OpInfo kMul{"mul", Category::passthrough, true, "elementwise, no accumulat
 const OpInfo kDiv{"div", Category::passthrough, true, "elementwise, no accumulation: stays in its input dtype"};
 const OpInfo kPow{"pow", Category::fp32, true, "range: powers overflow float16 quickly"};
 const OpInfo kRsub{"rsub", Category::passthrough, true, "elementwise: stays in its input dtype"};
-const OpInfo kWhere{"where", Category::promote, true, "mixes two inputs: both are cast to the wider dtype"};
-const OpInfo kRdiv{"rdiv", Category::fp32, true, "range: s / x overflows float16 for small x, as PyTorch's fp32 list"};
-const OpInfo kRtruediv{"rtruediv", Category::fp32, true, "range: s / x overflows float16 for small x (Python's name)"};
+const OpInfo kWhere{"where", Category::promote, true, "mixes two inputs: both are cast to the wider dtype, as PyTorch's type promotion does"};
+const OpInfo kRdiv{"rdiv", Category::fp32, true, "range: s / x overflows float16 for small x (the seed's fp32 list, from PyTorch 1.x)"};
+const OpInfo kRtruediv{"rtruediv", Category::fp32, true, "range: s / x overflows float16 for small x (Python's name; the seed's fp32 list, from PyTorch 1.x)"};
 const OpInfo kRpow{"rpow", Category::fp32, true, "range: s ** x overflows float16 quickly, as PyTorch's fp32 list"};
 
 int category_rank(DType t) { return t == kBool ? 0 : (is_floating(t) ? 2 : 1); }

@@ -16,7 +16,7 @@ using amp::Category;
 namespace {
 const OpInfo kLinear{"linear", Category::lower, true, "tensor cores: float16/bfloat16 inputs with float32 accumulation"};
 const OpInfo kLinearRelu{"linear_relu", Category::lower, true,
-                         "tensor cores, as linear; the relu rides in the GEMM's epilogue"};
+                         "tensor cores, as PyTorch's linear; the relu rides in the GEMM's epilogue"};
 
 void check_linear(const OpInfo& op, const Tensor& x, const Tensor& w, const Tensor& b) {
   check_defined(op, x, "input");

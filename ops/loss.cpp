@@ -14,7 +14,7 @@ using Saved = std::vector<Tensor>;
 
 namespace {
 const OpInfo kNllLoss{"nll_loss", Category::fp32, true, "losses: range and accumulation, as PyTorch"};
-const OpInfo kCrossEntropy{"cross_entropy", Category::fp32, true, "losses: exp, log and a sum over classes", {},
+const OpInfo kCrossEntropy{"cross_entropy", Category::fp32, true, "losses: exp, log and a sum over classes (PyTorch runs it as log_softmax and nll_loss, both fp32)", {},
                            /*reads_16bit=*/true};
 const OpInfo kBce{"binary_cross_entropy", Category::banned, true,
                   "log of probabilities near 0 or 1 is unsafe in float16", "binary_cross_entropy_with_logits"};

@@ -16,7 +16,7 @@ using amp::Category;
 namespace {
 const OpInfo kSoftmax{"softmax", Category::fp32, true, "range and accumulation: exp and a sum over the row", {},
                       /*reads_16bit=*/true};
-const OpInfo kSoftmin{"softmin", Category::fp32, true, "softmax of -x: range and accumulation, as softmax"};
+const OpInfo kSoftmin{"softmin", Category::fp32, true, "softmax of -x: range and accumulation (PyTorch's calls softmax, fp32)"};
 const OpInfo kLogSoftmax{"log_softmax", Category::fp32, true, "range and accumulation: exp and a sum over the row",
                          {}, /*reads_16bit=*/true};
 

@@ -21,9 +21,10 @@ namespace {
 
 const OpInfo kNorm{"norm", Category::fp32, true, "accumulation: sums of powers outgrow float16"};
 const OpInfo kDist{"dist", Category::fp32, true, "accumulation: sums of powers outgrow float16"};
-const OpInfo kNormalize{"normalize", Category::fp32, true, "a norm: sums of powers outgrow float16"};
+const OpInfo kNormalize{"normalize", Category::fp32, true, "a norm: sums of powers outgrow float16 (PyTorch's calls norm, fp32)"};
 const OpInfo kCosineSimilarity{"cosine_similarity", Category::fp32, true, "norms and a sum of products"};
-const OpInfo kPairwiseDistance{"pairwise_distance", Category::fp32, true, "a norm: sums of powers outgrow float16"};
+const OpInfo kPairwiseDistance{"pairwise_distance", Category::fp32, true,
+                                "a norm: sums of powers outgrow float16 (PyTorch's calls norm, fp32)"};
 const OpInfo kCdist{"cdist", Category::fp32, true, "norms of differences: sums of powers outgrow float16"};
 const OpInfo kPdist{"pdist", Category::fp32, true, "norms of differences: sums of powers outgrow float16"};
 const OpInfo kRenorm{"renorm", Category::fp32, true, "norms: sums of powers outgrow float16"};

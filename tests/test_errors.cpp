@@ -388,3 +388,58 @@ TEST_CASE("errors: an op registered under a name already taken refuses to run", 
   CHECK_THROWS_WITH(ag::OpScope(kTestDuplicate, x), Contains("relu: another op is already registered under this name"));
   still_works();
 }
+
+TEST_CASE("errors: losses, norms and distances", "[errors][loss]") {
+  ag::manual_seed(3);
+  const ag::Tensor x = ag::rand({3, 4});
+  SECTION("a target of another shape") {
+    REQUIRE_THROWS_WITH(ag::l1_loss(x, ag::rand({3, 1})),
+                        Equals("l1_loss: the target float32 [3, 1] on cpu must have the input's shape [3, 4]"));
+    REQUIRE_THROWS_WITH(ag::kl_div(x, ag::rand({4})), Contains("kl_div") && Contains("[4]") && Contains("[3, 4]"));
+    REQUIRE_THROWS_WITH(ag::margin_ranking_loss(ag::rand({5}), ag::rand({5}), ag::rand({4})),
+                        Contains("margin_ranking_loss") && Contains("[5]") && Contains("[4]"));
+    REQUIRE_THROWS_WITH(ag::cosine_embedding_loss(x, x, ag::ones({4})),
+                        Contains("cosine_embedding_loss") && Contains("[3]") && Contains("[4]"));
+  }
+  SECTION("a target of the wrong dtype") {
+    REQUIRE_THROWS_WITH(ag::mse_loss(x, ag::zeros({3, 4}, ag::kInt64)),
+                        Contains("mse_loss") && Contains("floating target") && Contains("int64 [3, 4]"));
+    REQUIRE_THROWS_WITH(ag::multi_margin_loss(x, ag::zeros({3})),
+                        Contains("multi_margin_loss") && Contains("int64 target") && Contains("float32 [3]"));
+    REQUIRE_THROWS_WITH(ag::multilabel_margin_loss(x, ag::zeros({3, 4})),
+                        Contains("multilabel_margin_loss") && Contains("int64 target"));
+  }
+  SECTION("targets out of range, options out of range") {
+    REQUIRE_THROWS_WITH(ag::multi_margin_loss(x, ag::tensor(std::vector<int64_t>{0, 4, 1})),
+                        Contains("multi_margin_loss: target 4 is out of range for 4 classes"));
+    REQUIRE_THROWS_WITH(ag::multilabel_margin_loss(x, ag::full({3, 4}, 5, ag::kInt64)),
+                        Contains("target 5 is out of range"));
+    REQUIRE_THROWS_WITH(ag::smooth_l1_loss(x, x, ag::Reduction::Mean, -1), Contains("beta must be >= 0"));
+    REQUIRE_THROWS_WITH(ag::huber_loss(x, x, ag::Reduction::Mean, 0), Contains("delta must be > 0"));
+    REQUIRE_THROWS_WITH(ag::multi_margin_loss(x, ag::zeros({3}, ag::kInt64), 3), Contains("p must be 1 or 2"));
+    REQUIRE_THROWS_WITH(ag::l1_loss(x, x, ag::Reduction::BatchMean), Contains("l1_loss: reduction batchmean is kl_div's only"));
+    REQUIRE_THROWS_WITH(ag::margin_ranking_loss(ag::rand({2}), ag::rand({2}), ag::ones({2}), 0, ag::Reduction::BatchMean),
+                        Contains("margin_ranking_loss: reduction batchmean"));
+  }
+  SECTION("norms: p < 0, integer inputs; cdist's feature sizes") {
+    REQUIRE_THROWS_WITH(ag::norm(x, -1), Equals("norm: p must be >= 0 (or -inf), got -1"));
+    REQUIRE_THROWS_WITH(ag::norm(ag::zeros({2}, ag::kInt64)), Contains("norm: expected a floating input"));
+    REQUIRE_THROWS_WITH(ag::cdist(ag::rand({5, 3}), ag::rand({4, 2})),
+                        Equals("cdist: x1 float32 [5, 3] on cpu and x2 float32 [4, 2] on cpu must have the same number "
+                               "of features (last dim)"));
+    REQUIRE_THROWS_WITH(ag::cdist(ag::rand({5}), ag::rand({4, 5})), Contains("cdist: expected inputs of at least 2 dims"));
+    REQUIRE_THROWS_WITH(ag::pdist(ag::rand({5})), Contains("pdist: expected a 2-D input"));
+    REQUIRE_THROWS_WITH(ag::renorm(x, 0, 0, 1), Contains("renorm: p must be > 0"));
+    REQUIRE_THROWS_WITH(ag::group_norm(ag::rand({2, 6, 3}), 4), Contains("group_norm: 6 channels") && Contains("4 groups"));
+    REQUIRE_THROWS_WITH(ag::norm(ag::zeros({0, 3}), INFINITY, {0}), Contains("norm: cannot reduce over an empty dimension"));
+  }
+  SECTION("domain errors are NaN, as PyTorch's, not exceptions") {
+    CHECK(std::isnan(ag::acos(ag::tensor({2.f})).item<float>()));
+    CHECK(std::isnan(ag::poisson_nll_loss(ag::tensor({-1.f}), ag::tensor({1.f}), false).item<float>()));
+    CHECK(ag::norm(ag::zeros({0, 3}), 2, {0}).to_vector<float>() == std::vector<float>{0, 0, 0});
+  }
+  SECTION("the default dtype takes floating dtypes only") {
+    REQUIRE_THROWS_WITH(ag::set_default_dtype(ag::kBool), Equals("set_default_dtype: only floating dtypes can be the default, got bool"));
+  }
+  still_works();
+}

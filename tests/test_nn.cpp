@@ -478,3 +478,67 @@ TEST_CASE("checkpoint round trip is bit-exact and training resumes identically",
     std::filesystem::remove(path);
   }
 }
+
+TEST_CASE("nn: loss modules call their ops with their options", "[nn][loss]") {
+  ag::manual_seed(11);
+  const ag::Tensor x = ag::randn({4, 5}), y = ag::randn({4, 5}), lab = ag::sign(ag::randn({4, 5}));
+  const ag::Tensor cls = ag::tensor(std::vector<int64_t>{0, 3, 4, 1});
+  auto same = [](const ag::Tensor& a, const ag::Tensor& b) {
+    REQUIRE(a.shape() == b.shape());
+    CHECK(a.to_vector<float>() == b.to_vector<float>());
+  };
+  using R = ag::Reduction;
+  same(ag::nn::L1Loss()(x, y), ag::l1_loss(x, y));
+  same(ag::nn::L1Loss(R::None)(x, y), ag::l1_loss(x, y, R::None));
+  same(ag::nn::MSELoss(R::Sum)(x, y), ag::mse_loss(x, y, R::Sum));
+  same(ag::nn::SmoothL1Loss(R::Mean, 0.5)(x, y), ag::smooth_l1_loss(x, y, R::Mean, 0.5));
+  same(ag::nn::HuberLoss(R::Sum, 0.7)(x, y), ag::huber_loss(x, y, R::Sum, 0.7));
+  same(ag::nn::SoftMarginLoss()(x, lab), ag::soft_margin_loss(x, lab));
+  same(ag::nn::KLDivLoss(R::BatchMean, true)(x, y), ag::kl_div(x, y, R::BatchMean, true));
+  same(ag::nn::PoissonNLLLoss(true, true)(x, ag::abs(y)), ag::poisson_nll_loss(x, ag::abs(y), true, true));
+  same(ag::nn::HingeEmbeddingLoss(0.5)(x, lab), ag::hinge_embedding_loss(x, lab, 0.5));
+  same(ag::nn::BCEWithLogitsLoss(R::None)(x, ag::sigmoid(y)), ag::binary_cross_entropy_with_logits(x, ag::sigmoid(y), R::None));
+  same(ag::nn::BCELoss()(ag::sigmoid(x), ag::sigmoid(y)), ag::binary_cross_entropy(ag::sigmoid(x), ag::sigmoid(y)));
+  same(ag::nn::CrossEntropyLoss(-100, 0.1)(x, cls), ag::cross_entropy(x, cls, 0.1));
+  same(ag::nn::NLLLoss()(ag::log_softmax(x, 1), cls), ag::nll_loss(ag::log_softmax(x, 1), cls));
+  same(ag::nn::MultiLabelMarginLoss()(x, ag::full({4, 5}, -1, ag::kInt64)),
+       ag::multilabel_margin_loss(x, ag::full({4, 5}, -1, ag::kInt64)));
+  const ag::Tensor a = ag::randn({4}), b = ag::randn({4}), l4 = ag::sign(ag::randn({4}));
+  same(ag::nn::MarginRankingLoss(0.3)(a, b, l4), ag::margin_ranking_loss(a, b, l4, 0.3));
+  same(ag::nn::CosineEmbeddingLoss(0.1, R::None)(x, y, l4), ag::cosine_embedding_loss(x, y, l4, 0.1, R::None));
+  same(ag::nn::TripletMarginLoss(1.0, 1, 1e-6, true)(x, y, -x), ag::triplet_margin_loss(x, y, -x, 1.0, 1, 1e-6, true));
+  ag::nn::MultiMarginLoss mm(2, 0.5, ag::rand({5}));
+  same(mm(x, cls), ag::multi_margin_loss(x, cls, 2, 0.5, mm.weight));
+  CHECK(mm.state_dict().count("weight") == 1);  // a buffer, saved with the module
+  CHECK(ag::nn::MultiMarginLoss().state_dict().empty());
+}
+
+TEST_CASE("nn: GroupNorm initializes and loads as PyTorch's", "[nn][norm]") {
+  ag::nn::GroupNorm gn(2, 6);
+  REQUIRE(gn.weight.shape() == ag::Shape{6});
+  CHECK(gn.weight.to_vector<float>() == std::vector<float>(6, 1.f));
+  CHECK(gn.bias.to_vector<float>() == std::vector<float>(6, 0.f));
+  const auto sd = gn.state_dict();
+  CHECK(sd.count("weight") == 1);
+  CHECK(sd.count("bias") == 1);
+  ag::manual_seed(2);
+  const ag::Tensor x = ag::randn({3, 6, 2, 2});
+  ag::Tensor y = gn(x);
+  // Each (sample, group) of 3 channels x 4 positions has mean 0 and variance 1.
+  std::vector<float> v = y.to_vector<float>();
+  for (int n = 0; n < 3; ++n)
+    for (int g = 0; g < 2; ++g) {
+      double s = 0, ss = 0;
+      for (int k = 0; k < 12; ++k) {
+        const double e = v[n * 24 + g * 12 + k];
+        s += e;
+        ss += e * e;
+      }
+      CHECK(s / 12 == Approx(0).margin(1e-6));
+      CHECK(ss / 12 == Approx(1).epsilon(1e-4));
+    }
+  ag::nn::GroupNorm plain(3, 6, 1e-5, false);
+  CHECK(plain.parameters().empty());
+  CHECK(plain(x).shape() == x.shape());
+  CHECK_THROWS_WITH(ag::nn::GroupNorm(4, 6), Catch::Contains("GroupNorm: 6 channels do not split into 4 groups"));
+}

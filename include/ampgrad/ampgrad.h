@@ -20,6 +20,7 @@
 #include "nn/functional.h"
 #include "nn/init.h"
 #include "nn/layers.h"
+#include "nn/losses.h"
 #include "nn/module.h"
 #include "ops/nn_ops.h"
 #include "ops/ops.h"

@@ -1,0 +1,185 @@
+// Dumps ampgrad's results for a list of op calls, with their inputs and gradients, as JSON
+// lines that benchmarks/torch_semantics.py replays in PyTorch and compares: the check that an
+// op means what PyTorch's does (names, defaults, reductions, edge values), not only that the
+// two devices agree.
+//
+// Usage: torch_semantics [cpu|cuda] > ag.jsonl && python3 benchmarks/torch_semantics.py ag.jsonl [cpu|cuda]
+// Each case's inputs are fixed values (sin of the index, scaled and shifted per input); its
+// gradients are those of sum(out * w), w = cos(index), for the floating inputs.
+#include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <ampgrad/ampgrad.h>
+
+namespace ag = ampgrad;
+using V = std::vector<ag::Tensor>;
+using R = ag::Reduction;
+
+namespace {
+
+struct In {
+  ag::Shape shape;
+  double scale = 1, shift = 0;
+  enum Kind { values, labels, classes, multilabel, zeros_in } kind = values;
+  int64_t classes_n = 0;
+  bool grad = true;  // false: PyTorch takes no gradient for it (multi_margin_loss's weight)
+};
+
+ag::Tensor make(const In& in, int salt) {
+  const int64_t n = ag::shape_numel(in.shape);
+  if (in.kind == In::classes || in.kind == In::multilabel) {
+    std::vector<int64_t> t(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) t[i] = (i * 7 + salt * 3 + 1) % in.classes_n;
+    if (in.kind == In::multilabel)
+      for (int64_t row = 0; row < n / in.classes_n; ++row) {
+        const int64_t k = row % in.classes_n;  // targets before the first -1
+        for (int64_t c = 0; c < in.classes_n; ++c) t[row * in.classes_n + c] = c < k ? (row + 2 * c) % in.classes_n : (c == k ? -1 : c % 3);
+      }
+    return ag::tensor(t, in.shape);
+  }
+  std::vector<double> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    const double s = std::sin(1.7 * static_cast<double>(i) + 0.9 * salt + 0.3);
+    v[i] = in.kind == In::labels ? (s > 0 ? 1.0 : -1.0) : in.shift + in.scale * s;
+    if (in.kind == In::zeros_in && i % 3 == 1) v[i] = 0;
+  }
+  return ag::tensor(v, in.shape);
+}
+
+struct Case {
+  std::string name;
+  std::vector<In> in;
+  std::function<ag::Tensor(const V&)> run;
+};
+
+std::string json_values(const ag::Tensor& t) {
+  std::vector<double> v = t.to(ag::kCPU).to(ag::kFloat64).contiguous().to_vector<double>();
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + (std::isfinite(v[i]) ? fmt::format("{:.17g}", v[i]) : (std::isnan(v[i]) ? std::string("\"nan\"") : std::string(v[i] > 0 ? "\"inf\"" : "\"-inf\"")));
+  return s + "]";
+}
+
+std::string json_tensor(const ag::Tensor& t) {
+  return fmt::format("{{\"shape\":[{}],\"dtype\":\"{}\",\"values\":{}}}", fmt::join(t.shape(), ","), ag::dtype_name(t.dtype()),
+                     json_values(t));
+}
+
+std::vector<Case> cases() {
+  const In x34{{3, 4}}, t34{{3, 4}, 0.8, 0.3};
+  const In lab34{{3, 4}, 1, 0, In::labels};
+  const In pos34{{3, 4}, 0.4, 0.6};
+  auto lab = [](ag::Shape s) { return In{std::move(s), 1, 0, In::labels}; };
+  auto cls = [](ag::Shape s, int64_t c) { return In{std::move(s), 1, 0, In::classes, c}; };
+  return {
+      {"l1_loss_none", {x34, t34}, [](const V& v) { return ag::l1_loss(v[0], v[1], R::None); }},
+      {"l1_loss_mean", {x34, t34}, [](const V& v) { return ag::l1_loss(v[0], v[1]); }},
+      {"l1_loss_sum", {x34, t34}, [](const V& v) { return ag::l1_loss(v[0], v[1], R::Sum); }},
+      {"mse_loss_none", {x34, t34}, [](const V& v) { return ag::mse_loss(v[0], v[1], R::None); }},
+      {"mse_loss_mean", {x34, t34}, [](const V& v) { return ag::mse_loss(v[0], v[1]); }},
+      {"smooth_l1_loss_mean", {{{3, 4}, 2}, t34}, [](const V& v) { return ag::smooth_l1_loss(v[0], v[1]); }},
+      {"smooth_l1_loss_beta05_none", {{{3, 4}, 2}, t34}, [](const V& v) { return ag::smooth_l1_loss(v[0], v[1], R::None, 0.5); }},
+      {"smooth_l1_loss_beta0_sum", {{{3, 4}, 2}, t34}, [](const V& v) { return ag::smooth_l1_loss(v[0], v[1], R::Sum, 0.0); }},
+      {"huber_loss_mean", {{{3, 4}, 2}, t34}, [](const V& v) { return ag::huber_loss(v[0], v[1]); }},
+      {"huber_loss_delta05_none", {{{3, 4}, 2}, t34}, [](const V& v) { return ag::huber_loss(v[0], v[1], R::None, 0.5); }},
+      {"soft_margin_loss_mean", {x34, lab34}, [](const V& v) { return ag::soft_margin_loss(v[0], v[1]); }},
+      {"soft_margin_loss_none", {x34, lab34}, [](const V& v) { return ag::soft_margin_loss(v[0], v[1], R::None); }},
+      {"kl_div_none", {x34, pos34}, [](const V& v) { return ag::kl_div(v[0], v[1], R::None); }},
+      {"kl_div_mean", {x34, pos34}, [](const V& v) { return ag::kl_div(v[0], v[1]); }},
+      {"kl_div_batchmean", {x34, pos34}, [](const V& v) { return ag::kl_div(v[0], v[1], R::BatchMean); }},
+      {"kl_div_log_target_sum", {x34, t34}, [](const V& v) { return ag::kl_div(v[0], v[1], R::Sum, true); }},
+      {"kl_div_zero_target_none", {x34, {{3, 4}, 0.4, 0.6, In::zeros_in}}, [](const V& v) { return ag::kl_div(v[0], v[1], R::None); }},
+      {"poisson_nll_loss_mean", {x34, {{3, 4}, 1.5, 1.5}}, [](const V& v) { return ag::poisson_nll_loss(v[0], v[1]); }},
+      {"poisson_nll_loss_rates_none", {pos34, {{3, 4}, 1.5, 1.5}}, [](const V& v) { return ag::poisson_nll_loss(v[0], v[1], false, false, 1e-8, R::None); }},
+      {"poisson_nll_loss_full_none", {x34, {{3, 4}, 1.5, 1.5}}, [](const V& v) { return ag::poisson_nll_loss(v[0], v[1], true, true, 1e-8, R::None); }},
+      {"hinge_embedding_loss_none", {x34, lab34}, [](const V& v) { return ag::hinge_embedding_loss(v[0], v[1], 1.0, R::None); }},
+      {"hinge_embedding_loss_margin05_mean", {x34, lab34}, [](const V& v) { return ag::hinge_embedding_loss(v[0], v[1], 0.5); }},
+      {"bce_with_logits_none", {{{3, 4}, 3}, {{3, 4}, 0.5, 0.5}}, [](const V& v) { return ag::binary_cross_entropy_with_logits(v[0], v[1], R::None); }},
+      {"bce_with_logits_sum", {{{3, 4}, 3}, {{3, 4}, 0.5, 0.5}}, [](const V& v) { return ag::binary_cross_entropy_with_logits(v[0], v[1], R::Sum); }},
+      {"bce_none", {{{3, 4}, 0.45, 0.5}, {{3, 4}, 0.5, 0.5}}, [](const V& v) { return ag::binary_cross_entropy(v[0], v[1], R::None); }},
+      {"margin_ranking_loss_margin05", {{{6}}, {{6}, 0.7, 0.2}, lab({6})}, [](const V& v) { return ag::margin_ranking_loss(v[0], v[1], v[2], 0.5); }},
+      {"margin_ranking_loss_none", {{{6}}, {{6}, 0.7, 0.2}, lab({6})}, [](const V& v) { return ag::margin_ranking_loss(v[0], v[1], v[2], 0.0, R::None); }},
+      {"cosine_embedding_loss_margin02", {{{4, 3}}, {{4, 3}, 0.9, 0.1}, lab({4})}, [](const V& v) { return ag::cosine_embedding_loss(v[0], v[1], v[2], 0.2); }},
+      {"cosine_embedding_loss_none", {{{4, 3}}, {{4, 3}, 0.9, 0.1}, lab({4})}, [](const V& v) { return ag::cosine_embedding_loss(v[0], v[1], v[2], 0.0, R::None); }},
+      {"triplet_margin_loss", {{{4, 3}}, {{4, 3}, 0.9}, {{4, 3}, 1.3, 0.2}}, [](const V& v) { return ag::triplet_margin_loss(v[0], v[1], v[2]); }},
+      {"triplet_margin_loss_p1_swap_none", {{{4, 3}}, {{4, 3}, 0.9}, {{4, 3}, 1.3, 0.2}}, [](const V& v) { return ag::triplet_margin_loss(v[0], v[1], v[2], 0.7, 1, 1e-6, true, R::None); }},
+      {"multi_margin_loss", {{{4, 5}}, cls({4}, 5)}, [](const V& v) { return ag::multi_margin_loss(v[0], v[1]); }},
+      {"multi_margin_loss_p2_w_none", {{{4, 5}}, cls({4}, 5), In{{5}, 0.3, 1, In::values, 0, false}}, [](const V& v) { return ag::multi_margin_loss(v[0], v[1], 2, 0.5, v[2], R::None); }},
+      {"multilabel_margin_loss", {{{4, 5}}, In{{4, 5}, 1, 0, In::multilabel, 5}}, [](const V& v) { return ag::multilabel_margin_loss(v[0], v[1]); }},
+      {"multilabel_margin_loss_none", {{{4, 5}}, In{{4, 5}, 1, 0, In::multilabel, 5}}, [](const V& v) { return ag::multilabel_margin_loss(v[0], v[1], R::None); }},
+      {"norm_default", {x34}, [](const V& v) { return ag::norm(v[0]); }},
+      {"norm_p1_dim1", {x34}, [](const V& v) { return ag::norm(v[0], 1, {1}); }},
+      {"norm_inf_dim0_keep", {x34}, [](const V& v) { return ag::norm(v[0], INFINITY, {0}, true); }},
+      {"norm_neginf_dim1", {x34}, [](const V& v) { return ag::norm(v[0], -INFINITY, {1}); }},
+      {"norm_p3", {x34}, [](const V& v) { return ag::norm(v[0], 3); }},
+      {"norm_p05_dim1", {x34}, [](const V& v) { return ag::norm(v[0], 0.5, {1}); }},
+      {"norm_p0_dim1", {{{3, 4}, 1, 0, In::zeros_in}}, [](const V& v) { return ag::norm(v[0], 0, {1}); }},
+      {"norm_zero_row_p2", {{{2, 3}, 0, 0}}, [](const V& v) { return ag::norm(v[0], 2, {1}); }},
+      {"dist_p2", {x34, {{4}, 0.5}}, [](const V& v) { return ag::dist(v[0], v[1]); }},
+      {"dist_p1", {x34, t34}, [](const V& v) { return ag::dist(v[0], v[1], 1); }},
+      {"normalize_default", {x34}, [](const V& v) { return ag::normalize(v[0]); }},
+      {"normalize_p1_dim0", {x34}, [](const V& v) { return ag::normalize(v[0], 1, 0); }},
+      {"cosine_similarity_dim1", {x34, t34}, [](const V& v) { return ag::cosine_similarity(v[0], v[1]); }},
+      {"cosine_similarity_dim0_bcast", {x34, {{3, 1}, 0.8}}, [](const V& v) { return ag::cosine_similarity(v[0], v[1], 0); }},
+      {"pairwise_distance", {x34, t34}, [](const V& v) { return ag::pairwise_distance(v[0], v[1]); }},
+      {"pairwise_distance_p1_keep", {x34, t34}, [](const V& v) { return ag::pairwise_distance(v[0], v[1], 1, 1e-6, true); }},
+      {"cdist_p2", {{{5, 3}}, {{4, 3}, 0.8, 0.1}}, [](const V& v) { return ag::cdist(v[0], v[1]); }},
+      {"cdist_p1_batched", {{{2, 5, 3}}, {{2, 4, 3}, 0.8, 0.1}}, [](const V& v) { return ag::cdist(v[0], v[1], 1); }},
+      {"cdist_inf", {{{5, 3}}, {{4, 3}, 0.8, 0.1}}, [](const V& v) { return ag::cdist(v[0], v[1], INFINITY); }},
+      {"pdist_p2", {{{5, 3}}}, [](const V& v) { return ag::pdist(v[0]); }},
+      {"pdist_p15", {{{5, 3}}}, [](const V& v) { return ag::pdist(v[0], 1.5); }},
+      {"renorm_p2_dim0", {{{3, 4}, 1.5}}, [](const V& v) { return ag::renorm(v[0], 2, 0, 1.5); }},
+      {"renorm_p1_dim1", {{{3, 4}, 1.5}}, [](const V& v) { return ag::renorm(v[0], 1, 1, 2.0); }},
+      {"cumprod_dim1", {x34}, [](const V& v) { return ag::cumprod(v[0], 1); }},
+      {"cumprod_zeros_dim1", {{{3, 6}, 1, 0, In::zeros_in}}, [](const V& v) { return ag::cumprod(v[0], 1); }},
+      {"cumprod_zeros_dim0", {{{6, 2}, 1, 0, In::zeros_in}}, [](const V& v) { return ag::cumprod(v[0], 0); }},
+      {"softmin_dim1", {x34}, [](const V& v) { return ag::softmin(v[0], 1); }},
+      {"group_norm_2_affine", {{{2, 4, 3}}, {{4}, 0.3, 1}, {{4}, 0.5}}, [](const V& v) { return ag::group_norm(v[0], 2, v[1], v[2]); }},
+      {"group_norm_1_images", {{{2, 3, 2, 2}}}, [](const V& v) { return ag::group_norm(v[0], 1); }},
+  };
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string dev_name = argc > 1 ? argv[1] : "cpu";
+  const ag::Device dev = dev_name == "cuda" ? ag::Device(ag::kCUDA) : ag::Device(ag::kCPU);
+  for (ag::DType dt : {ag::kFloat64, ag::kFloat32}) {
+    for (const Case& c : cases()) {
+      V inputs;
+      std::vector<std::string> ins;
+      for (size_t i = 0; i < c.in.size(); ++i) {
+        ag::Tensor t = make(c.in[i], static_cast<int>(i));
+        if (t.is_floating_point()) t = t.to(dt);
+        ins.push_back(json_tensor(t));
+        t = t.to(dev);
+        if (t.is_floating_point() && c.in[i].kind != In::labels && c.in[i].grad) t.requires_grad_(true);
+        inputs.push_back(t);
+      }
+      std::string line = fmt::format("{{\"name\":\"{}\",\"device\":\"{}\",\"inputs\":[{}]", c.name, dev_name, fmt::join(ins, ","));
+      try {
+        ag::Tensor out = c.run(inputs);
+        const int64_t n = out.numel();
+        std::vector<double> w(static_cast<size_t>(n));
+        for (int64_t i = 0; i < n; ++i) w[i] = std::cos(static_cast<double>(i));
+        ag::Tensor wt = ag::tensor(w, out.shape()).to(out.dtype()).to(dev);
+        ag::sum(out * wt).backward();
+        std::vector<std::string> grads;
+        for (const ag::Tensor& t : inputs) grads.push_back(t.requires_grad() && t.grad().defined() ? json_tensor(t.grad()) : "null");
+        line += fmt::format(",\"out\":{},\"grads\":[{}]}}", json_tensor(out), fmt::join(grads, ","));
+      } catch (const ag::Error& e) {
+        line += fmt::format(",\"error\":{:?}}}", std::string(e.what()));
+      }
+      fmt::print("{}\n", line);
+    }
+  }
+  // The seed's test01.
+  fmt::print("{{\"name\":\"test01\",\"lines\":[\"{}\",\"{}\",", ag::dtype_name(ag::get_default_dtype()), ag::dtype_name(ag::tensor(3.14f).dtype()));
+  ag::set_default_dtype(ag::kFloat16);
+  fmt::print("\"{}\"]}}\n", ag::dtype_name(ag::tensor(3.14f).dtype()));
+  return 0;
+}

@@ -1,0 +1,164 @@
+#!/usr/bin/env python3
+"""Replays benchmarks/torch_semantics.cpp's cases in PyTorch and compares values and gradients.
+
+Usage: torch_semantics [cpu|cuda] > ag.jsonl; python3 benchmarks/torch_semantics.py ag.jsonl [cpu|cuda]
+Float64 cases must agree to 1e-9 relative, float32 ones to 1e-5 (PyTorch's CPU and CUDA
+kernels sum in other orders). Prints one line per disagreement and a summary; exits 1 on any.
+"""
+import json
+import math
+import sys
+
+import torch
+import torch.nn.functional as F
+
+inf = math.inf
+CASES = {
+    "l1_loss_none": lambda x, y: F.l1_loss(x, y, reduction="none"),
+    "l1_loss_mean": lambda x, y: F.l1_loss(x, y),
+    "l1_loss_sum": lambda x, y: F.l1_loss(x, y, reduction="sum"),
+    "mse_loss_none": lambda x, y: F.mse_loss(x, y, reduction="none"),
+    "mse_loss_mean": lambda x, y: F.mse_loss(x, y),
+    "smooth_l1_loss_mean": lambda x, y: F.smooth_l1_loss(x, y),
+    "smooth_l1_loss_beta05_none": lambda x, y: F.smooth_l1_loss(x, y, reduction="none", beta=0.5),
+    "smooth_l1_loss_beta0_sum": lambda x, y: F.smooth_l1_loss(x, y, reduction="sum", beta=0.0),
+    "huber_loss_mean": lambda x, y: F.huber_loss(x, y),
+    "huber_loss_delta05_none": lambda x, y: F.huber_loss(x, y, reduction="none", delta=0.5),
+    "soft_margin_loss_mean": lambda x, y: F.soft_margin_loss(x, y),
+    "soft_margin_loss_none": lambda x, y: F.soft_margin_loss(x, y, reduction="none"),
+    "kl_div_none": lambda x, y: F.kl_div(x, y, reduction="none"),
+    "kl_div_mean": lambda x, y: F.kl_div(x, y, reduction="mean"),
+    "kl_div_batchmean": lambda x, y: F.kl_div(x, y, reduction="batchmean"),
+    "kl_div_log_target_sum": lambda x, y: F.kl_div(x, y, reduction="sum", log_target=True),
+    "kl_div_zero_target_none": lambda x, y: F.kl_div(x, y, reduction="none"),
+    "poisson_nll_loss_mean": lambda x, y: F.poisson_nll_loss(x, y),
+    "poisson_nll_loss_rates_none": lambda x, y: F.poisson_nll_loss(x, y, log_input=False, reduction="none"),
+    "poisson_nll_loss_full_none": lambda x, y: F.poisson_nll_loss(x, y, full=True, reduction="none"),
+    "hinge_embedding_loss_none": lambda x, y: F.hinge_embedding_loss(x, y, reduction="none"),
+    "hinge_embedding_loss_margin05_mean": lambda x, y: F.hinge_embedding_loss(x, y, margin=0.5),
+    "bce_with_logits_none": lambda x, y: F.binary_cross_entropy_with_logits(x, y, reduction="none"),
+    "bce_with_logits_sum": lambda x, y: F.binary_cross_entropy_with_logits(x, y, reduction="sum"),
+    "bce_none": lambda x, y: F.binary_cross_entropy(x, y, reduction="none"),
+    "margin_ranking_loss_margin05": lambda a, b, y: F.margin_ranking_loss(a, b, y, margin=0.5),
+    "margin_ranking_loss_none": lambda a, b, y: F.margin_ranking_loss(a, b, y, reduction="none"),
+    "cosine_embedding_loss_margin02": lambda a, b, y: F.cosine_embedding_loss(a, b, y, margin=0.2),
+    "cosine_embedding_loss_none": lambda a, b, y: F.cosine_embedding_loss(a, b, y, reduction="none"),
+    "triplet_margin_loss": lambda a, p, n: F.triplet_margin_loss(a, p, n),
+    "triplet_margin_loss_p1_swap_none": lambda a, p, n: F.triplet_margin_loss(a, p, n, margin=0.7, p=1, swap=True, reduction="none"),
+    "multi_margin_loss": lambda x, t: F.multi_margin_loss(x, t),
+    "multi_margin_loss_p2_w_none": lambda x, t, w: F.multi_margin_loss(x, t, p=2, margin=0.5, weight=w, reduction="none"),
+    "multilabel_margin_loss": lambda x, t: F.multilabel_margin_loss(x, t),
+    "multilabel_margin_loss_none": lambda x, t: F.multilabel_margin_loss(x, t, reduction="none"),
+    "norm_default": lambda x: torch.linalg.vector_norm(x),
+    "norm_p1_dim1": lambda x: torch.linalg.vector_norm(x, 1, dim=1),
+    "norm_inf_dim0_keep": lambda x: torch.linalg.vector_norm(x, inf, dim=0, keepdim=True),
+    "norm_neginf_dim1": lambda x: torch.linalg.vector_norm(x, -inf, dim=1),
+    "norm_p3": lambda x: torch.linalg.vector_norm(x, 3),
+    "norm_p05_dim1": lambda x: torch.linalg.vector_norm(x, 0.5, dim=1),
+    "norm_p0_dim1": lambda x: torch.linalg.vector_norm(x, 0, dim=1),
+    "norm_zero_row_p2": lambda x: torch.norm(x, 2, dim=1),
+    "dist_p2": lambda a, b: torch.dist(a, b),
+    "dist_p1": lambda a, b: torch.dist(a, b, 1),
+    "normalize_default": lambda x: F.normalize(x),
+    "normalize_p1_dim0": lambda x: F.normalize(x, p=1, dim=0),
+    "cosine_similarity_dim1": lambda a, b: F.cosine_similarity(a, b),
+    "cosine_similarity_dim0_bcast": lambda a, b: F.cosine_similarity(a, b, dim=0),
+    "pairwise_distance": lambda a, b: F.pairwise_distance(a, b),
+    "pairwise_distance_p1_keep": lambda a, b: F.pairwise_distance(a, b, p=1, keepdim=True),
+    "cdist_p2": lambda a, b: torch.cdist(a, b, compute_mode="donot_use_mm_for_euclid_dist"),
+    "cdist_p1_batched": lambda a, b: torch.cdist(a, b, 1),
+    "cdist_inf": lambda a, b: torch.cdist(a, b, inf),
+    "pdist_p2": lambda x: F.pdist(x),
+    "pdist_p15": lambda x: F.pdist(x, 1.5),
+    "renorm_p2_dim0": lambda x: torch.renorm(x, 2, 0, 1.5),
+    "renorm_p1_dim1": lambda x: torch.renorm(x, 1, 1, 2.0),
+    "cumprod_dim1": lambda x: torch.cumprod(x, 1),
+    "cumprod_zeros_dim1": lambda x: torch.cumprod(x, 1),
+    "cumprod_zeros_dim0": lambda x: torch.cumprod(x, 0),
+    "softmin_dim1": lambda x: F.softmin(x, 1),
+    "group_norm_2_affine": lambda x, w, b: F.group_norm(x, 2, w, b),
+    "group_norm_1_images": lambda x: F.group_norm(x, 1),
+}
+DTYPES = {"float64": torch.float64, "float32": torch.float32, "int64": torch.int64}
+
+
+def num(v):
+    return float(v) if not isinstance(v, str) else float(v.replace("inf", "inf"))
+
+
+def tensor(t, dev):
+    return torch.tensor([num(v) for v in t["values"]], dtype=torch.float64).to(DTYPES[t["dtype"]]).reshape(t["shape"]).to(dev)
+
+
+def close(a, b, tol):
+    if math.isnan(a) or math.isnan(b):
+        return math.isnan(a) and math.isnan(b)
+    if math.isinf(a) or math.isinf(b):
+        return a == b
+    return abs(a - b) <= tol * max(1.0, abs(b))
+
+
+def main():
+    path, dev = sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "cpu"
+    bad, checked = 0, 0
+    for line in open(path):
+        c = json.loads(line)
+        if c["name"] == "test01":
+            want = [str(torch.get_default_dtype())]
+            want.append(str(torch.tensor(3.14).dtype))
+            torch.set_default_dtype(torch.float16)
+            want.append(str(torch.tensor(3.14).dtype))
+            torch.set_default_dtype(torch.float32)
+            got = ["torch." + s for s in c["lines"]]
+            checked += 1
+            if got != want:
+                bad += 1
+                print("test01: ampgrad", got, "torch", want)
+            continue
+        fn = CASES.get(c["name"])
+        if fn is None:
+            print("no torch case for", c["name"])
+            bad += 1
+            continue
+        inputs = [tensor(t, dev) for t in c["inputs"]]
+        floating = [i for i, t in enumerate(inputs) if t.is_floating_point() and c.get("grads", [None] * 9)[i] is not None]
+        for i in floating:
+            inputs[i].requires_grad_(True)
+        dtype = c["inputs"][0]["dtype"]
+        tol = 1e-9 if dtype == "float64" else 1e-5
+        try:
+            out = fn(*inputs)
+        except RuntimeError as e:
+            if "error" in c:
+                continue  # both refuse
+            print(f"{c['name']} {dtype}: torch raised {e}")
+            bad += 1
+            continue
+        if "error" in c:
+            print(f"{c['name']} {dtype}: ampgrad raised {c['error']}; torch gave {out}")
+            bad += 1
+            continue
+        checked += 1
+        if list(out.shape) != c["out"]["shape"] or str(out.dtype) != "torch." + c["out"]["dtype"]:
+            print(f"{c['name']} {dtype}: out {c['out']['shape']} {c['out']['dtype']} vs torch {list(out.shape)} {out.dtype}")
+            bad += 1
+            continue
+        w = torch.cos(torch.arange(out.numel(), dtype=torch.float64)).to(out.dtype).reshape(out.shape).to(dev)
+        (out * w).sum().backward()
+        got_out = [num(v) for v in c["out"]["values"]]
+        ref_out = out.detach().double().flatten().tolist()
+        errs = [(k, g, r) for k, (g, r) in enumerate(zip(got_out, ref_out)) if not close(g, r, tol)]
+        for i in floating:
+            g = c["grads"][i]
+            ref = inputs[i].grad
+            ref_vals = ref.double().flatten().tolist() if ref is not None else [0.0] * len(g["values"])
+            errs += [(f"grad{i}[{k}]", a, b) for k, (a, b) in enumerate(zip([num(v) for v in g["values"]], ref_vals)) if not close(a, b, tol)]
+        if errs:
+            bad += 1
+            print(f"{c['name']} {dtype}: {len(errs)} mismatches, first {errs[:3]}")
+    print(f"torch_semantics on {dev}: {checked} cases checked against torch {torch.__version__}, {bad} disagree")
+    sys.exit(1 if bad else 0)
+
+
+if __name__ == "__main__":
+    main()
