@@ -78,6 +78,26 @@ CASES = {
     "softmin_dim1": lambda x: F.softmin(x, 1),
     "group_norm_2_affine": lambda x, w, b: F.group_norm(x, 2, w, b),
     "group_norm_1_images": lambda x: F.group_norm(x, 1),
+    "addcmul_bcast": lambda x, a, b: torch.addcmul(x, a, b, value=0.5),
+    "addcdiv": lambda x, a, b: torch.addcdiv(x, a, b, value=-2),
+    "lerp_tensor": lambda a, b, w: torch.lerp(a, b, w),
+    "lerp_scalar": lambda a, b: torch.lerp(a, b, 0.3),
+    "dot": lambda a, b: torch.dot(a, b),
+    "tensordot_2": lambda a, b: torch.tensordot(a, b, 2),
+    "tensordot_lists": lambda a, b: torch.tensordot(a, b, ([0, 2], [1, 0])),
+    "bilinear": lambda a, b, w, bias: F.bilinear(a, b, w, bias),
+    "cross_default_dim": lambda a, b: torch.cross(a, b),
+    "cross_dim_last": lambda a, b: torch.cross(a, b, dim=-1),
+    "index_add_alpha": lambda x, i, s: torch.index_add(x, 0, i, s, alpha=2),
+    "index_copy_dim1": lambda x, i, s: torch.index_copy(x, 1, i, s),
+    "gather_dim1": lambda x, i: torch.gather(x, 1, i),
+    "scatter_add_dim0": lambda x, i, s: torch.scatter_add(x, 0, i, s),
+    "index_put_two_dims": lambda x, i, j, v: torch.index_put(x, (i, j), v),
+    "index_put_accumulate": lambda x, i, v: torch.index_put(x, (i,), v, accumulate=True),
+    "grid_sample_bilinear_zeros": lambda x, g: F.grid_sample(x, g, align_corners=False),
+    "grid_sample_bilinear_border_ac": lambda x, g: F.grid_sample(x, g, padding_mode="border", align_corners=True),
+    "grid_sample_bilinear_reflection": lambda x, g: F.grid_sample(x, g, padding_mode="reflection", align_corners=False),
+    "grid_sample_nearest": lambda x, g: F.grid_sample(x, g, mode="nearest", align_corners=False),
 }
 DTYPES = {"float64": torch.float64, "float32": torch.float32, "int64": torch.int64}
 
@@ -144,7 +164,11 @@ def main():
             bad += 1
             continue
         w = torch.cos(torch.arange(out.numel(), dtype=torch.float64)).to(out.dtype).reshape(out.shape).to(dev)
-        (out * w).sum().backward()
+        try:
+            (out * w).sum().backward()
+        except RuntimeError as e:  # compare the values alone
+            print(f"{c['name']} {dtype}: torch's backward failed ({str(e)[:90]}); values only")
+            floating = []
         got_out = [num(v) for v in c["out"]["values"]]
         ref_out = out.detach().double().flatten().tolist()
         errs = [(k, g, r) for k, (g, r) in enumerate(zip(got_out, ref_out)) if not close(g, r, tol)]

@@ -5,6 +5,7 @@
 #include <math.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #ifdef __CUDACC__
 #define AG_HOST_DEVICE __host__ __device__
@@ -30,6 +31,10 @@ enum class UnaryKind : uint8_t {
 };
 enum class BinaryKind : uint8_t {
 #define AG_BINARY(Kind, ...) Kind,
+#include "core/elementwise_kinds.def"
+};
+enum class TernaryKind : uint8_t {
+#define AG_TERNARY(Kind, ...) Kind,
 #include "core/elementwise_kinds.def"
 };
 enum class LossKind : uint8_t {
@@ -109,6 +114,18 @@ constexpr int kBinaryTypes[] = {
 #undef AG_KIND_TYPES_floats
 #undef AG_KIND_TYPES_compare
 };
+constexpr const char* kTernaryNames[] = {
+#define AG_TERNARY(Kind, ...) #Kind,
+#include "core/elementwise_kinds.def"
+};
+constexpr bool kTernaryFloats[] = {
+#define AG_TERNARY(Kind, types, ...) AG_KIND_TYPES_##types,
+#define AG_KIND_TYPES_arith false
+#define AG_KIND_TYPES_floats true
+#include "core/elementwise_kinds.def"
+#undef AG_KIND_TYPES_arith
+#undef AG_KIND_TYPES_floats
+};
 constexpr const char* kLossNames[] = {
 #define AG_LOSS(Kind, ...) #Kind,
 #include "core/loss_kinds.def"
@@ -131,6 +148,9 @@ constexpr bool is_comparison(BinaryKind k) { return detail::kBinaryTypes[static_
 // Integer operands are computed in float32 (div, pow), as PyTorch's true division.
 constexpr bool binary_computes_in_float(BinaryKind k) { return detail::kBinaryTypes[static_cast<int>(k)] == 1; }
 constexpr const char* kind_name(BinaryKind k) { return detail::kBinaryNames[static_cast<int>(k)]; }
+constexpr const char* kind_name(TernaryKind k) { return detail::kTernaryNames[static_cast<int>(k)]; }
+// Integer operands are computed in float32 (addcdiv, lerp), as by PyTorch's.
+constexpr bool ternary_computes_in_float(TernaryKind k) { return detail::kTernaryFloats[static_cast<int>(k)]; }
 constexpr const char* kind_name(LossKind k) { return detail::kLossNames[static_cast<int>(k)]; }
 
 namespace math {
@@ -216,6 +236,12 @@ template <class T> AG_HOST_DEVICE inline T normal_pdf(T x) { return exp(T(-0.5) 
 // 2012), then Newton steps on erf(x) = y in T (one for float, two for double); +-1 give +-inf,
 // values outside [-1, 1] NaN. The same code on both devices, so they agree to erf's rounding.
 template <class T> AG_HOST_DEVICE inline T erfinv(T y) {
+#ifdef __CUDA_ARCH__
+  // On the device, CUDA's own erfinv (a few ulp, the same cases): 2.5x faster than the
+  // approximation and its Newton step, which made erfinv compute-bound at 0.37 of a copy.
+  if constexpr (sizeof(T) == 4) return ::erfinvf(y);
+  else return ::erfinv(y);
+#endif
   if (!(y > T(-1) && y < T(1))) return y == T(1) ? T(INFINITY) : (y == T(-1) ? T(-INFINITY) : T(NAN));
   T w = -log((T(1) - y) * (T(1) + y)), p;
   if (w < T(5)) {
@@ -249,46 +275,72 @@ template <class T> AG_HOST_DEVICE inline T erfinv(T y) {
   }
   return x;
 }
-// Rounds to `d` decimals, half to even, as PyTorch's round(x, decimals=d).
-template <class T> AG_HOST_DEVICE inline T round_decimals(T x, T d) {
-  if (d == T(0)) return rint(x);
-  if (d > T(0)) {
-    const T p = pow(T(10), d);
-    return rint(x * p) / p;
-  }
-  const T p = pow(T(10), -d);
-  return rint(x / p) * p;
+// Rounds to decimals, half to even, as PyTorch's round(x, decimals): p = 10^|decimals| and
+// s = its sign are worked out once by the op (a pow per element made round 0.4 of a copy).
+template <class T> AG_HOST_DEVICE inline T round_decimals(T x, T p, T s) {
+  if (s == T(0)) return rint(x);
+  return s > T(0) ? rint(x * p) / p : rint(x / p) * p;
 }
-AG_HOST_DEVICE inline int64_t round_decimals(int64_t x, int64_t) { return x; }
+AG_HOST_DEVICE inline int64_t round_decimals(int64_t x, int64_t, int64_t) { return x; }
+// tanh(softplus(x)) from one exp: with e = e^x, tanh(log(1 + e)) = e (e + 2) / (e (e + 2) + 2);
+// 1 from x > 20 on (e^2x overflows float; the exact value is 1 to 17 digits there).
+template <class T> AG_HOST_DEVICE inline T tanh_softplus(T x) {
+  if (x > T(20)) return T(1);
+  const T e = exp(x), n = e * (e + T(2));
+  return n / (n + T(2));
+}
+template <class T> AG_HOST_DEVICE inline T mish(T x) { return x * tanh_softplus(x); }
 // d/dx mish(x) = tanh(softplus(x)) + x sigmoid(x) (1 - tanh(softplus(x))^2), as PyTorch's.
 template <class T> AG_HOST_DEVICE inline T mish_grad(T x) {
-  const T t = tanh(log1p(exp(x)));
+  const T t = tanh_softplus(x);
   return t + x * sigmoid(x) * (T(1) - t * t);
 }
 // The p-norm's cases (ReduceKind::Norm): how |x| joins the state and how states combine.
-enum class NormMode : int64_t { two, one, inf, neg_inf, zero, other };
+// integer: p a whole number from 3 to 16, |x|^p by multiplications (powf is ~4x slower).
+enum class NormMode : int64_t { two, one, inf, neg_inf, zero, integer, other };
 AG_HOST_DEVICE inline NormMode norm_mode(double p) {
   return p == 2 ? NormMode::two : p == 1 ? NormMode::one : p == INFINITY ? NormMode::inf
-       : p == -INFINITY ? NormMode::neg_inf : p == 0 ? NormMode::zero : NormMode::other;
+       : p == -INFINITY ? NormMode::neg_inf : p == 0 ? NormMode::zero
+       : (p >= 3 && p <= 16 && p == static_cast<double>(static_cast<int>(p))) ? NormMode::integer : NormMode::other;
 }
-template <class T> AG_HOST_DEVICE inline T norm_accumulate(NormMode m, T s, T x, T p) {
+template <NormMode M, class T> AG_HOST_DEVICE inline T norm_accumulate(T s, T x, T p) {
   const T a = abs(x);
+  if constexpr (M == NormMode::two) return s + a * a;
+  else if constexpr (M == NormMode::one) return s + a;
+  else if constexpr (M == NormMode::inf) return (a > s || isnan(a)) && !isnan(s) ? a : s;
+  else if constexpr (M == NormMode::neg_inf) return (a < s || isnan(a)) && !isnan(s) ? a : s;
+  else if constexpr (M == NormMode::zero) return s + (x != T(0) ? T(1) : T(0));
+  else if constexpr (M == NormMode::integer) {
+    T r = a;
+    for (int k = 1; k < static_cast<int>(p); ++k) r *= a;
+    return s + r;
+  } else return s + pow(a, p);
+}
+template <NormMode M, class T> AG_HOST_DEVICE inline T norm_combine(T s, T t) {
+  if constexpr (M == NormMode::inf || M == NormMode::neg_inf) return norm_accumulate<M>(s, t, T(0));
+  else return s + t;
+}
+template <NormMode M, class T> AG_HOST_DEVICE inline T norm_identity() { return M == NormMode::neg_inf ? T(INFINITY) : T(0); }
+template <NormMode M, class T> AG_HOST_DEVICE inline T norm_finish(T s, T inv_p) {
+  if constexpr (M == NormMode::two) return sqrt(s);
+  else if constexpr (M == NormMode::integer || M == NormMode::other) return pow(s, inv_p);
+  else return s;
+}
+// f(std::integral_constant<NormMode, m>) for the runtime mode m.
+template <class F> inline void visit_norm_mode(NormMode m, F&& f) {
   switch (m) {
-    case NormMode::two: return s + a * a;
-    case NormMode::one: return s + a;
-    case NormMode::inf: return (a > s || isnan(a)) && !isnan(s) ? a : s;
-    case NormMode::neg_inf: return (a < s || isnan(a)) && !isnan(s) ? a : s;
-    case NormMode::zero: return s + (x != T(0) ? T(1) : T(0));
-    default: return s + pow(a, p);
+    case NormMode::two: return f(std::integral_constant<NormMode, NormMode::two>{});
+    case NormMode::one: return f(std::integral_constant<NormMode, NormMode::one>{});
+    case NormMode::inf: return f(std::integral_constant<NormMode, NormMode::inf>{});
+    case NormMode::neg_inf: return f(std::integral_constant<NormMode, NormMode::neg_inf>{});
+    case NormMode::zero: return f(std::integral_constant<NormMode, NormMode::zero>{});
+    case NormMode::integer: return f(std::integral_constant<NormMode, NormMode::integer>{});
+    case NormMode::other: return f(std::integral_constant<NormMode, NormMode::other>{});
   }
 }
-template <class T> AG_HOST_DEVICE inline T norm_combine(NormMode m, T s, T t) {
-  if (m == NormMode::inf || m == NormMode::neg_inf) return norm_accumulate(m, s, t, T(0));
-  return s + t;
-}
-template <class T> AG_HOST_DEVICE inline T norm_identity(NormMode m) { return m == NormMode::neg_inf ? T(INFINITY) : T(0); }
-template <class T> AG_HOST_DEVICE inline T norm_finish(NormMode m, T s, T inv_p) {
-  return m == NormMode::two ? sqrt(s) : m == NormMode::other ? pow(s, inv_p) : s;
+// PyTorch's lerp: start + w (end - start) below w = 0.5, end - (end - start)(1 - w) above.
+template <class T> AG_HOST_DEVICE inline T lerp(T start, T end, T w) {
+  return abs(w) < T(0.5) ? start + w * (end - start) : end - (end - start) * (T(1) - w);
 }
 template <class T> AG_HOST_DEVICE inline T max0(T x) { return x > T(0) ? x : T(0); }
 // smooth_l1_loss of a difference d with beta a (l1 when a == 0), and its derivative in d.
@@ -371,6 +423,24 @@ namespace formulas {
 #undef AG_GRAD_Y_g
 #undef AG_GRAD_Y_ops
 #undef AG_GRAD_Y_none
+#define AG_TERNARY(Kind, types, forward, dx, dy, dz)                                                       \
+  template <class T> AG_HOST_DEVICE inline T Kind##_forward(T x, T y, T z, [[maybe_unused]] T a) { return forward; } \
+  template <class T>                                                                                       \
+  AG_HOST_DEVICE inline T Kind##_dx([[maybe_unused]] T g, [[maybe_unused]] T x, [[maybe_unused]] T y,       \
+                                    [[maybe_unused]] T z, [[maybe_unused]] T a) {                          \
+    return dx;                                                                                             \
+  }                                                                                                        \
+  template <class T>                                                                                       \
+  AG_HOST_DEVICE inline T Kind##_dy([[maybe_unused]] T g, [[maybe_unused]] T x, [[maybe_unused]] T y,       \
+                                    [[maybe_unused]] T z, [[maybe_unused]] T a) {                          \
+    return dy;                                                                                             \
+  }                                                                                                        \
+  template <class T>                                                                                       \
+  AG_HOST_DEVICE inline T Kind##_dz([[maybe_unused]] T g, [[maybe_unused]] T x, [[maybe_unused]] T y,       \
+                                    [[maybe_unused]] T z, [[maybe_unused]] T a) {                          \
+    return dz;                                                                                             \
+  }
+#include "core/elementwise_kinds.def"
 #define AG_LOSS(Kind, loss, dx, dy)                                                                        \
   template <class T> AG_HOST_DEVICE inline T Kind##_loss(T x, T y, [[maybe_unused]] T a, [[maybe_unused]] T b) { \
     return loss;                                                                                           \
@@ -425,6 +495,24 @@ template <BinaryKind K, class T> AG_HOST_DEVICE inline T binary_grad_x(T g, T x,
 template <BinaryKind K, class T> AG_HOST_DEVICE inline T binary_grad_y(T g, T x, T y) {
 #define AG_BINARY(Kind, ...) \
   if constexpr (K == BinaryKind::Kind) return formulas::Kind##_dy<T>(g, x, y); else
+#include "core/elementwise_kinds.def"
+  return g;
+}
+
+template <TernaryKind K, class T> AG_HOST_DEVICE inline T ternary_op(T x, T y, T z, T a) {
+#define AG_TERNARY(Kind, ...) \
+  if constexpr (K == TernaryKind::Kind) return formulas::Kind##_forward<T>(x, y, z, a); else
+#include "core/elementwise_kinds.def"
+  return x;
+}
+// The gradient of operand I (0 x, 1 y, 2 z).
+template <TernaryKind K, int I, class T> AG_HOST_DEVICE inline T ternary_grad(T g, T x, T y, T z, T a) {
+#define AG_TERNARY(Kind, ...)                                              \
+  if constexpr (K == TernaryKind::Kind) {                                  \
+    if constexpr (I == 0) return formulas::Kind##_dx<T>(g, x, y, z, a);    \
+    else if constexpr (I == 1) return formulas::Kind##_dy<T>(g, x, y, z, a); \
+    else return formulas::Kind##_dz<T>(g, x, y, z, a);                     \
+  } else
 #include "core/elementwise_kinds.def"
   return g;
 }

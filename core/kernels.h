@@ -4,6 +4,8 @@
 // kernels only compute. Shapes reaching a kernel are already validated and broadcast.
 #pragma once
 
+#include <array>
+
 #include "core/conv_params.h"
 #include "core/dispatch.h"
 #include "core/kernel_kinds.h"
@@ -28,6 +30,14 @@ AG_DECLARE_KERNEL(binary, void(BinaryKind k, const Tensor& x, const Tensor& y, c
 // of that shape (either may be undefined: not computed).
 AG_DECLARE_KERNEL(binary_backward, void(BinaryKind k, const Tensor& g, const Tensor& x, const Tensor& y,
                                         const Tensor& grad_x, const Tensor& grad_y));
+// out = f(x, y, z) of the ternary kind k (addcmul, addcdiv, lerp): x, y, z of out's shape (any
+// strides, broadcast dims stride 0) and dtype; out contiguous; a the op's scalar.
+AG_DECLARE_KERNEL(ternary, void(TernaryKind k, const Tensor& x, const Tensor& y, const Tensor& z, const Tensor& out,
+                                double a));
+// The kind's three gradients in one pass: g, x, y, z of the broadcast shape (any strides) and
+// one dtype; grads[i] contiguous of that shape, or undefined (not computed).
+AG_DECLARE_KERNEL(ternary_backward, void(TernaryKind k, const Tensor& g, const Tensor& x, const Tensor& y,
+                                         const Tensor& z, const std::array<Tensor, 3>& grads, double a));
 // out = cond ? x : y, all of out's shape; x, y of out's dtype; cond Bool.
 AG_DECLARE_KERNEL(where, void(const Tensor& cond, const Tensor& x, const Tensor& y, const Tensor& out));
 
@@ -91,6 +101,16 @@ AG_DECLARE_KERNEL(gemm_bias_grad, bool(const Tensor& a, const Tensor& bm, const 
 AG_DECLARE_KERNEL(index_select, void(const Tensor& x, const Tensor& index, const Tensor& out));
 // out contiguous [outer, d, inner] += src contiguous [outer, n, inner] scattered by index [n].
 AG_DECLARE_KERNEL(index_add, void(const Tensor& out, const Tensor& index, const Tensor& src));
+// out contiguous [outer, d, inner]: the rows index[j] (Int64 [n]) along d set to src
+// contiguous [outer, n, inner]; with repeated indices one of the rows wins (unspecified on CUDA).
+AG_DECLARE_KERNEL(index_copy, void(const Tensor& out, const Tensor& index, const Tensor& src));
+// gather along dim: out (contiguous, index's shape) at position p = x at p with coordinate
+// dim replaced by index[p]; index contiguous Int64 of x's rank; x any strides.
+AG_DECLARE_KERNEL(gather, void(const Tensor& x, const Tensor& index, const Tensor& out, int64_t dim));
+// Its adjoint: out (any strides) at p with coordinate dim replaced by index[p] += src[p], for
+// p over index's shape (src any strides, at least index's size in every dim). Atomic on CUDA:
+// repeated targets add in an unspecified order, as PyTorch's scatter_add.
+AG_DECLARE_KERNEL(scatter_add, void(const Tensor& out, const Tensor& index, const Tensor& src, int64_t dim));
 // Mean negative log-likelihood of lp contiguous floating [N, C] at target Int64 [N], rows
 // whose target is ignore_index skipped: loss (0-dim, lp's dtype) = -sum lp[i, t_i] / count,
 // count (0-dim Float32) the rows counted (a counted target outside [0, C) adds 0).

@@ -1,4 +1,5 @@
-// CUDA index_select (a gather along the middle dim) and index_add (its scatter-add adjoint).
+// CUDA index_select (a gather along the middle dim), index_add (its scatter-add adjoint),
+// index_copy, and gather / scatter_add along any dim.
 #include "cuda/common.cuh"
 #include "cuda/launch.cuh"
 #include "core/kernels.h"
@@ -51,6 +52,56 @@ __global__ void index_add_kernel(T* out, const int64_t* index, const T* src, I t
   }
 }
 
+// out[o, index[j], c] = src[o, j, c]; a repeated index: one of its rows wins.
+template <class E, class I>
+__global__ void index_copy_kernel(E* out, const int64_t* index, const E* src, I total, I n, I inner, int64_t d) {
+  const I step = static_cast<I>(gridDim.x) * blockDim.x;
+  for (I p = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; p < total; p += step) {
+    const I c = p % inner;
+    const I row = p / inner;
+    const I j = row % n;
+    const I o = row / n;
+    const int64_t dst = index[j];
+    if (dst >= 0 && dst < d) out[(static_cast<int64_t>(o) * d + dst) * inner + c] = src[p];  // Note [CUDA index bounds]
+  }
+}
+
+// Over index's shape (Note [Strided geometry]): 0 out (or src), 1 index, 2 x (or out) without
+// dim's stride; `step` is that stride, `d` the dim's size.
+template <class E>
+__global__ void gather_kernel(const E* x, const int64_t* index, E* out, Geometry<3> g, uint32_t n, int64_t step,
+                              int64_t d) {
+  const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  int64_t off[3];
+  geometry_offsets(g, i, off);
+  const int64_t k = index[off[1]];
+  out[off[0]] = (k >= 0 && k < d) ? x[off[2] + k * step] : E(0);  // Note [CUDA index bounds]
+}
+
+template <class T>
+__global__ void scatter_add_kernel(T* out, const int64_t* index, const T* src, Geometry<3> g, uint32_t n, int64_t step,
+                                   int64_t d) {
+  const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  int64_t off[3];
+  geometry_offsets(g, i, off);
+  const int64_t k = index[off[1]];
+  if (k < 0 || k >= d) return;  // Note [CUDA index bounds]
+  T* target = out + off[2] + k * step;
+  if constexpr (std::is_same_v<T, int64_t>) {
+    atomicAdd(reinterpret_cast<unsigned long long*>(target), static_cast<unsigned long long>(src[off[0]]));
+  } else {
+    atomicAdd(target, src[off[0]]);
+  }
+}
+
+Shape without_dim(const Tensor& t, int64_t dim) {
+  Shape s = t.strides();
+  s[dim] = 0;
+  return s;
+}
+
 // Runs f(I{}) with the narrowest index type for `total` positions.
 template <class F> void with_index_type(int64_t total, F&& f) {
   if (total <= INT32_MAX) {
@@ -100,7 +151,60 @@ void index_add(const Tensor& out, const Tensor& index, const Tensor& src) {
   AG_CHECK(false, "index_add on cuda: dtype {} is not supported (no atomic add)", dtype_name(out.dtype()));
 }
 
+void index_copy(const Tensor& out, const Tensor& index, const Tensor& src) {
+  const int64_t d = out.size(1), inner = out.size(2), n = index.numel();
+  const int64_t total = src.numel();
+  if (total == 0) return;
+  KernelContext ctx(out);
+  dispatch_size(out.element_size(), [&](auto tag) {
+    using E = typename decltype(tag)::type;
+    with_index_type(total, [&](auto itag) {
+      using I = decltype(itag);
+      launch(ctx, index_copy_kernel<E, I>, ctx.grid_stride_blocks(total), kBlockSize, 0, ptr<E>(out), ptr<const int64_t>(index), ptr<const E>(src), static_cast<I>(total), static_cast<I>(n), static_cast<I>(inner), d);
+    });
+  });
+}
+
+void gather(const Tensor& x, const Tensor& index, const Tensor& out, int64_t dim) {
+  if (index.numel() == 0) return;
+  KernelContext ctx(out);
+  const Shape xs = without_dim(x, dim);
+  auto g = make_geometry<3>(index.shape(), {&out.strides(), &index.strides(), &xs});
+  dispatch_size(x.element_size(), [&](auto tag) {
+    using E = typename decltype(tag)::type;
+    for_each_chunk(g, [&](const Geometry<3>& geo, uint32_t count, const std::array<int64_t, 3>& off) {
+      launch(ctx, gather_kernel<E>, blocks_for(count), kBlockSize, 0, ptr<const E>(x) + off[2], ptr<const int64_t>(index) + off[1], ptr<E>(out) + off[0], geo, count, x.stride(dim), x.size(dim));
+    });
+  });
+}
+
+void scatter_add(const Tensor& out, const Tensor& index, const Tensor& src, int64_t dim) {
+  if (index.numel() == 0) return;
+  KernelContext ctx(out);
+  const Shape os = without_dim(out, dim);
+  auto g = make_geometry<3>(index.shape(), {&src.strides(), &index.strides(), &os});
+  auto run = [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    for_each_chunk(g, [&](const Geometry<3>& geo, uint32_t count, const std::array<int64_t, 3>& off) {
+      launch(ctx, scatter_add_kernel<T>, blocks_for(count), kBlockSize, 0, ptr<T>(out) + off[2], ptr<const int64_t>(index) + off[1], ptr<const T>(src) + off[0], geo, count, out.stride(dim), out.size(dim));
+    });
+  };
+  switch (out.dtype()) {
+    case DType::Float32: return run(TypeTag<float>{});
+    case DType::Float16: return run(TypeTag<__half>{});
+    case DType::BFloat16: return run(TypeTag<__nv_bfloat16>{});
+    case DType::Float64: return run(TypeTag<double>{});
+    case DType::Int64: return run(TypeTag<int64_t>{});
+    case DType::Int32: return run(TypeTag<int32_t>{});
+    default: break;
+  }
+  AG_CHECK(false, "scatter_add on cuda: dtype {} is not supported (no atomic add)", dtype_name(out.dtype()));
+}
+
 AG_REGISTER_KERNEL(kernel::index_select, kCUDA, index_select);
+AG_REGISTER_KERNEL(kernel::index_copy, kCUDA, index_copy);
+AG_REGISTER_KERNEL(kernel::gather, kCUDA, gather);
+AG_REGISTER_KERNEL(kernel::scatter_add, kCUDA, scatter_add);
 AG_REGISTER_KERNEL(kernel::index_add, kCUDA, index_add);
 
 }  // namespace ampgrad::cuda

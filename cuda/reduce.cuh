@@ -110,19 +110,18 @@ template <class T> struct VarOp {
   }
 };
 
-// The p-norm (ReduceKind::Norm, core/kernel_kinds.h's math::norm_*), accumulated in float
-// (double for f64).
-template <class T> struct NormOp {
+// The p-norm (ReduceKind::Norm, core/kernel_kinds.h's math::norm_*) of mode M, accumulated
+// in float (double for f64).
+template <class T, math::NormMode M> struct NormOp {
   using Elem = T;
   using A = dacc_t<T>;
   using State = A;
-  math::NormMode mode;
-  A p, inv_p;  // 8 + 2 * 4 bytes for float: no padding (Note [Kernel graphs])
-  __device__ State identity() const { return math::norm_identity<A>(mode); }
-  __device__ State accumulate(State s, A x, int64_t) const { return math::norm_accumulate(mode, s, x, p); }
-  __device__ State combine(State a, State b) const { return math::norm_combine(mode, a, b); }
+  A p, inv_p;  // no padding (Note [Kernel graphs])
+  __device__ State identity() const { return math::norm_identity<M, A>(); }
+  __device__ State accumulate(State s, A x, int64_t) const { return math::norm_accumulate<M>(s, x, p); }
+  __device__ State combine(State a, State b) const { return math::norm_combine<M>(a, b); }
   __device__ void write(State s, void* out, int64_t*, int64_t pos) const {
-    static_cast<T*>(out)[pos] = from_acc<T>(math::norm_finish(mode, s, inv_p));
+    static_cast<T*>(out)[pos] = from_acc<T>(math::norm_finish<M>(s, inv_p));
   }
 };
 

@@ -9,6 +9,7 @@ namespace ampgrad::nn::functional {
 using ampgrad::adaptive_avg_pool2d;
 using ampgrad::cosine_embedding_loss;
 using ampgrad::cosine_similarity;
+using ampgrad::grid_sample;
 using ampgrad::group_norm;
 using ampgrad::hinge_embedding_loss;
 using ampgrad::huber_loss;
@@ -27,6 +28,7 @@ using ampgrad::softmin;
 using ampgrad::triplet_margin_loss;
 using ampgrad::avg_pool2d;
 using ampgrad::batch_norm;
+using ampgrad::bilinear;
 using ampgrad::binary_cross_entropy;
 using ampgrad::binary_cross_entropy_with_logits;
 using ampgrad::conv2d;

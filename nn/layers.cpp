@@ -79,6 +79,19 @@ LayerNorm::LayerNorm(Shape shape, double eps, TensorOptions o) : Module("LayerNo
 
 Tensor LayerNorm::forward(const Tensor& x) { return layer_norm(x, shape_, weight, bias, eps_); }
 
+Bilinear::Bilinear(int64_t in1, int64_t in2, int64_t out, LinearOptions o) : Module("Bilinear") {
+  AG_CHECK(in1 > 0 && in2 > 0 && out > 0, "Bilinear: features must be positive, got {}, {} and {}", in1, in2, out);
+  weight = register_parameter("weight", empty({out, in1, in2}, o.options));
+  const double bound = 1.0 / std::sqrt(static_cast<double>(in1));
+  init::uniform_(weight, -bound, bound);
+  if (o.bias) {
+    bias = register_parameter("bias", empty({out}, o.options));
+    init::uniform_(bias, -bound, bound);
+  }
+}
+
+Tensor Bilinear::forward(const Tensor& x1, const Tensor& x2) { return bilinear(x1, x2, weight, bias); }
+
 GroupNorm::GroupNorm(int64_t groups, int64_t channels, double eps, bool affine, TensorOptions o)
     : Module("GroupNorm"), num_groups(groups), num_channels(channels), eps(eps) {
   AG_CHECK(groups > 0 && channels % groups == 0, "GroupNorm: {} channels do not split into {} groups", channels, groups);

@@ -21,6 +21,16 @@ class Linear : public Module {
   Tensor weight, bias;
 };
 
+// y = x1^T W x2 + b: weight [out, in1, in2] and bias [out] uniform in +-1/sqrt(in1), as
+// torch.nn.Bilinear. Called with two inputs: bilinear(x1, x2).
+class Bilinear : public Module {
+ public:
+  Bilinear(int64_t in1_features, int64_t in2_features, int64_t out_features, LinearOptions o = {});
+  Tensor forward(const Tensor& x1, const Tensor& x2);
+  Tensor operator()(const Tensor& x1, const Tensor& x2) { return forward(x1, x2); }
+  Tensor weight, bias;
+};
+
 struct Conv2dOptions {
   std::array<int64_t, 2> stride{1, 1};
   std::array<int64_t, 2> padding{0, 0};

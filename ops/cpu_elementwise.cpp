@@ -137,6 +137,72 @@ void binary_backward(BinaryKind k, const Tensor& g, const Tensor& x, const Tenso
   });
 }
 
+namespace {
+template <class F> void visit_ternary_kind(TernaryKind k, F&& f) {
+  switch (k) {
+#define AG_TERNARY(Kind, ...) \
+  case TernaryKind::Kind: return f(std::integral_constant<TernaryKind, TernaryKind::Kind>{});
+#include "core/elementwise_kinds.def"
+  }
+}
+// The dtypes a ternary kind runs in: floating ones, and integers too for arith kinds.
+template <TernaryKind K, class T> constexpr bool ternary_takes() {
+  if constexpr (std::is_same_v<T, bool>) return false;
+  else return !ternary_computes_in_float(K) || std::is_floating_point_v<acc_t<T>>;
+}
+}  // namespace
+
+void ternary(TernaryKind k, const Tensor& x, const Tensor& y, const Tensor& z, const Tensor& out, double a) {
+  visit_ternary_kind(k, [&](auto kind) {
+    visit_dtype(out.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      if constexpr (!ternary_takes<kind.value, T>()) {
+        AG_INTERNAL_ASSERT(false, "cpu ternary kernel {} on {}", kind_name(kind.value), dtype_name(out.dtype()));
+      } else {
+        using A = acc_t<T>;
+        const T* px = base<const T>(x);
+        const T* py = base<const T>(y);
+        const T* pz = base<const T>(z);
+        T* po = base<T>(out);
+        const A ca = static_cast<A>(a);
+        for_each_offset<4>(out.shape(), {&x.strides(), &y.strides(), &z.strides(), &out.strides()},
+                           [&](const std::array<int64_t, 4>& o) {
+                             po[o[3]] = static_cast<T>(ternary_op<kind.value, A>(
+                                 static_cast<A>(px[o[0]]), static_cast<A>(py[o[1]]), static_cast<A>(pz[o[2]]), ca));
+                           });
+      }
+    });
+  });
+}
+
+void ternary_backward(TernaryKind k, const Tensor& g, const Tensor& x, const Tensor& y, const Tensor& z,
+                      const std::array<Tensor, 3>& grads, double a) {
+  visit_ternary_kind(k, [&](auto kind) {
+    visit_floating(g, "ternary_backward", [&](auto tag) {
+      using T = decltype(tag);
+      using A = acc_t<T>;
+      constexpr TernaryKind K = decltype(kind)::value;
+      const T *pg = base<const T>(g), *px = base<const T>(x), *py = base<const T>(y), *pz = base<const T>(z);
+      T* pd[3];
+      const Shape none(g.dim(), 0);
+      std::array<const Shape*, 3> ds;
+      for (int i = 0; i < 3; ++i) {
+        pd[i] = grads[i].defined() ? base<T>(grads[i]) : nullptr;
+        ds[i] = pd[i] ? &grads[i].strides() : &none;
+      }
+      const A ca = static_cast<A>(a);
+      for_each_offset<7>(g.shape(), {&g.strides(), &x.strides(), &y.strides(), &z.strides(), ds[0], ds[1], ds[2]},
+                         [&](const std::array<int64_t, 7>& o) {
+                           const A vg = static_cast<A>(pg[o[0]]), vx = static_cast<A>(px[o[1]]),
+                                   vy = static_cast<A>(py[o[2]]), vz = static_cast<A>(pz[o[3]]);
+                           if (pd[0]) pd[0][o[4]] = static_cast<T>(ternary_grad<K, 0, A>(vg, vx, vy, vz, ca));
+                           if (pd[1]) pd[1][o[5]] = static_cast<T>(ternary_grad<K, 1, A>(vg, vx, vy, vz, ca));
+                           if (pd[2]) pd[2][o[6]] = static_cast<T>(ternary_grad<K, 2, A>(vg, vx, vy, vz, ca));
+                         });
+    });
+  });
+}
+
 void where(const Tensor& cond, const Tensor& x, const Tensor& y, const Tensor& out) {
   visit_dtype(out.dtype(), [&](auto tag) {
     using T = decltype(tag);
@@ -214,6 +280,8 @@ AG_REGISTER_KERNEL(kernel::unary_backward, kCPU, unary_backward);
 AG_REGISTER_KERNEL(kernel::binary, kCPU, binary);
 AG_REGISTER_KERNEL(kernel::binary_backward, kCPU, binary_backward);
 AG_REGISTER_KERNEL(kernel::where, kCPU, where);
+AG_REGISTER_KERNEL(kernel::ternary, kCPU, ternary);
+AG_REGISTER_KERNEL(kernel::ternary_backward, kCPU, ternary_backward);
 AG_REGISTER_KERNEL(kernel::copy, kCPU, copy);
 AG_REGISTER_KERNEL(kernel::accumulate, kCPU, accumulate);
 AG_REGISTER_KERNEL(kernel::fill, kCPU, fill);

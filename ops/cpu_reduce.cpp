@@ -78,10 +78,12 @@ void reduce_typed(ReduceKind k, const Tensor& x, const Tensor& out, const Tensor
         }
         case ReduceKind::Norm:
           if constexpr (std::is_floating_point_v<A>) {
-            const math::NormMode m = math::norm_mode(param);
-            acc = math::norm_identity<A>(m);
-            for (int64_t j = 0; j < r; ++j) acc = math::norm_accumulate<A>(m, acc, at(j), static_cast<A>(param));
-            acc = math::norm_finish<A>(m, acc, static_cast<A>(1.0 / param));
+            math::visit_norm_mode(math::norm_mode(param), [&](auto mode) {
+              constexpr math::NormMode M = decltype(mode)::value;
+              acc = math::norm_identity<M, A>();
+              for (int64_t j = 0; j < r; ++j) acc = math::norm_accumulate<M>(acc, at(j), static_cast<A>(param));
+              acc = math::norm_finish<M>(acc, static_cast<A>(1.0 / param));
+            });
           }
           break;
         default: break;

@@ -12,8 +12,10 @@ using Saved = std::vector<Tensor>;
 using amp::Category;
 
 namespace {
-const OpInfo kCat{"cat", Category::promote, true, "mixes inputs: all are cast to the widest dtype (PyTorch 2.x's promote list)"};
-const OpInfo kStack{"stack", Category::promote, true, "mixes inputs: all are cast to the widest dtype (PyTorch 2.x's promote list)"};
+const OpInfo kCat{"cat", Category::promote, true,
+                  "mixes inputs: all are cast to the widest dtype (as PyTorch's type promotion does)"};
+const OpInfo kStack{"stack", Category::promote, true,
+                    "mixes inputs: all are cast to the widest dtype (as PyTorch's type promotion does)"};
 const OpInfo kIndexSelect{"index_select", Category::passthrough, true, "gathers values unchanged"};
 
 Tensor cat_impl(const OpInfo& op, std::vector<Tensor> ts, int64_t dim) {

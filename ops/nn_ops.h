@@ -113,6 +113,18 @@ Tensor pdist(const Tensor& x, double p = 2);
 // Each slice along dim whose p-norm exceeds maxnorm, scaled to norm maxnorm.
 Tensor renorm(const Tensor& x, double p, int64_t dim, double maxnorm);
 
+// x1 [*, in1], x2 [*, in2], weight [out, in1, in2], bias [out] -> [*, out]:
+// y = x1^T W x2 + b (ops/products.cpp).
+Tensor bilinear(const Tensor& x1, const Tensor& x2, const Tensor& weight, const Tensor& bias = Tensor());
+
+// input [N, C, H, W] sampled at grid [N, Ho, Wo, 2] (normalized x, y in [-1, 1]) ->
+// [N, C, Ho, Wo], as torch.nn.functional.grid_sample (ops/grid_sample.cpp). align_corners:
+// -1 and 1 are the corner pixels' centres (else their outer edges).
+enum class GridMode { bilinear, nearest };
+enum class GridPadding { zeros, border, reflection };
+Tensor grid_sample(const Tensor& input, const Tensor& grid, GridMode mode = GridMode::bilinear,
+                   GridPadding padding = GridPadding::zeros, bool align_corners = false);
+
 // Memory formats (ops/memory_format.cpp).
 bool is_channels_last(const Tensor& t);  // 4-D with NHWC strides
 Tensor empty_channels_last(const Shape& shape, TensorOptions options);

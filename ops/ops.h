@@ -74,6 +74,13 @@ Tensor pow(const Tensor& a, const Tensor& exponent);
 Tensor pow(const Scalar& base, const Tensor& exponent);  // base ** exponent ("rpow")
 // Half to even (PyTorch's); decimals < 0 rounds to tens, hundreds, ...
 Tensor round(const Tensor& a, int64_t decimals = 0);
+// self + value * tensor1 * tensor2 and self + value * tensor1 / tensor2, broadcasting all
+// three (ops/ternary.cpp).
+Tensor addcmul(const Tensor& self, const Tensor& tensor1, const Tensor& tensor2, const Scalar& value = 1);
+Tensor addcdiv(const Tensor& self, const Tensor& tensor1, const Tensor& tensor2, const Scalar& value = 1);
+// start + weight * (end - start), in PyTorch's form that is exact at weight 0 and 1.
+Tensor lerp(const Tensor& start, const Tensor& end, const Tensor& weight);
+Tensor lerp(const Tensor& start, const Tensor& end, const Scalar& weight);
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
 Tensor where(const Tensor& cond, const Tensor& a, const Scalar& b);
 Tensor clamp(const Tensor& a, std::optional<Scalar> min, std::optional<Scalar> max);
@@ -121,6 +128,20 @@ Tensor squeeze(const Tensor& a, int64_t dim);
 Tensor squeeze(const Tensor& a);
 Tensor unsqueeze(const Tensor& a, int64_t dim);
 Tensor index_select(const Tensor& a, int64_t dim, const Tensor& index);
+// Writes by index (ops/index.cpp), out of place, as torch.index_add / index_copy / index_put /
+// scatter_add and gather. Indices are int64. index_add and index_copy take 1-D indices into
+// dim and a source of n rows there; index_copy and index_put without accumulate keep one of
+// the rows a repeated index writes (unspecified which on CUDA, as PyTorch's). index_put:
+// one index tensor for each of self's leading dims (negative indices count from the end),
+// broadcast together; values broadcast to what they pick. scatter_add adds src at p into
+// out at p with dim's coordinate replaced by index[p]; gather reads so. On CUDA the adding
+// ones are atomic: repeated targets add in an unspecified order, so float results may differ
+// in the last bits from run to run (PyTorch's too).
+Tensor index_add(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& source, const Scalar& alpha = 1);
+Tensor index_copy(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& source);
+Tensor index_put(const Tensor& self, const std::vector<Tensor>& indices, const Tensor& values, bool accumulate = false);
+Tensor gather(const Tensor& self, int64_t dim, const Tensor& index);
+Tensor scatter_add(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src);
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0);
 Tensor stack(const std::vector<Tensor>& tensors, int64_t dim = 0);
 Tensor contiguous(const Tensor& a);
@@ -131,6 +152,15 @@ Tensor bmm(const Tensor& a, const Tensor& b);
 Tensor matmul(const Tensor& a, const Tensor& b);
 Tensor addmm(const Tensor& c, const Tensor& a, const Tensor& b, const Scalar& beta = 1, const Scalar& alpha = 1);
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+// Products composed of matmul (ops/products.cpp). dot and vdot: two 1-D tensors of one size
+// and dtype -> 0-dim. tensordot: the dims_a of a against the dims_b of b (or a's last `dims`
+// against b's first), the free dims of a then of b. cross: of 3-vectors along dim (without
+// dim, the first of size 3, as torch.cross), broadcasting.
+Tensor dot(const Tensor& a, const Tensor& b);
+Tensor vdot(const Tensor& a, const Tensor& b);
+Tensor tensordot(const Tensor& a, const Tensor& b, const Shape& dims_a, const Shape& dims_b);
+Tensor tensordot(const Tensor& a, const Tensor& b, int64_t dims = 2);
+Tensor cross(const Tensor& a, const Tensor& b, std::optional<int64_t> dim = std::nullopt);
 // relu(linear(x, weight, bias)) as one op: the relu in the GEMM's epilogue (Note [Linear + ReLU]).
 Tensor linear_relu(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
 

@@ -1,5 +1,7 @@
 // Unary elementwise ops: the rows of ops/unary_ops.def, clamp, and the tensor-with-scalar forms
 // of add, sub, rsub, mul and pow, all one kernel of core/elementwise_kinds.def each way.
+#include <cmath>
+
 #include "autograd/node.h"
 #include "core/kernels.h"
 #include "ops/internal.h"
@@ -90,7 +92,9 @@ const OpInfo kRound{"round", Category::passthrough, true, "exact in any dtype"};
 }  // namespace
 
 Tensor round(const Tensor& a, int64_t decimals) {
-  return unary_elementwise(kRound, UnaryKind::Round, a, static_cast<double>(decimals), 0, true);
+  // The kind takes 10^|decimals| and decimals' sign (math::round_decimals).
+  const double p = std::pow(10.0, static_cast<double>(decimals < 0 ? -decimals : decimals));
+  return unary_elementwise(kRound, UnaryKind::Round, a, p, static_cast<double>((decimals > 0) - (decimals < 0)), true);
 }
 
 Tensor clamp(const Tensor& a, std::optional<Scalar> min, std::optional<Scalar> max) {

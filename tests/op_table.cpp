@@ -68,6 +68,19 @@ Draw untied(size_t i) {
     return f64(v, s);
   };
 }
+Draw distinct(int64_t bound) {
+  return [bound](const ag::Shape& s, int64_t n, const V&) {
+    const int64_t b = bound == N ? n : bound;
+    const int64_t count = ag::shape_numel(s);
+    REQUIRE(count <= b);
+    std::vector<int64_t> perm(static_cast<size_t>(b));
+    for (int64_t i = 0; i < b; ++i) perm[i] = i;
+    std::mt19937 rng(static_cast<uint32_t>(b * 31 + count));
+    std::shuffle(perm.begin(), perm.end(), rng);
+    perm.resize(static_cast<size_t>(count));
+    return ag::tensor(perm, s);
+  };
+}
 Draw labels() {
   return [](const ag::Shape& s, int64_t, const V&) {
     return ag::where(ag::lt(ag::rand(s, ag::kFloat64), 0.5), ag::full(s, -1.0, ag::kFloat64), ag::ones(s, ag::kFloat64));

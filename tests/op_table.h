@@ -51,6 +51,9 @@ Draw near_one();
 Draw untied(size_t i);
 // Int64 in [0, bound), N standing for n.
 Draw indices(int64_t bound);
+// Distinct int64 values in [0, bound) (a random permutation's first ones): writes that must
+// not collide (index_copy, index_put).
+Draw distinct(int64_t bound);
 // Int64 class targets in [0, classes), every fourth row (from the second) set to `ignored`.
 Draw targets(int64_t classes, int64_t ignored);
 Draw mask();  // bool, each true with probability 1/2

@@ -2,7 +2,8 @@
 // pytorch/pytorch at commit cfed411fae0c18aa3d20351bc8dc8e1218db77ff (the 2.x line, about v2.1),
 // the KERNEL_CUDA registrations with their cast policies, overloads collapsed to one name.
 // fp32_set_opt_dtype and fp32_append_dtype (ops that take a dtype argument) are float32 here.
-// Read by tests/test_amp.cpp, which checks ampgrad's category of every op both have.
+// Read by tests/test_amp.cpp, which checks ampgrad's category of every op both have. cat,
+// stack and where are in no list: PyTorch's own type promotion widens their inputs.
 #pragma once
 
 #include <string_view>
@@ -63,6 +64,17 @@ inline constexpr Entry kCudaLists[] = {
     {"bilinear", Policy::promote}, {"cross", Policy::promote}, {"dot", Policy::promote},
     {"grid_sampler", Policy::promote}, {"index_put", Policy::promote}, {"tensordot", Policy::promote},
     {"scatter_add", Policy::promote},
+    // Registered under AutocastCUDA in PyTorch 2.11.0+cu130 as well (its dispatcher's list on the
+    // H200, torch._C._dispatch_get_registrations_for_dispatch_key("AutocastCUDA"): these 111
+    // names and no others), with the policies of its AT_FORALL_* lists; _cudnn_rnn casts to
+    // the lower precision (aten/src/ATen/native/cudnn/AutocastRNN.cpp).
+    {"linalg_vecdot", Policy::lower_precision_fp}, {"_cudnn_rnn", Policy::lower_precision_fp},
+    {"upsample_nearest1d", Policy::fp32}, {"upsample_nearest2d", Policy::fp32}, {"upsample_nearest3d", Policy::fp32},
+    {"_upsample_nearest_exact1d", Policy::fp32}, {"_upsample_nearest_exact2d", Policy::fp32},
+    {"_upsample_nearest_exact3d", Policy::fp32}, {"upsample_linear1d", Policy::fp32},
+    {"upsample_bilinear2d", Policy::fp32}, {"_upsample_bilinear2d_aa", Policy::fp32},
+    {"upsample_trilinear3d", Policy::fp32}, {"upsample_bicubic2d", Policy::fp32},
+    {"_upsample_bicubic2d_aa", Policy::fp32}, {"vdot", Policy::promote},
     // banned
     {"binary_cross_entropy", Policy::banned},
 };

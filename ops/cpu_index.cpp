@@ -1,0 +1,66 @@
+// CPU reference kernels of index_copy, gather and scatter_add (the ops check every index
+// against its dim's size before these run).
+#include <cstring>
+
+#include "core/kernels.h"
+#include "ops/cpu_loop.h"
+
+namespace ampgrad::cpu {
+
+namespace {
+// x's strides with dim's set to 0: the offset of a position's other coordinates.
+Shape without_dim(const Tensor& t, int64_t dim) {
+  Shape s = t.strides();
+  s[dim] = 0;
+  return s;
+}
+}  // namespace
+
+void index_copy(const Tensor& out, const Tensor& index, const Tensor& src) {
+  const int64_t outer = out.size(0), d = out.size(1), inner = out.size(2), n = index.numel();
+  const int64_t* idx = static_cast<const int64_t*>(index.data_ptr());
+  const size_t es = out.element_size();
+  const char* ps = static_cast<const char*>(src.data_ptr());
+  char* po = static_cast<char*>(out.data_ptr());
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t j = 0; j < n; ++j)  // in order: a repeated index keeps its last row
+      std::memcpy(po + ((o * d + idx[j]) * inner) * es, ps + ((o * n + j) * inner) * es, inner * es);
+}
+
+void gather(const Tensor& x, const Tensor& index, const Tensor& out, int64_t dim) {
+  const int64_t* idx = static_cast<const int64_t*>(index.data_ptr());
+  const size_t es = x.element_size();
+  const char* px = static_cast<const char*>(x.data_ptr());
+  char* po = static_cast<char*>(out.data_ptr());
+  const Shape xs = without_dim(x, dim);
+  const int64_t step = x.stride(dim);
+  for_each_offset<3>(index.shape(), {&out.strides(), &index.strides(), &xs}, [&](const std::array<int64_t, 3>& o) {
+    std::memcpy(po + o[0] * es, px + (o[2] + idx[o[1]] * step) * es, es);
+  });
+}
+
+void scatter_add(const Tensor& out, const Tensor& index, const Tensor& src, int64_t dim) {
+  visit_dtype(out.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (std::is_same_v<T, bool>) {
+      AG_INTERNAL_ASSERT(false, "cpu scatter_add on bool");
+    } else {
+      const int64_t* idx = static_cast<const int64_t*>(index.data_ptr());
+      const T* ps = static_cast<const T*>(src.data_ptr());
+      T* po = static_cast<T*>(out.data_ptr());
+      const Shape os = without_dim(out, dim);
+      const int64_t step = out.stride(dim);
+      // In index order: the reference's sums have one fixed order.
+      for_each_offset<3>(index.shape(), {&src.strides(), &index.strides(), &os}, [&](const std::array<int64_t, 3>& o) {
+        T& dst = po[o[2] + idx[o[1]] * step];
+        dst = static_cast<T>(static_cast<acc_t<T>>(dst) + static_cast<acc_t<T>>(ps[o[0]]));
+      });
+    }
+  });
+}
+
+AG_REGISTER_KERNEL(kernel::index_copy, kCPU, index_copy);
+AG_REGISTER_KERNEL(kernel::gather, kCPU, gather);
+AG_REGISTER_KERNEL(kernel::scatter_add, kCPU, scatter_add);
+
+}  // namespace ampgrad::cpu

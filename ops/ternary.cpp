@@ -1,0 +1,94 @@
+// Ternary elementwise ops: addcmul, addcdiv and lerp, one kernel of core/elementwise_kinds.def
+// each way, with broadcasting and type promotion over all three inputs.
+#include <optional>
+
+#include "autograd/node.h"
+#include "core/kernels.h"
+#include "ops/internal.h"
+#include "ops/op_scope.h"
+#include "ops/ops.h"
+
+namespace ampgrad {
+
+using amp::Category;
+using autograd::Grads;
+using Saved = std::vector<Tensor>;
+
+namespace {
+
+const OpInfo kAddcmul{"addcmul", Category::promote, true, "mixes three inputs: all are cast to the widest dtype"};
+const OpInfo kAddcdiv{"addcdiv", Category::promote, true, "mixes three inputs: all are cast to the widest dtype"};
+const OpInfo kLerp{"lerp", Category::passthrough, true, "as PyTorch (not in its autocast lists): exact where it matters"};
+
+Tensor cast_quiet(const Tensor& t, DType dt) {
+  if (t.dtype() == dt) return t;
+  NoGradGuard no_grad;
+  return t.to(dt);
+}
+
+// PyTorch's result_type of three tensors: 0-dim ones do not upcast dimensioned ones of the
+// same category (bool < integer < floating).
+DType result_type3(const Tensor& x, const Tensor& y, const Tensor& z) {
+  auto rank = [](DType t) { return t == kBool ? 0 : (is_floating(t) ? 2 : 1); };
+  std::optional<DType> dimd, zero;
+  for (const Tensor* t : {&x, &y, &z}) {
+    std::optional<DType>& slot = t->dim() == 0 ? zero : dimd;
+    slot = slot ? promote_types(*slot, t->dtype()) : t->dtype();
+  }
+  if (!dimd) return *zero;
+  if (!zero || rank(*zero) <= rank(*dimd)) return *dimd;
+  return *zero;
+}
+
+// out = f(x, y, z) of kind k; the gradients of the inputs that need one, in one kernel.
+Tensor ternary_elementwise(const OpInfo& op, TernaryKind k, const Tensor& x0, const Tensor& y0, const Tensor& z0,
+                           double a) {
+  Tensor x = x0, y = y0, z = z0;
+  OpScope scope(op, x, y, z);
+  check_defined(op, x, "input");
+  check_defined(op, y, "tensor1");
+  check_defined(op, z, "tensor2");
+  check_same_device(op, x, y);
+  check_same_device(op, x, z);
+  const Shape shape = broadcast_shapes(op.name, broadcast_shapes(op.name, x.shape(), y.shape()), z.shape());
+  const DType dt = result_type3(x, y, z);
+  if (ternary_computes_in_float(k)) {
+    AG_CHECK(is_floating(dt), "{}: expected floating inputs, got {}, {} and {}", op.name, x.desc(), y.desc(), z.desc());
+  }
+  AG_CHECK(dt != kBool, "{}: arithmetic on bool tensors is not supported", op.name);
+  Tensor out = empty_as(shape, dt, x);
+  auto operand = [&](const Tensor& t, DType d, const Shape& s) { return broadcast_to(cast_quiet(t, d), s); };
+  if (out.numel()) kernel::ternary(out.device(), k, operand(x, dt, shape), operand(y, dt, shape), operand(z, dt, shape), out, a);
+  if (autograd::any_requires_grad({&x, &y, &z}) && is_floating(dt)) {
+    const std::array<bool, 3> need{x.requires_grad(), y.requires_grad(), z.requires_grad()};
+    autograd::record(op, out, {x, y, z}, {x, y, z}, [k, a, need, operand](const Tensor& g, const Saved& s) {
+      std::array<Tensor, 3> grads;
+      for (int i = 0; i < 3; ++i)
+        if (need[i]) grads[i] = empty(g.shape(), g.options());
+      if (g.numel())
+        kernel::ternary_backward(g.device(), k, g, operand(s[0], g.dtype(), g.shape()), operand(s[1], g.dtype(), g.shape()),
+                                 operand(s[2], g.dtype(), g.shape()), grads, a);
+      return Grads{grads[0], grads[1], grads[2]};
+    });
+  }
+  return scope.finish(out);
+}
+
+}  // namespace
+
+Tensor addcmul(const Tensor& self, const Tensor& tensor1, const Tensor& tensor2, const Scalar& value) {
+  return ternary_elementwise(kAddcmul, TernaryKind::Addcmul, self, tensor1, tensor2, value.to_double());
+}
+Tensor addcdiv(const Tensor& self, const Tensor& tensor1, const Tensor& tensor2, const Scalar& value) {
+  return ternary_elementwise(kAddcdiv, TernaryKind::Addcdiv, self, tensor1, tensor2, value.to_double());
+}
+Tensor lerp(const Tensor& start, const Tensor& end, const Tensor& weight) {
+  return ternary_elementwise(kLerp, TernaryKind::Lerp, start, end, weight, 0);
+}
+Tensor lerp(const Tensor& start, const Tensor& end, const Scalar& weight) {
+  // A 0-dim weight of start's dtype: it broadcasts without promoting (PyTorch's Scalar rule).
+  check_defined(kLerp, start, "input");
+  return lerp(start, end, full({}, weight, TensorOptions(start.dtype()).device(start.device())));
+}
+
+}  // namespace ampgrad
