@@ -344,10 +344,11 @@ template <class T> AG_HOST_DEVICE inline T lerp(T start, T end, T w) {
 }
 template <class T> AG_HOST_DEVICE inline T max0(T x) { return x > T(0) ? x : T(0); }
 // smooth_l1_loss of a difference d with beta a (l1 when a == 0), and its derivative in d.
+// (1 / a is loop-invariant in a kernel: a multiply per element instead of a divide.)
 template <class T> AG_HOST_DEVICE inline T smooth_l1(T d, T a) {
-  return abs(d) < a ? T(0.5) * d * d / a : abs(d) - T(0.5) * a;
+  return abs(d) < a ? T(0.5) * d * d * (T(1) / a) : abs(d) - T(0.5) * a;
 }
-template <class T> AG_HOST_DEVICE inline T smooth_l1_grad(T d, T a) { return abs(d) < a ? d / a : sign(d); }
+template <class T> AG_HOST_DEVICE inline T smooth_l1_grad(T d, T a) { return abs(d) < a ? d * (T(1) / a) : sign(d); }
 // huber_loss of d with delta a, and its derivative in d.
 template <class T> AG_HOST_DEVICE inline T huber(T d, T a) {
   return abs(d) <= a ? T(0.5) * d * d : a * (abs(d) - T(0.5) * a);

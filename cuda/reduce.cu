@@ -119,7 +119,7 @@ void run_reduce(const KernelContext& ctx, const Op& op, const Tensor& x, const T
   };
 
   if (inner == 1) {
-    const int bx = row_threads(r), by = kBlockSize / bx;
+    const int bx = reduce_row_threads<T>(r), by = kBlockSize / bx;
     const int64_t blocks = ceil_div(outer, by);
     int64_t splits = 1, chunk = r;
     if (blocks < target_blocks && r >= 8192) {
@@ -181,8 +181,8 @@ template <bool kInt64, bool kNarrowInts, class F> void dispatch_reduce(DType t, 
 // Note [CUDA scans]
 // cumsum (and cumprod) along r of [outer, r, inner], one line per (outer, inner) position.
 // Short lines, and lines side by side in inner when there are many, go one per thread, in
-// order (neighbouring threads take neighbouring inner positions). Other lines take a block
-// each: the block scans a tile of kBlockSize * kScanItems elements (each thread its items in
+// order (neighbouring threads take neighbouring inner positions). Many contiguous lines go
+// one per warp (cumsum_warp_lines_kernel). Other lines take a block each: the block scans a tile of kBlockSize * kScanItems elements (each thread its items in
 // order, then the threads' totals by warp shuffles and across the warps in shared memory),
 // adds the running carry and moves on. Sums are kept in the accumulation type, in an order
 // fixed by the shape: deterministic.
@@ -277,6 +277,63 @@ __global__ void cumsum_block_kernel(const T* x, T* out, int64_t r, int64_t inner
   }
 }
 
+// A warp per contiguous line (inner == 1), lines striding over the grid's warps: each lane
+// takes kScanItems consecutive elements (one 16-byte load when kVec), scans them, and the
+// lanes' totals are scanned by shuffles; no shared memory, no barriers. Tiles of 32 *
+// kScanItems elements move along the line with a running carry.
+template <class T, bool kProd, bool kVec>
+__global__ void cumsum_warp_lines_kernel(const T* x, T* out, int64_t lines, int64_t r, bool reverse) {
+  using A = dacc_t<T>;
+  constexpr int kItems = kScanItems<T>;
+  const A id = kProd ? A(1) : A(0);
+  const int lane = threadIdx.x % 32;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
+  for (int64_t line = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32; line < lines; line += warps) {
+    const T* xl = x + line * r;
+    T* ol = out + line * r;
+    A carry = id;
+    for (int64_t base = 0; base < r; base += 32 * kItems) {
+      const int64_t first = base + lane * kItems;
+      A v[kItems];
+      if constexpr (kVec) {  // !reverse, r a multiple of kItems, 16-byte aligned lines
+        Vec<T, kItems> in;
+        if (first < r) in = *reinterpret_cast<const Vec<T, kItems>*>(xl + first);
+#pragma unroll
+        for (int j = 0; j < kItems; ++j) v[j] = first < r ? A(to_acc(in.v[j])) : id;
+      } else {
+#pragma unroll
+        for (int j = 0; j < kItems; ++j) {
+          const int64_t k = first + j;
+          v[j] = k < r ? A(to_acc(xl[reverse ? r - 1 - k : k])) : id;
+        }
+      }
+#pragma unroll
+      for (int j = 1; j < kItems; ++j) v[j] = scan_join<A, kProd>(v[j - 1], v[j]);
+      A w = v[kItems - 1];
+#pragma unroll
+      for (int d = 1; d < 32; d <<= 1) {
+        const A n = __shfl_up_sync(0xffffffffu, w, d);
+        if (lane >= d) w = scan_join<A, kProd>(w, n);
+      }
+      const A lane_before = __shfl_up_sync(0xffffffffu, w, 1);
+      const A before = lane > 0 ? scan_join<A, kProd>(carry, lane_before) : carry;
+      if constexpr (kVec) {
+        Vec<T, kItems> o;
+#pragma unroll
+        for (int j = 0; j < kItems; ++j) o.v[j] = from_acc<T>(scan_join<A, kProd>(before, v[j]));
+        if (first < r) *reinterpret_cast<Vec<T, kItems>*>(ol + first) = o;
+      } else {
+#pragma unroll
+        for (int j = 0; j < kItems; ++j) {
+          const int64_t k = first + j;
+          if (k < r) ol[reverse ? r - 1 - k : k] = from_acc<T>(scan_join<A, kProd>(before, v[j]));
+        }
+      }
+      carry = scan_join<A, kProd>(carry, __shfl_sync(0xffffffffu, w, 31));
+    }
+  }
+}
+
 template <bool kProd> void scan(const Tensor& x, const Tensor& out, bool reverse) {
   const int64_t outer = x.size(0), r = x.size(1), inner = x.size(2), lines = outer * inner;
   if (out.numel() == 0) return;
@@ -289,10 +346,19 @@ template <bool kProd> void scan(const Tensor& x, const Tensor& out, bool reverse
       const T* xp = ptr<const T>(x);
       T* op = ptr<T>(out);
       // Short lines, or many lines side by side (neighbouring threads read neighbouring inner
-      // positions): a thread per line. Otherwise a block per line.
+      // positions): a thread per line.
+      // Contiguous lines, enough of them to give every SM 16 warps: a warp per line.
+      // Otherwise a block per line.
       if (r <= kShortScan || (inner > 1 && lines >= 16384)) {
         launch(ctx, cumsum_lines_kernel<T, kProd>, ctx.grid_stride_blocks(lines), kBlockSize, 0, xp, op, lines, r,
                inner, reverse);
+      } else if (inner == 1 && lines >= 16 * static_cast<int64_t>(ctx.sm_count)) {
+        const unsigned blocks = ctx.grid_stride_blocks(lines * 32);
+        const bool vec = !reverse && r % kScanItems<T> == 0 && is_aligned(xp, 16) && is_aligned(op, 16);
+        if (vec)
+          launch(ctx, cumsum_warp_lines_kernel<T, kProd, true>, blocks, kBlockSize, 0, xp, op, lines, r, reverse);
+        else
+          launch(ctx, cumsum_warp_lines_kernel<T, kProd, false>, blocks, kBlockSize, 0, xp, op, lines, r, reverse);
       } else {
         AG_CHECK(lines <= INT32_MAX, "{} on cuda: {} lines of {} elements is more than one grid",
                  kProd ? "cumprod" : "cumsum", lines, r);

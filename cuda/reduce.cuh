@@ -232,5 +232,11 @@ inline unsigned grid_of(int64_t blocks) {
 }
 // Threads per row (blockDim.x) for rows of r contiguous elements; kBlockSize / it rows per block.
 inline int row_threads(int64_t r) { return r <= 256 ? 32 : (r <= 2048 ? 128 : 256); }
+// Threads per row of a reduction: at least four 16-byte loads each (a row of 1024 float16 is
+// 128 loads: 128 threads gave each one load and seven combining rounds, 0.44 of a copy).
+template <class T> int reduce_row_threads(int64_t r) {
+  const int64_t loads = r / kVecSize<T> / 4;
+  return loads <= 32 ? 32 : (loads <= 64 ? 64 : (loads <= 128 ? 128 : 256));
+}
 
 }  // namespace ampgrad::cuda

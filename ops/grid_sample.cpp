@@ -3,6 +3,7 @@
 // padding, as torch.nn.functional.grid_sample. Composed of ops: the four corners are gathers
 // from the flattened image, weighted by the fractional parts, so autograd gives the input's
 // gradient (gather's adjoint, a scatter-add) and the grid's (through the weights).
+#include "autograd/node.h"
 #include "ops/internal.h"
 #include "ops/nn_ops.h"
 #include "ops/op_scope.h"
@@ -72,8 +73,16 @@ Tensor grid_sample(const Tensor& input0, const Tensor& grid0, GridMode mode, Gri
   };
   Tensor out;
   if (mode == GridMode::nearest) {
-    // Half to even, as PyTorch's nearbyint; no gradient reaches the grid.
-    out = pixel(round(x).detach(), round(y).detach());
+    // Half to even, as PyTorch's nearbyint. The grid's gradient is zeros, as PyTorch's (not
+    // undefined): a node on top passes the gradient to the gathers and zeros to the grid.
+    const Tensor picked = pixel(round(x).detach(), round(y).detach());
+    out = picked.detach();
+    if (autograd::any_requires_grad({&picked, &grid})) {
+      autograd::record(kGridSample, out, {picked, grid}, {},
+                       [shape = grid.shape()](const Tensor& g, const std::vector<Tensor>&) {
+                         return autograd::Grads{g, zeros(shape, g.options())};
+                       });
+    }
   } else {
     const Tensor x0 = floor(x).detach(), y0 = floor(y).detach();
     const Tensor fx = x - x0, fy = y - y0;  // the grid's gradient flows through these

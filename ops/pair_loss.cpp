@@ -121,7 +121,9 @@ Tensor multi_margin_loss(const Tensor& input0, const Tensor& target0, int64_t p,
   const Tensor x_y = sum(where(onehot, x, zeros({}, x.options())), {1}, true);
   Tensor terms = relu(rsub(x_y, margin) + x);
   if (p == 2) terms = terms * terms;
-  if (weight.defined()) terms = terms * index_select(weight, 0, t.reshape({-1})).view({x.size(0), 1});
+  // weight[y] of each row as a masked sum over classes: weight's gradient is then a sum over
+  // the batch in float (index_select's adjoint would add in the 16-bit dtype, atomically).
+  if (weight.defined()) terms = terms * sum(where(onehot, weight.reshape({1, c}), zeros({}, x.options())), {1}, true);
   Tensor per = sum(where(onehot, zeros({}, x.options()), terms), {1}) / static_cast<double>(c);
   if (input.dim() == 1) per = per.reshape({});
   return scope.finish(reduce_loss(per, reduction, kMultiMargin));

@@ -204,6 +204,7 @@ std::vector<Row> loss_and_norm_rows() {
       sum_row("cumprod", "dim 0, zeros in the lines", {In{{4, N}, with_zeros()}}, [](const V& v) { return ag::cumprod(v[0], 0); }),
       sum_row("cumprod", "dim 1 with zeros, long lines", {In{{2, N}, with_zeros()}}, [](const V& v) { return ag::cumprod(v[0], -1); })
           .at_sizes({7, 70}, 5),
+      sum_row("cumprod", "many lines of 72 (a warp each on CUDA)", {In{{N, 72}, near_one()}}, [](const V& v) { return ag::cumprod(v[0], 1); }),
       sum_row("cumprod", "int64 input", {In{{3, N}, indices(3)}}, [](const V& v) { return ag::cumprod(v[0], 1); })
           .at_sizes({1, 7, 20}, 4)
           .no_gradcheck(),
