@@ -159,6 +159,17 @@ std::vector<Case> cases() {
       {"grid_sample_bilinear_zeros", {{{1, 2, 4, 5}}, {{1, 3, 3, 2}, 1.15}}, [](const V& v) { return ag::grid_sample(v[0], v[1]); }},
       {"grid_sample_bilinear_border_ac", {{{1, 2, 4, 5}}, {{1, 3, 3, 2}, 1.3}}, [](const V& v) { return ag::grid_sample(v[0], v[1], ag::GridMode::bilinear, ag::GridPadding::border, true); }},
       {"grid_sample_bilinear_reflection", {{{1, 2, 4, 5}}, {{1, 3, 3, 2}, 1.7}}, [](const V& v) { return ag::grid_sample(v[0], v[1], ag::GridMode::bilinear, ag::GridPadding::reflection); }},
+      {"mv", {{{4, 3}}, {{3}}}, [](const V& v) { return ag::mv(v[0], v[1]); }},
+      {"addmv", {{{4}}, {{4, 3}}, {{3}}}, [](const V& v) { return ag::addmv(v[0], v[1], v[2], 0.5, 2); }},
+      {"addr", {{{4, 3}}, {{4}}, {{3}}}, [](const V& v) { return ag::addr(v[0], v[1], v[2], 2, -1); }},
+      {"baddbmm", {{{2, 4, 3}}, {{2, 4, 5}}, {{2, 5, 3}}}, [](const V& v) { return ag::baddbmm(v[0], v[1], v[2], 0.5, 1.5); }},
+      {"addbmm", {{{4, 3}}, {{2, 4, 5}}, {{2, 5, 3}}}, [](const V& v) { return ag::addbmm(v[0], v[1], v[2], 2); }},
+      {"multi_dot_1d_ends", {{{4}}, {{4, 3}}, {{3, 5}}, {{5}}}, [](const V& v) { return ag::multi_dot({v[0], v[1], v[2], v[3]}); }},
+      {"chain_matmul", {{{4, 2}}, {{2, 5}}, {{5, 3}}}, [](const V& v) { return ag::chain_matmul({v[0], v[1], v[2]}); }},
+      {"matmul_1d_1d", {{{5}}, {{5}, 0.5}}, [](const V& v) { return ag::matmul(v[0], v[1]); }},
+      {"matmul_1d_3d", {{{4}}, {{2, 4, 3}}}, [](const V& v) { return ag::matmul(v[0], v[1]); }},
+      {"matmul_3d_1d", {{{2, 3, 4}}, {{4}}}, [](const V& v) { return ag::matmul(v[0], v[1]); }},
+      {"matmul_bcast", {{{2, 1, 3, 4}}, {{3, 4, 2}}}, [](const V& v) { return ag::matmul(v[0], v[1]); }},
       {"grid_sample_nearest", {{{1, 2, 4, 5}}, {{1, 3, 3, 2}, 1.1}}, [](const V& v) { return ag::grid_sample(v[0], v[1], ag::GridMode::nearest); }},
   };
 }

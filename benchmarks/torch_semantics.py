@@ -97,6 +97,17 @@ CASES = {
     "grid_sample_bilinear_zeros": lambda x, g: F.grid_sample(x, g, align_corners=False),
     "grid_sample_bilinear_border_ac": lambda x, g: F.grid_sample(x, g, padding_mode="border", align_corners=True),
     "grid_sample_bilinear_reflection": lambda x, g: F.grid_sample(x, g, padding_mode="reflection", align_corners=False),
+    "mv": lambda a, x: torch.mv(a, x),
+    "addmv": lambda y, a, x: torch.addmv(y, a, x, beta=0.5, alpha=2),
+    "addr": lambda m, a, b: torch.addr(m, a, b, beta=2, alpha=-1),
+    "baddbmm": lambda m, a, b: torch.baddbmm(m, a, b, beta=0.5, alpha=1.5),
+    "addbmm": lambda m, a, b: torch.addbmm(m, a, b, beta=2),
+    "multi_dot_1d_ends": lambda a, b, c, d: torch.linalg.multi_dot([a, b, c, d]),
+    "chain_matmul": lambda a, b, c: torch.linalg.multi_dot([a, b, c]),
+    "matmul_1d_1d": lambda a, b: torch.matmul(a, b),
+    "matmul_1d_3d": lambda a, b: torch.matmul(a, b),
+    "matmul_3d_1d": lambda a, b: torch.matmul(a, b),
+    "matmul_bcast": lambda a, b: torch.matmul(a, b),
     "grid_sample_nearest": lambda x, g: F.grid_sample(x, g, mode="nearest", align_corners=False),
 }
 DTYPES = {"float64": torch.float64, "float32": torch.float32, "int64": torch.int64}

@@ -449,8 +449,9 @@ void reduce(ReduceKind k, const Tensor& x, const Tensor& out, const Tensor& indi
       return dispatch_reduce<false, false>(x.dtype(), "norm", [&](auto tag) {
         using T = typename decltype(tag)::type;
         using A = dacc_t<T>;
-        math::visit_norm_mode(math::norm_mode(param), [&](auto mode) {
-          run_reduce(ctx, NormOp<T, mode.value>{static_cast<A>(param), static_cast<A>(1.0 / param)}, x, out, indices);
+        math::visit_norm_mode(param, [&](auto mode, auto power) {
+          run_reduce(ctx, NormOp<T, mode.value, power.value>{static_cast<A>(param), static_cast<A>(1.0 / param)}, x, out,
+                     indices);
         });
       });
   }

@@ -110,15 +110,15 @@ template <class T> struct VarOp {
   }
 };
 
-// The p-norm (ReduceKind::Norm, core/kernel_kinds.h's math::norm_*) of mode M, accumulated
-// in float (double for f64).
-template <class T, math::NormMode M> struct NormOp {
+// The p-norm (ReduceKind::Norm, core/kernel_kinds.h's math::norm_*) of mode M (and power P
+// for integer p), accumulated in float (double for f64).
+template <class T, math::NormMode M, int P> struct NormOp {
   using Elem = T;
   using A = dacc_t<T>;
   using State = A;
   A p, inv_p;  // no padding (Note [Kernel graphs])
   __device__ State identity() const { return math::norm_identity<M, A>(); }
-  __device__ State accumulate(State s, A x, int64_t) const { return math::norm_accumulate<M>(s, x, p); }
+  __device__ State accumulate(State s, A x, int64_t) const { return math::norm_accumulate<M, P>(s, x, p); }
   __device__ State combine(State a, State b) const { return math::norm_combine<M>(a, b); }
   __device__ void write(State s, void* out, int64_t*, int64_t pos) const {
     static_cast<T*>(out)[pos] = from_acc<T>(math::norm_finish<M>(s, inv_p));

@@ -78,10 +78,11 @@ void reduce_typed(ReduceKind k, const Tensor& x, const Tensor& out, const Tensor
         }
         case ReduceKind::Norm:
           if constexpr (std::is_floating_point_v<A>) {
-            math::visit_norm_mode(math::norm_mode(param), [&](auto mode) {
+            math::visit_norm_mode(param, [&](auto mode, auto power) {
               constexpr math::NormMode M = decltype(mode)::value;
+              constexpr int P = decltype(power)::value;
               acc = math::norm_identity<M, A>();
-              for (int64_t j = 0; j < r; ++j) acc = math::norm_accumulate<M>(acc, at(j), static_cast<A>(param));
+              for (int64_t j = 0; j < r; ++j) acc = math::norm_accumulate<M, P>(acc, at(j), static_cast<A>(param));
               acc = math::norm_finish<M>(acc, static_cast<A>(1.0 / param));
             });
           }

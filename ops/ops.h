@@ -151,6 +151,19 @@ Tensor mm(const Tensor& a, const Tensor& b);
 Tensor bmm(const Tensor& a, const Tensor& b);
 Tensor matmul(const Tensor& a, const Tensor& b);
 Tensor addmm(const Tensor& c, const Tensor& a, const Tensor& b, const Scalar& beta = 1, const Scalar& alpha = 1);
+// ops/matmul_family.cpp, PyTorch's: mv (matrix @ vector); addmv, addr (beta * M + alpha *
+// outer(v1, v2)), baddbmm (per batch) and addbmm (summed over the batch) as addmm, beta 0
+// ignoring the input (NaN included); multi_dot (the first and last may be 1-D) and
+// chain_matmul (2-D only) multiply in the order of least work.
+Tensor mv(const Tensor& mat, const Tensor& vec);
+Tensor addmv(const Tensor& input, const Tensor& mat, const Tensor& vec, const Scalar& beta = 1, const Scalar& alpha = 1);
+Tensor addr(const Tensor& input, const Tensor& vec1, const Tensor& vec2, const Scalar& beta = 1, const Scalar& alpha = 1);
+Tensor baddbmm(const Tensor& input, const Tensor& batch1, const Tensor& batch2, const Scalar& beta = 1,
+               const Scalar& alpha = 1);
+Tensor addbmm(const Tensor& input, const Tensor& batch1, const Tensor& batch2, const Scalar& beta = 1,
+              const Scalar& alpha = 1);
+Tensor multi_dot(const std::vector<Tensor>& tensors);
+Tensor chain_matmul(const std::vector<Tensor>& matrices);
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
 // Products composed of matmul (ops/products.cpp). dot and vdot: two 1-D tensors of one size
 // and dtype -> 0-dim. tensordot: the dims_a of a against the dims_b of b (or a's last `dims`

@@ -475,7 +475,8 @@ const std::vector<Row>& rows() {
       // A cast to float64 and back is not gradcheckable in float64 (checked_by_hand).
       row("to", "to float64", {nrm({3, N})}, [](const V& v) { return v[0].to(ag::kFloat64) * 2; }).no_gradcheck(),
   };
-  for (Row& r : loss_and_norm_rows()) all.push_back(std::move(r));
+  for (Row& r : nn_rows()) all.push_back(std::move(r));
+  for (Row& r : product_rows()) all.push_back(std::move(r));
   return all;
   }();
   return table;

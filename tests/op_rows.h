@@ -37,7 +37,9 @@ inline Row image_row(std::string op, std::string form, std::vector<In> in, Fn ru
   return row(std::move(op), std::move(form), std::move(in), std::move(run)).at_sizes({5, 9}, 4);
 }
 
-// The losses', norms' and distances' rows (tests/op_rows_nn.cpp).
-std::vector<Row> loss_and_norm_rows();
+// The rows of the losses, norms, distances and grid_sample (tests/op_rows_nn.cpp), and of the
+// ternary ops, the products and the writes by index (tests/op_rows_products.cpp).
+std::vector<Row> nn_rows();
+std::vector<Row> product_rows();
 
 }  // namespace op_table

@@ -1,4 +1,5 @@
-// The op table's rows of the losses, norms and distances (Note [Op table] in op_table.h).
+// The op table's rows of the losses, norms, distances, grid_sample, scans and group norm
+// (Note [Op table] in op_table.h).
 // Inputs keep away from each loss's kinks: a difference away from 0 and from beta, a margin
 // crossed by no element.
 #include <cmath>
@@ -32,7 +33,7 @@ double sigmoid(double x) { return 1 / (1 + std::exp(-x)); }
 
 }  // namespace
 
-std::vector<Row> loss_and_norm_rows() {
+std::vector<Row> nn_rows() {
   return {
       // ---- Pointwise losses (core/loss_kinds.def) -------------------------------------------
       each_row("l1_loss", "none", regression({3, N}), [](const V& v) { return ag::l1_loss(v[0], v[1], R::None); })
@@ -140,54 +141,6 @@ std::vector<Row> loss_and_norm_rows() {
       sum_row("pdist", "p 1.5", {nrm({N, 3})}, [](const V& v) { return ag::pdist(v[0], 1.5); }).at_sizes({3, 9}, 4),
       sum_row("renorm", "p 2, dim 0, maxnorm 1.5", {nrm({3, N})}, [](const V& v) { return ag::renorm(v[0], 2, 0, 1.5); }),
       sum_row("renorm", "p 1, dim 1, maxnorm 2", {nrm({3, N})}, [](const V& v) { return ag::renorm(v[0], 1, 1, 2.0); }),
-
-      // ---- Ternary elementwise (core/elementwise_kinds.def) ----------------------------------
-      row("addcmul", "value 0.5, broadcast", {nrm({3, N}), nrm({N}), nrm({3, 1})},
-          [](const V& v) { return ag::addcmul(v[0], v[1], v[2], 0.5); }),
-      row("addcmul", "of a transpose", {nrm({N, 3}), nrm({3, N}), nrm({3, N})},
-          [](const V& v) { return ag::addcmul(v[0].t(), v[1], v[2]); }),
-      row("addcdiv", "value -2", {nrm({3, N}), nrm({3, N}), nz({3, N})}, [](const V& v) { return ag::addcdiv(v[0], v[1], v[2], -2); }),
-      row("lerp", "tensor weight", {nrm({3, N}), nrm({3, N}), uni({3, N}, -0.2, 1.2)},
-          [](const V& v) { return ag::lerp(v[0], v[1], v[2]); }),
-      row("lerp", "scalar weight 0.7, broadcast end", {nrm({3, N}), nrm({N})}, [](const V& v) { return ag::lerp(v[0], v[1], 0.7); }),
-
-      // ---- Products composed of matmul --------------------------------------------------------
-      sum_row("dot", "", {nrm({N}), nrm({N})}, [](const V& v) { return ag::dot(v[0], v[1]); }),
-      sum_row("vdot", "strided", {nrm({N, 2}), nrm({N})}, [](const V& v) { return ag::vdot(ag::select(v[0], 1, 0), v[1]); }),
-      sum_row("tensordot", "dims 2", {nrm({2, 3, N}), nrm({3, N, 4})}, [](const V& v) { return ag::tensordot(v[0], v[1], 2); }),
-      sum_row("tensordot", "dims lists {0, 2} x {1, 0}", {nrm({N, 3, 4}), nrm({4, N, 5})},
-              [](const V& v) { return ag::tensordot(v[0], v[1], {0, 2}, {1, 0}); }),
-      sum_row("bilinear", "bias", {nrm({N, 3}), nrm({N, 4}), nrm({5, 3, 4}), nrm({5})},
-              [](const V& v) { return ag::bilinear(v[0], v[1], v[2], v[3]); }),
-      sum_row("bilinear", "batch dims, no bias", {nrm({2, N, 3}), nrm({2, N, 2}), nrm({4, 3, 2})},
-              [](const V& v) { return ag::bilinear(v[0], v[1], v[2]); }),
-      row("cross", "dim -1", {nrm({N, 3}), nrm({N, 3})}, [](const V& v) { return ag::cross(v[0], v[1], -1); }),
-      row("cross", "first dim of size 3, broadcast", {nrm({3, N}), nrm({3, 1})}, [](const V& v) { return ag::cross(v[0], v[1]); }),
-
-      // ---- Writes by index ----------------------------------------------------------------
-      row("index_add", "dim 0, repeated indices, alpha 2", {nrm({5, N}), In{{7}, indices(5)}, nrm({7, N})},
-          [](const V& v) { return ag::index_add(v[0], 0, v[1], v[2], 2); }),
-      row("index_add", "dim 1", {nrm({3, N}), In{{2}, distinct(N)}, nrm({3, 2})},
-          [](const V& v) { return ag::index_add(v[0], 1, v[1], v[2]); })
-          .at_sizes({2, 7, 1023}, 4),
-      row("index_copy", "dim 0", {nrm({5, N}), In{{3}, distinct(5)}, nrm({3, N})},
-          [](const V& v) { return ag::index_copy(v[0], 0, v[1], v[2]); }),
-      row("index_copy", "dim 1 of a transpose", {nrm({N, 4}), In{{2}, distinct(N)}, nrm({4, 2})},
-          [](const V& v) { return ag::index_copy(v[0].t(), 1, v[1], v[2]); })
-          .at_sizes({2, 7, 1023}, 4),
-      row("gather", "dim 1", {nrm({3, N}), In{{3, 5}, indices(N)}}, [](const V& v) { return ag::gather(v[0], 1, v[1]); }),
-      row("gather", "dim 0, smaller index", {nrm({4, N}), In{{6, 2}, indices(4)}}, [](const V& v) { return ag::gather(v[0], 0, v[1]); })
-          .at_sizes({2, 7, 1023}, 4),
-      row("scatter_add", "dim 1, repeated targets", {nrm({3, N}), In{{3, 6}, indices(N)}, nrm({3, 6})},
-          [](const V& v) { return ag::scatter_add(v[0], 1, v[1], v[2]); }),
-      row("scatter_add", "dim 0, src larger than index", {nrm({4, N}), In{{5, 2}, indices(4)}, nrm({6, 3})},
-          [](const V& v) { return ag::scatter_add(v[0], 0, v[1], v[2]); })
-          .at_sizes({3, 7, 1023}, 4),
-      row("index_put", "two leading dims, values broadcast", {nrm({4, N, 3}), In{{3}, distinct(4)}, In{{3}, distinct(N)}, nrm({3})},
-          [](const V& v) { return ag::index_put(v[0], {v[1], v[2]}, v[3]); })
-          .at_sizes({3, 7, 100}, 4),
-      row("index_put", "accumulate, repeated rows", {nrm({5, N}), In{{6}, indices(5)}, nrm({6, N})},
-          [](const V& v) { return ag::index_put(v[0], {v[1]}, v[2], true); }),
 
       // ---- grid_sample -------------------------------------------------------------------------
       image_row("grid_sample", "bilinear, zeros, some points outside", {nrm({2, 3, N, N}), uni({2, 4, 5, 2}, -1.15, 1.15)},
