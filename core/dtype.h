@@ -64,7 +64,8 @@ DType promote_types(DType a, DType b);
 DType get_default_dtype();
 void set_default_dtype(DType dtype);
 
-// Sets the default dtype for a scope and restores the previous one when it ends.
+// Sets the default dtype for a scope and restores the previous one when it ends. The default
+// is process-wide, as PyTorch's: guards on several threads at once restore out of order.
 class DefaultDTypeGuard {
  public:
   explicit DefaultDTypeGuard(DType dtype) : previous_(get_default_dtype()) { set_default_dtype(dtype); }

@@ -26,15 +26,22 @@ Tensor reflect(const Tensor& x, double lo2, double hi2) {
   return where(eq(fmod(flips, 2.0), 0.0), extra + lo, rsub(extra, span) + lo);
 }
 
+// x clipped to [0, hi], its gradient 0 where x <= 0 or x >= hi (PyTorch's
+// clip_coordinates_set_grad; clamp's would pass on the bounds).
+Tensor clip(const Tensor& x, double hi) {
+  const Tensor zero = zeros({}, x.options()), top = full({}, hi, x.options());
+  return where(gt(x, 0.0), where(lt(x, hi), x, top), zero);
+}
+
 // The pixel coordinate of normalized g along a dim of `size`, padded as `padding` says.
 Tensor source_index(const Tensor& g, int64_t size, GridPadding padding, bool align_corners) {
   const double s = static_cast<double>(size);
   Tensor x = align_corners ? (g + 1.0) * ((s - 1) / 2) : ((g + 1.0) * s - 1.0) / 2;
   if (padding == GridPadding::border) {
-    x = clamp(x, 0.0, s - 1);
+    x = clip(x, s - 1);
   } else if (padding == GridPadding::reflection) {
     x = align_corners ? reflect(x, 0, 2 * (s - 1)) : reflect(x, -1, 2 * s - 1);
-    x = clamp(x, 0.0, s - 1);
+    x = clip(x, s - 1);
   }
   return x;
 }
@@ -60,16 +67,19 @@ Tensor grid_sample(const Tensor& input0, const Tensor& grid0, GridMode mode, Gri
   const Tensor y = source_index(select(g, 3, 1), h, padding, align_corners);
   const Tensor image = input.reshape({n, c, h * w});
   // The value of pixel (xi, yi) at each output position, 0 outside the image: [N, C, Ho, Wo].
+  // A NaN coordinate reads pixel 0 (never cast to an integer) and counts as outside; a corner
+  // outside is skipped, not multiplied by 0 (an inf pixel there would give NaN).
   auto pixel = [&](const Tensor& xi, const Tensor& yi) {
-    const Tensor inside = (ge(xi, 0.0).to(wide) * le(xi, static_cast<double>(w - 1)).to(wide)) *
-                          (ge(yi, 0.0).to(wide) * le(yi, static_cast<double>(h - 1)).to(wide));
-    const Tensor flat = (clamp(yi, 0.0, static_cast<double>(h - 1)) * static_cast<double>(w) +
-                         clamp(xi, 0.0, static_cast<double>(w - 1)))
+    const Tensor in_x = where(ge(xi, 0.0), le(xi, static_cast<double>(w - 1)), ge(xi, 0.0));  // false for NaN
+    const Tensor in_y = where(ge(yi, 0.0), le(yi, static_cast<double>(h - 1)), ge(yi, 0.0));
+    const Tensor inside = where(in_x, in_y, in_x);
+    auto safe = [](const Tensor& t, double hi) { return where(ne(t, t), zeros({}, t.options()), clamp(t, 0.0, hi)); };
+    const Tensor flat = (safe(yi, static_cast<double>(h - 1)) * static_cast<double>(w) + safe(xi, static_cast<double>(w - 1)))
                             .to(kInt64)
                             .reshape({n, 1, ho * wo})
                             .expand({n, c, ho * wo});
     const Tensor v = gather(image, 2, contiguous(flat)).reshape({n, c, ho, wo});
-    return (v.dtype() == wide ? v : v.to(wide)) * unsqueeze(inside, 1);
+    return where(unsqueeze(inside, 1), v.dtype() == wide ? v : v.to(wide), zeros({}, TensorOptions(wide).device(v.device())));
   };
   Tensor out;
   if (mode == GridMode::nearest) {

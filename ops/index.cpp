@@ -118,6 +118,7 @@ Tensor gather(const Tensor& self0, int64_t dim, const Tensor& index0) {
     AG_CHECK(i == d || index.size(i) <= self.size(i), "gather: index {} is larger than input {} in dim {}",
              index.desc(), self.desc(), i);
   check_index(kGather, index, self.dim() == 0 ? 1 : self.size(d), d, self);
+  if (self.dim() == 0) return scope.finish(gather(self.reshape({1}), 0, index.reshape({1})).reshape({}));
   const Tensor idx = contiguous(index);
   Tensor out = empty(index.shape(), self.options());
   if (out.numel()) kernel::gather(out.device(), self, idx, out, d);
@@ -148,6 +149,8 @@ Tensor scatter_add(const Tensor& self0, int64_t dim, const Tensor& index0, const
              "scatter_add: index {} must be no larger than src {} in every dim, and than input {} but in dim {}",
              index.desc(), src.desc(), self.desc(), d);
   check_index(kScatterAdd, index, self.dim() == 0 ? 1 : self.size(d), d, self);
+  if (self.dim() == 0)
+    return scope.finish(scatter_add(self.reshape({1}), 0, index.reshape({1}), src.reshape({1})).reshape({}));
   const Tensor idx = contiguous(index);
   Tensor out = contiguous(self).clone();
   if (idx.numel()) {
@@ -212,9 +215,11 @@ Tensor index_put(const Tensor& self0, const std::vector<Tensor>& indices0, const
   src_rows.insert(src_rows.end(), rest.begin(), rest.end());
   Shape self_rows{rows_n};
   self_rows.insert(self_rows.end(), rest.begin(), rest.end());
-  const DType dt = promote_types(self.dtype(), values.dtype());
-  const Tensor s = self.dtype() == dt ? self : self.to(dt);
-  const Tensor v = expand(values.dtype() == dt ? values : values.to(dt), vshape).reshape(src_rows);
+  // One dtype, as PyTorch's (autocast, promote, unifies them first).
+  AG_CHECK(values.dtype() == self.dtype(), "index_put: input {} and values {} must have the same dtype", self.desc(),
+           values.desc());
+  const Tensor& s = self;
+  const Tensor v = expand(values, vshape).reshape(src_rows);
   const Tensor as_rows = s.reshape(self_rows), index = flat.reshape({-1});
   Tensor out = accumulate ? index_add(as_rows, 0, index, v) : index_copy(as_rows, 0, index, v);
   return scope.finish(out.reshape(self.shape()));

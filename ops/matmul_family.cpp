@@ -175,6 +175,15 @@ Tensor addbmm(const Tensor& m0, const Tensor& a0, const Tensor& b0, const Scalar
 }
 
 Tensor multi_dot(const std::vector<Tensor>& tensors) { return multi_dot_impl(kMultiDot, tensors); }
-Tensor chain_matmul(const std::vector<Tensor>& matrices) { return multi_dot_impl(kChainMatmul, matrices); }
+Tensor chain_matmul(const std::vector<Tensor>& matrices) {
+  if (matrices.size() == 1) {  // as PyTorch's: the one matrix, copied
+    Tensor m = matrices[0];
+    OpScope scope(kChainMatmul, m);
+    check_defined(kChainMatmul, m, "tensor");
+    AG_CHECK(m.dim() == 2, "chain_matmul: tensor 0 must be 2-D, got {}", m.desc());
+    return scope.finish(m.clone());
+  }
+  return multi_dot_impl(kChainMatmul, matrices);
+}
 
 }  // namespace ampgrad

@@ -45,7 +45,9 @@ Tensor dropout(const Tensor& x, double p, bool training = true);
 // None keeps one loss per element (per sample for the classification and pair losses), Mean
 // averages them (nll_loss and cross_entropy over the rows not ignored), Sum adds them;
 // BatchMean (kl_div only) adds them and divides by the batch size, input.size(0). The target
-// has the input's shape unless an op says otherwise; a wrong shape or dtype is an ag::Error.
+// has the input's shape unless an op says otherwise (PyTorch broadcasts l1/mse/smooth_l1/huber
+// targets with a warning; ampgrad refuses), and the pointwise losses want a floating target
+// (PyTorch's backward fails on an integer one); a wrong shape or dtype is an ag::Error.
 enum class Reduction { None, Mean, Sum, BatchMean };
 
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target, int64_t ignore_index = -100);

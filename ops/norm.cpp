@@ -173,7 +173,8 @@ Tensor group_norm(const Tensor& x0, int64_t num_groups, const Tensor& weight0, c
       AG_CHECK(t->shape() == Shape{c}, "group_norm: weight and bias must be [{}], got {}", c, t->desc());
   // Each sample's channels in num_groups groups, normalized over the group's channels and
   // positions (biased variance), then a per-channel affine.
-  const Tensor xg = x.reshape({n, num_groups, -1});
+  if (x.numel() == 0) return scope.finish(x.clone());  // as PyTorch: an empty result
+  const Tensor xg = x.reshape({n, num_groups, x.numel() / (n * num_groups)});
   const Tensor mu = mean(xg, {2}, true);
   const Tensor v = ampgrad::var(xg, {2}, 0.0, true);
   Tensor y = ((xg - mu) * rsqrt(v + eps)).reshape(x.shape());

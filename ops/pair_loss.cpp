@@ -46,6 +46,9 @@ void check_class_targets(const OpInfo& op, const Tensor& input, const Tensor& ta
   }
 }
 
+// max(x, 0) with clamp_min's gradient (g where x >= 0), as PyTorch's hinge losses.
+Tensor hinge(const Tensor& x) { return clamp(x, 0.0, std::nullopt); }
+
 }  // namespace
 
 Tensor reduce_loss(const Tensor& per_sample, Reduction reduction, const OpInfo& op) {
@@ -65,8 +68,9 @@ Tensor margin_ranking_loss(const Tensor& a0, const Tensor& b0, const Tensor& y0,
   check_same_shape(kMarginRanking, a, "input1", b, "input2");
   check_same_shape(kMarginRanking, a, "input1", y, "target");
   check_floating(kMarginRanking, a, "input1");
-  // max(0, -y (x1 - x2) + margin), labels y in {1, -1}.
-  return scope.finish(reduce_loss(relu(-y * (a - b) + margin), reduction, kMarginRanking));
+  // max(0, -y (x1 - x2) + margin), labels y in {1, -1}; clamp_min's gradient passes at 0, as
+  // PyTorch's (relu's would stop there, and equal scores would never separate).
+  return scope.finish(reduce_loss(hinge(-y * (a - b) + margin), reduction, kMarginRanking));
 }
 
 Tensor cosine_embedding_loss(const Tensor& a0, const Tensor& b0, const Tensor& y0, double margin,
@@ -85,7 +89,7 @@ Tensor cosine_embedding_loss(const Tensor& a0, const Tensor& b0, const Tensor& y
   const int64_t d = a.dim() - 1;
   const Tensor cos = sum(a * b, {d}) / sqrt((sum(a * a, {d}) + 1e-12) * (sum(b * b, {d}) + 1e-12));
   const Tensor zero = zeros({}, cos.options());
-  const Tensor per = where(eq(y, 1), rsub(cos, 1), zero) + where(eq(y, -1), relu(cos - margin), zero);
+  const Tensor per = where(eq(y, 1), rsub(cos, 1), zero) + where(eq(y, -1), hinge(cos - margin), zero);
   return scope.finish(reduce_loss(per, reduction, kCosineEmbedding));
 }
 
@@ -96,11 +100,10 @@ Tensor triplet_margin_loss(const Tensor& anchor0, const Tensor& positive0, const
   check_same_shape(kTripletMargin, anchor, "anchor", positive, "positive");
   check_same_shape(kTripletMargin, anchor, "anchor", negative, "negative");
   check_floating(kTripletMargin, anchor, "anchor");
-  AG_CHECK(margin > 0, "triplet_margin_loss: margin must be > 0, got {}", margin);
   const Tensor d_ap = pairwise_distance(anchor, positive, p, eps);
   Tensor d_an = pairwise_distance(anchor, negative, p, eps);
   if (swap) d_an = minimum(d_an, pairwise_distance(positive, negative, p, eps));
-  return scope.finish(reduce_loss(relu(d_ap - d_an + margin), reduction, kTripletMargin));
+  return scope.finish(reduce_loss(hinge(d_ap - d_an + margin), reduction, kTripletMargin));
 }
 
 Tensor multi_margin_loss(const Tensor& input0, const Tensor& target0, int64_t p, double margin, const Tensor& weight0,

@@ -85,10 +85,18 @@ Tensor addcdiv(const Tensor& self, const Tensor& tensor1, const Tensor& tensor2,
 Tensor lerp(const Tensor& start, const Tensor& end, const Tensor& weight) {
   return ternary_elementwise(kLerp, TernaryKind::Lerp, start, end, weight, 0);
 }
-Tensor lerp(const Tensor& start, const Tensor& end, const Scalar& weight) {
-  // A 0-dim weight of start's dtype: it broadcasts without promoting (PyTorch's Scalar rule).
+Tensor lerp(const Tensor& start0, const Tensor& end0, const Scalar& weight) {
+  Tensor start = start0, end = end0;
+  OpScope scope(kLerp, start, end);
   check_defined(kLerp, start, "input");
-  return lerp(start, end, full({}, weight, TensorOptions(start.dtype()).device(start.device())));
+  check_defined(kLerp, end, "end");
+  // A Scalar weight stays unrounded, as PyTorch's (it computes 16-bit lerp in float with the
+  // weight as given): 16-bit inputs are computed in float32 and rounded once.
+  const DType dt = promote_types(start.dtype(), end.dtype());
+  const DType wide = is_reduced_float(dt) ? kFloat32 : dt;
+  auto as = [wide](const Tensor& t) { return t.dtype() == wide ? t : t.to(wide); };
+  Tensor out = lerp(as(start), as(end), full({}, weight, TensorOptions(wide).device(start.device())));
+  return scope.finish(out.dtype() == dt ? out : out.to(dt));
 }
 
 }  // namespace ampgrad

@@ -542,3 +542,40 @@ TEST_CASE("nn: GroupNorm initializes and loads as PyTorch's", "[nn][norm]") {
   CHECK(plain(x).shape() == x.shape());
   CHECK_THROWS_WITH(ag::nn::GroupNorm(4, 6), Catch::Contains("GroupNorm: 6 channels do not split into 4 groups"));
 }
+
+TEST_CASE("nn: edge cases of the new ops, as PyTorch's", "[nn][loss][edge]") {
+  // Hinge losses pass the gradient at the hinge (clamp_min's), so equal scores separate.
+  ag::Tensor a = ag::zeros({3}).requires_grad_(true), b = ag::zeros({3}).requires_grad_(true);
+  ag::margin_ranking_loss(a, b, ag::ones({3})).backward();
+  CHECK(a.grad().to_vector<float>() == std::vector<float>(3, -1.f / 3));
+  CHECK(b.grad().to_vector<float>() == std::vector<float>(3, 1.f / 3));
+  ag::Tensor x1 = ag::tensor({1.f, 0.f}, {1, 2}).requires_grad_(true);
+  ag::cosine_embedding_loss(x1, ag::tensor({0.f, 1.f}, {1, 2}), ag::tensor({-1.f}, {1})).backward();
+  check_close(x1.grad(), {0, 1}, 1e-6, 1e-6);
+  // triplet_margin_loss takes any margin, as PyTorch's.
+  CHECK(ag::triplet_margin_loss(ag::ones({2, 3}), ag::ones({2, 3}), ag::zeros({2, 3}), 0.0).item<float>() == 0.f);
+  // 0-dim gather and scatter_add.
+  CHECK(ag::gather(ag::tensor(5.f), 0, ag::tensor(std::vector<int64_t>{0}, ag::Shape{})).item<float>() == 5.f);
+  CHECK(ag::scatter_add(ag::tensor(5.f), 0, ag::tensor(std::vector<int64_t>{0}, ag::Shape{}), ag::tensor(2.f)).item<float>() == 7.f);
+  // A Scalar lerp weight is not rounded to a 16-bit input's dtype (PyTorch: 0.8984375).
+  const ag::Tensor l = ag::lerp(ag::zeros({1}, ag::kBFloat16), ag::full({1}, 3, ag::kBFloat16), 0.3);
+  CHECK(l.dtype() == ag::kBFloat16);
+  CHECK(l.to_vector<float>()[0] == 0.8984375f);
+  // group_norm of empty inputs is empty.
+  CHECK(ag::group_norm(ag::zeros({0, 4, 3}), 2).shape() == ag::Shape{0, 4, 3});
+  CHECK(ag::group_norm(ag::zeros({2, 4, 0}), 2).shape() == ag::Shape{2, 4, 0});
+  // index_put wants one dtype.
+  CHECK_THROWS_WITH(ag::index_put(ag::zeros({3}), {ag::tensor(std::vector<int64_t>{0})}, ag::ones({1}, ag::kFloat64)),
+                    Catch::Contains("index_put") && Catch::Contains("same dtype"));
+  // chain_matmul of one matrix is a copy of it.
+  CHECK(ag::chain_matmul({ag::ones({2, 3})}).shape() == ag::Shape{2, 3});
+  // grid_sample, border padding: no grid gradient at or beyond the clipped edges (PyTorch's
+  // clip_coordinates_set_grad). Image row 0 1 2 3, x = -1 (the left edge), 1 (the right), 0.2.
+  ag::Tensor grid = ag::tensor({-1.f, 0.f, 1.f, 0.f, 0.2f, 0.f}, {1, 1, 3, 2}).requires_grad_(true);
+  const ag::Tensor image = ag::tensor({0.f, 1.f, 2.f, 3.f, 0.f, 1.f, 2.f, 3.f}, {1, 1, 2, 4});
+  ag::sum(ag::grid_sample(image, grid, ag::GridMode::bilinear, ag::GridPadding::border, true)).backward();
+  check_close(grid.grad(), {0, 0, 0, 0, 1.5, 0}, 1e-6, 1e-6);
+  // A NaN grid position samples nothing (no index is made of it): the output is NaN, on every device alike.
+  const ag::Tensor nan_grid = ag::tensor({NAN, 0.f}, {1, 1, 1, 2});
+  CHECK(std::isnan(ag::grid_sample(image, nan_grid).item<float>()));
+}
