@@ -170,6 +170,8 @@ std::vector<Case> cases() {
       {"matmul_1d_3d", {{{4}}, {{2, 4, 3}}}, [](const V& v) { return ag::matmul(v[0], v[1]); }},
       {"matmul_3d_1d", {{{2, 3, 4}}, {{4}}}, [](const V& v) { return ag::matmul(v[0], v[1]); }},
       {"matmul_bcast", {{{2, 1, 3, 4}}, {{3, 4, 2}}}, [](const V& v) { return ag::matmul(v[0], v[1]); }},
+      {"prelu_one", {x34, {{1}, 0.1, 0.25}}, [](const V& v) { return ag::prelu(v[0], v[1]); }},
+      {"prelu_channels", {{{2, 4, 3}}, {{4}, 0.1, 0.25}}, [](const V& v) { return ag::prelu(v[0], v[1]); }},
       {"grid_sample_nearest", {{{1, 2, 4, 5}}, {{1, 3, 3, 2}, 1.1}}, [](const V& v) { return ag::grid_sample(v[0], v[1], ag::GridMode::nearest); }},
   };
 }

@@ -108,6 +108,8 @@ CASES = {
     "matmul_1d_3d": lambda a, b: torch.matmul(a, b),
     "matmul_3d_1d": lambda a, b: torch.matmul(a, b),
     "matmul_bcast": lambda a, b: torch.matmul(a, b),
+    "prelu_one": lambda x, w: F.prelu(x, w),
+    "prelu_channels": lambda x, w: F.prelu(x, w),
     "grid_sample_nearest": lambda x, g: F.grid_sample(x, g, mode="nearest", align_corners=False),
 }
 DTYPES = {"float64": torch.float64, "float32": torch.float32, "int64": torch.int64}

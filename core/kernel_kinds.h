@@ -313,8 +313,7 @@ template <NormMode M, int P, class T> AG_HOST_DEVICE inline T norm_accumulate(T 
   else if constexpr (M == NormMode::zero) return s + (x != T(0) ? T(1) : T(0));
   else if constexpr (M == NormMode::integer) {
     T r = a;
-#pragma unroll
-    for (int k = 1; k < P; ++k) r *= a;
+    for (int k = 1; k < P; ++k) r *= a;  // P is a constant: the compilers unroll it
     return s + r;
   } else return s + pow(a, p);
 }

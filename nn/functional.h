@@ -22,6 +22,7 @@ using ampgrad::normalize;
 using ampgrad::pairwise_distance;
 using ampgrad::pdist;
 using ampgrad::poisson_nll_loss;
+using ampgrad::prelu;
 using ampgrad::smooth_l1_loss;
 using ampgrad::soft_margin_loss;
 using ampgrad::softmin;

@@ -47,6 +47,12 @@ Tensor MaxPool2d::forward(const Tensor& x) { return max_pool2d(x, kernel_, strid
 Tensor AvgPool2d::forward(const Tensor& x) { return avg_pool2d(x, kernel_, stride_, padding_); }
 Tensor AdaptiveAvgPool2d::forward(const Tensor& x) { return adaptive_avg_pool2d(x, out_); }
 Tensor ReLU::forward(const Tensor& x) { return relu(x); }
+
+PReLU::PReLU(int64_t num_parameters, double init, TensorOptions o) : Module("PReLU") {
+  AG_CHECK(num_parameters > 0, "PReLU: num_parameters must be positive, got {}", num_parameters);
+  weight = register_parameter("weight", full({num_parameters}, init, o));
+}
+Tensor PReLU::forward(const Tensor& x) { return prelu(x, weight); }
 Tensor GELU::forward(const Tensor& x) { return gelu(x); }
 Tensor Tanh::forward(const Tensor& x) { return tanh(x); }
 Tensor Sigmoid::forward(const Tensor& x) { return sigmoid(x); }

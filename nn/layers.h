@@ -88,6 +88,14 @@ class ReLU : public Module {
   ReLU() : Module("ReLU") {}
   Tensor forward(const Tensor& x) override;
 };
+// prelu with a learnable weight of num_parameters values (1, or the input's channels), each
+// init, as torch.nn.PReLU.
+class PReLU : public Module {
+ public:
+  explicit PReLU(int64_t num_parameters = 1, double init = 0.25, TensorOptions o = {});
+  Tensor forward(const Tensor& x) override;
+  Tensor weight;
+};
 class GELU : public Module {
  public:
   GELU() : Module("GELU") {}

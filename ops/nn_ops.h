@@ -37,6 +37,10 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
 Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight = Tensor(), const Tensor& bias = Tensor(),
                   double eps = 1e-5);
 
+// x where x > 0, weight * x elsewhere; weight holds 1 value or one per channel (dim 1; an
+// input of fewer than 2 dims has one channel) (ops/prelu.cpp).
+Tensor prelu(const Tensor& x, const Tensor& weight);
+
 // Zeroes each element with probability p and scales the rest by 1/(1-p) (training only).
 // Masks come from a counter-based hash, identical on the CPU and CUDA for the same seed.
 Tensor dropout(const Tensor& x, double p, bool training = true);

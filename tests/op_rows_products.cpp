@@ -54,6 +54,10 @@ std::vector<Row> product_rows() {
       row("index_put", "accumulate, repeated rows", {nrm({5, N}), In{{6}, indices(5)}, nrm({6, N})},
           [](const V& v) { return ag::index_put(v[0], {v[1]}, v[2], true); }),
 
+      // ---- prelu (#22) ---------------------------------------------------------------------
+      row("prelu", "one weight", {kinked({3, N}, {0}), uni({1}, 0.1, 0.4)}, [](const V& v) { return ag::prelu(v[0], v[1]); }),
+      row("prelu", "a weight per channel of images", {kinked({2, 3, N, 2}, {0}), uni({3}, 0.1, 0.4)},
+          [](const V& v) { return ag::prelu(v[0], v[1]); }),
       // ---- The matmul family (ops/matmul_family.cpp) -------------------------------------
       sum_row("mv", "", {nrm({N, 3}), nrm({3})}, [](const V& v) { return ag::mv(v[0], v[1]); }),
       sum_row("mv", "transposed matrix", {nrm({3, N}), nrm({3})}, [](const V& v) { return ag::mv(v[0].t(), v[1]); }),

@@ -579,3 +579,15 @@ TEST_CASE("nn: edge cases of the new ops, as PyTorch's", "[nn][loss][edge]") {
   const ag::Tensor nan_grid = ag::tensor({NAN, 0.f}, {1, 1, 1, 2});
   CHECK(std::isnan(ag::grid_sample(image, nan_grid).item<float>()));
 }
+
+TEST_CASE("nn: PReLU initializes as PyTorch's and learns its slope", "[nn][prelu]") {
+  ag::nn::PReLU one, per_channel(3, 0.1);
+  CHECK(one.weight.to_vector<float>() == std::vector<float>{0.25f});
+  CHECK(per_channel.weight.to_vector<float>() == std::vector<float>(3, 0.1f));
+  CHECK(per_channel.state_dict().count("weight") == 1);
+  const ag::Tensor x = ag::tensor({-2.f, 1.f, -4.f, 3.f, -1.f, 2.f}, {1, 3, 2});
+  check_close(per_channel(x), {-0.2, 1, -0.4, 3, -0.1, 2}, 1e-7, 1e-7);
+  ag::sum(per_channel(x)).backward();
+  check_close(per_channel.weight.grad(), {-2, -4, -1}, 0, 0);  // the negative inputs, per channel
+  CHECK_THROWS_WITH(ag::prelu(x, ag::ones({2})), Catch::Contains("prelu") && Catch::Contains("1 or 3"));
+}
