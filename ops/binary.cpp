@@ -27,24 +27,27 @@ const OpInfo kRpow{"rpow", Category::fp32, true, "range: s ** x overflows float1
 
 int category_rank(DType t) { return t == kBool ? 0 : (is_floating(t) ? 2 : 1); }
 
-// PyTorch's result_type for two tensors: a 0-dim tensor does not upcast a dimensioned one
-// of the same category (bool < integer < floating).
-DType result_type(const Tensor& a, const Tensor& b) {
-  const bool za = a.dim() == 0, zb = b.dim() == 0;
-  if (za != zb) {
-    const Tensor& dimd = za ? b : a;
-    const Tensor& zero = za ? a : b;
-    if (category_rank(zero.dtype()) <= category_rank(dimd.dtype())) return dimd.dtype();
-    return zero.dtype();
+}  // namespace
+
+DType result_type(std::initializer_list<const Tensor*> ts) {
+  std::optional<DType> dimd, zero;
+  for (const Tensor* t : ts) {
+    std::optional<DType>& slot = t->dim() == 0 ? zero : dimd;
+    slot = slot ? promote_types(*slot, t->dtype()) : t->dtype();
   }
-  return promote_types(a.dtype(), b.dtype());
+  if (!dimd) return *zero;
+  if (!zero || category_rank(*zero) <= category_rank(*dimd)) return *dimd;
+  return *zero;
 }
+DType result_type(const Tensor& a, const Tensor& b) { return result_type({&a, &b}); }
 
 Tensor cast_quietly(const Tensor& t, DType dt) {
   if (t.dtype() == dt) return t;
   NoGradGuard no_grad;
   return to(t, t.device(), dt);
 }
+
+namespace {
 
 // Broadcasts, promotes (to float32 for kinds that compute in float) and runs kernel k; out is
 // Bool for comparisons.

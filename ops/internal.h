@@ -3,6 +3,7 @@
 // ops/define_op.h).
 #pragma once
 
+#include <initializer_list>
 #include <string_view>
 
 #include "core/kernel_kinds.h"
@@ -16,6 +17,12 @@ namespace ampgrad {
 DType float_compute_dtype(DType t);
 // A 0-dim tensor holding a Python-style scalar, typed so it does not upcast `like`.
 DType scalar_result_dtype(DType tensor_dtype, const Scalar& s);
+// PyTorch's result_type of tensors: 0-dim ones do not upcast dimensioned ones of the same
+// category (bool < integer < floating) (ops/binary.cpp).
+DType result_type(std::initializer_list<const Tensor*> tensors);
+DType result_type(const Tensor& a, const Tensor& b);
+// t in dtype dt, the cast not recorded by autograd (the op's own record differentiates).
+Tensor cast_quietly(const Tensor& t, DType dt);
 // A view of `t` with out's shape: broadcast dims get stride 0 (no copy).
 Tensor broadcast_to(const Tensor& t, const Shape& shape);
 

@@ -29,8 +29,9 @@ const OpInfo kArgmin{"argmin", Category::passthrough, false, "returns indices"};
 const OpInfo kCumprod{"cumprod", Category::fp32, true, "range: running products overflow float16"};
 const OpInfo kCumsum{"cumsum", Category::fp32, true, "accumulation: running sums outgrow float16's range and digits"};
 
-// The CPU reference of kernel::cumsum: one running sum per (outer, inner) line.
-void cumsum_cpu(const Tensor& x, const Tensor& out, bool reverse) {
+// The CPU references of kernel::cumsum and kernel::cumprod (kProd): one running sum or
+// product per (outer, inner) line.
+template <bool kProd> void scan_cpu(const Tensor& x, const Tensor& out, bool reverse) {
   const int64_t outer = x.size(0), r = x.size(1), inner = x.size(2);
   visit_dtype(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
@@ -39,35 +40,18 @@ void cumsum_cpu(const Tensor& x, const Tensor& out, bool reverse) {
     T* po = static_cast<T*>(out.data_ptr());
     for (int64_t o = 0; o < outer; ++o)
       for (int64_t i = 0; i < inner; ++i) {
-        A s = 0;
+        A s = kProd ? 1 : 0;
         for (int64_t k = 0; k < r; ++k) {
           const int64_t at = (o * r + (reverse ? r - 1 - k : k)) * inner + i;
-          s += static_cast<A>(px[at]);
+          s = kProd ? static_cast<A>(s * static_cast<A>(px[at])) : static_cast<A>(s + static_cast<A>(px[at]));
           po[at] = static_cast<T>(s);
         }
       }
   });
 }
+void cumsum_cpu(const Tensor& x, const Tensor& out, bool reverse) { scan_cpu<false>(x, out, reverse); }
+void cumprod_cpu(const Tensor& x, const Tensor& out) { scan_cpu<true>(x, out, false); }
 AG_REGISTER_KERNEL(kernel::cumsum, kCPU, cumsum_cpu);
-
-void cumprod_cpu(const Tensor& x, const Tensor& out) {
-  const int64_t outer = x.size(0), r = x.size(1), inner = x.size(2);
-  visit_dtype(x.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    using A = acc_t<T>;
-    const T* px = static_cast<const T*>(x.data_ptr());
-    T* po = static_cast<T*>(out.data_ptr());
-    for (int64_t o = 0; o < outer; ++o)
-      for (int64_t i = 0; i < inner; ++i) {
-        A s = 1;
-        for (int64_t k = 0; k < r; ++k) {
-          const int64_t at = (o * r + k) * inner + i;
-          s *= static_cast<A>(px[at]);
-          po[at] = static_cast<T>(s);
-        }
-      }
-  });
-}
 AG_REGISTER_KERNEL(kernel::cumprod, kCPU, cumprod_cpu);
 
 // Note [cumprod's gradient]

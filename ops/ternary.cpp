@@ -1,7 +1,5 @@
 // Ternary elementwise ops: addcmul, addcdiv and lerp, one kernel of core/elementwise_kinds.def
 // each way, with broadcasting and type promotion over all three inputs.
-#include <optional>
-
 #include "autograd/node.h"
 #include "core/kernels.h"
 #include "ops/internal.h"
@@ -20,26 +18,6 @@ const OpInfo kAddcmul{"addcmul", Category::promote, true, "mixes three inputs: a
 const OpInfo kAddcdiv{"addcdiv", Category::promote, true, "mixes three inputs: all are cast to the widest dtype"};
 const OpInfo kLerp{"lerp", Category::passthrough, true, "as PyTorch (not in its autocast lists): exact where it matters"};
 
-Tensor cast_quiet(const Tensor& t, DType dt) {
-  if (t.dtype() == dt) return t;
-  NoGradGuard no_grad;
-  return t.to(dt);
-}
-
-// PyTorch's result_type of three tensors: 0-dim ones do not upcast dimensioned ones of the
-// same category (bool < integer < floating).
-DType result_type3(const Tensor& x, const Tensor& y, const Tensor& z) {
-  auto rank = [](DType t) { return t == kBool ? 0 : (is_floating(t) ? 2 : 1); };
-  std::optional<DType> dimd, zero;
-  for (const Tensor* t : {&x, &y, &z}) {
-    std::optional<DType>& slot = t->dim() == 0 ? zero : dimd;
-    slot = slot ? promote_types(*slot, t->dtype()) : t->dtype();
-  }
-  if (!dimd) return *zero;
-  if (!zero || rank(*zero) <= rank(*dimd)) return *dimd;
-  return *zero;
-}
-
 // out = f(x, y, z) of kind k; the gradients of the inputs that need one, in one kernel.
 Tensor ternary_elementwise(const OpInfo& op, TernaryKind k, const Tensor& x0, const Tensor& y0, const Tensor& z0,
                            double a) {
@@ -51,13 +29,13 @@ Tensor ternary_elementwise(const OpInfo& op, TernaryKind k, const Tensor& x0, co
   check_same_device(op, x, y);
   check_same_device(op, x, z);
   const Shape shape = broadcast_shapes(op.name, broadcast_shapes(op.name, x.shape(), y.shape()), z.shape());
-  const DType dt = result_type3(x, y, z);
+  const DType dt = result_type({&x, &y, &z});
   if (ternary_computes_in_float(k)) {
     AG_CHECK(is_floating(dt), "{}: expected floating inputs, got {}, {} and {}", op.name, x.desc(), y.desc(), z.desc());
   }
   AG_CHECK(dt != kBool, "{}: arithmetic on bool tensors is not supported", op.name);
   Tensor out = empty_as(shape, dt, x);
-  auto operand = [&](const Tensor& t, DType d, const Shape& s) { return broadcast_to(cast_quiet(t, d), s); };
+  auto operand = [&](const Tensor& t, DType d, const Shape& s) { return broadcast_to(cast_quietly(t, d), s); };
   if (out.numel()) kernel::ternary(out.device(), k, operand(x, dt, shape), operand(y, dt, shape), operand(z, dt, shape), out, a);
   if (autograd::any_requires_grad({&x, &y, &z}) && is_floating(dt)) {
     const std::array<bool, 3> need{x.requires_grad(), y.requires_grad(), z.requires_grad()};
