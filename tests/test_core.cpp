@@ -8,6 +8,10 @@
 
 #include "common.h"
 
+namespace {
+std::vector<double> as_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
+}  // namespace
+
 // ---- dtypes ----------------------------------------------------------------------------
 TEST_CASE("dtype traits: item sizes and names", "[core][dtype]") {
   using ag::DType;

@@ -155,8 +155,6 @@ template <class To16> void check_rounding(const Format16& f, To16 to16) {
   CHECK(bad == 0);
 }
 
-std::vector<double> as_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
-
 }  // namespace
 
 // ---- fp16 ------------------------------------------------------------------------------
