@@ -2,6 +2,7 @@
 // broadcasting), their backward in one pass, accumulate and where.
 #include "core/kernels.h"
 #include "cuda/common.cuh"
+#include "cuda/fast16.cuh"
 #include "cuda/launch.cuh"
 
 namespace ampgrad::cuda {
@@ -31,6 +32,7 @@ template <BinaryKind K, class T> using binary_out_t = std::conditional_t<is_comp
 template <BinaryKind K, class T> __device__ __forceinline__ binary_out_t<K, T> apply_binary(T x, T y) {
   using A = dacc_t<T>;
   if constexpr (is_comparison(K)) return compare_op<K, A>(to_acc(x), to_acc(y));
+  else if constexpr (is_reduced_v<T> && fast16::has_binary<K>) return from_acc<T>(fast16::binary<K>(to_acc(x), to_acc(y)));
   else return from_acc<T>(binary_op<K, A>(to_acc(x), to_acc(y)));
 }
 

@@ -5,6 +5,7 @@
 
 #include "core/kernels.h"
 #include "cuda/common.cuh"
+#include "cuda/fast16.cuh"
 #include "cuda/launch.cuh"
 #include "cuda/reduce.cuh"
 
@@ -24,7 +25,8 @@ template <class F> void visit_loss_kind(LossKind k, F&& f) {
 }
 
 template <LossKind K, class T, class A> __device__ __forceinline__ A element_loss(T x, T y, A a, A b) {
-  return loss_op<K, A>(to_acc(x), to_acc(y), a, b);
+  if constexpr (is_reduced_v<T> && fast16::has_loss<K>) return fast16::loss<K>(to_acc(x), to_acc(y));
+  else return loss_op<K, A>(to_acc(x), to_acc(y), a, b);
 }
 
 // V: the elements of a vector load, kVecSize<T> when every pointer is 16-byte aligned, else 1.

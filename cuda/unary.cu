@@ -2,6 +2,7 @@
 // contiguous and strided paths.
 #include "core/kernels.h"
 #include "cuda/common.cuh"
+#include "cuda/fast16.cuh"
 #include "cuda/launch.cuh"
 
 namespace ampgrad::cuda {
@@ -27,7 +28,8 @@ template <UnaryKind K, class T> constexpr bool unary_instantiated() {
 }
 
 template <UnaryKind K, class T> __device__ __forceinline__ T apply_unary(T x, dacc_t<T> a, dacc_t<T> b) {
-  return from_acc<T>(unary_op<K, dacc_t<T>>(to_acc(x), a, b));
+  if constexpr (is_reduced_v<T> && fast16::has_unary<K>) return from_acc<T>(fast16::unary<K>(to_acc(x)));
+  else return from_acc<T>(unary_op<K, dacc_t<T>>(to_acc(x), a, b));
 }
 template <UnaryKind K, class T> __device__ __forceinline__ T apply_unary_grad(T g, T s, dacc_t<T> a, dacc_t<T> b) {
   return from_acc<T>(unary_grad<K, dacc_t<T>>(to_acc(g), to_acc(s), a, b));
