@@ -6,6 +6,7 @@ The JSON comes from `ampgrad bench all --json FILE` run in the same session on t
 """
 import argparse
 import json
+import math
 import statistics
 
 import torch
@@ -50,7 +51,36 @@ def torch_matmul(row, reps):
     return {"ms": ms, "tflops": 2 * n ** 3 / (ms * 1e-3) / 1e12}
 
 
+def torch_conv_family(row, reps):
+    """conv1d, conv3d, conv_transpose2d rows (cli/bench.cpp's bench_conv_family)."""
+    p, op = row["precision"], row["op"]
+    set_tf32(p == "tf32")
+    torch.backends.cudnn.benchmark = True
+    fan_in = math.prod(row["w"][1:])
+    x = torch.randn(*row["x"], device="cuda").to(DTYPES[p]).requires_grad_()
+    w = (torch.randn(*row["w"], device="cuda") / fan_in ** 0.5).to(DTYPES[p]).requires_grad_()
+    s, pd, opd = row["stride"], row["padding"], row["output_padding"]
+    if op == "conv1d":
+        f = lambda: F.conv1d(x, w, stride=s, padding=pd)
+    elif op == "conv3d":
+        f = lambda: F.conv3d(x, w, stride=s, padding=pd)
+    else:
+        f = lambda: F.conv_transpose2d(x, w, stride=s, padding=pd, output_padding=opd)
+    with torch.no_grad():
+        fwd = median_ms(f, 3, reps, OP_CALLS)
+        out = f()
+    g = torch.ones_like(out)
+
+    def both():
+        f().backward(g)
+
+    both_ms = median_ms(both, 3, reps, OP_CALLS)
+    return {"fwd_ms": fwd, "fwd_bwd_ms": both_ms}
+
+
 def torch_conv(row, reps):
+    if "op" in row:
+        return torch_conv_family(row, reps)
     p = row["precision"]
     set_tf32(p == "tf32")
     torch.backends.cudnn.benchmark = True
@@ -165,12 +195,23 @@ def main():
     if "conv" in suites:
         print("\n## conv2d 3x3 TFLOP/s (PyTorch with cudnn.benchmark)\n\n| precision | layout | N C H K | fwd ampgrad | fwd PyTorch | ratio | fwd+bwd ampgrad | fwd+bwd PyTorch | ratio |\n|---|---|---|---|---|---|---|---|---|")
         for r in rows:
-            if r["suite"] != "conv":
+            if r["suite"] != "conv" or "op" in r:
                 continue
             t = torch_conv(r, args.reps)
             print(f"| {r['precision']} | {r['layout']} | {r['n']} {r['c']} {r['h']} {r['k']} | {r['fwd_tflops']:.1f} | "
                   f"{t['fwd_tflops']:.1f} | {r['fwd_tflops'] / t['fwd_tflops']:.2f} | {r['fwd_bwd_tflops']:.1f} | "
                   f"{t['fwd_bwd_tflops']:.1f} | {r['fwd_bwd_tflops'] / t['fwd_bwd_tflops']:.2f} |")
+    if "conv" in suites and any(r["suite"] == "conv" and "op" in r for r in rows):
+        print("\n## conv1d, conv3d, conv_transpose2d ms (PyTorch with cudnn.benchmark; ratio = PyTorch / ampgrad, > 1: ampgrad faster)\n\n"
+              "| op | precision | x | weight | fwd ampgrad | fwd PyTorch | ratio | fwd+bwd ampgrad | fwd+bwd PyTorch | ratio |\n"
+              "|---|---|---|---|---|---|---|---|---|---|")
+        for r in rows:
+            if r["suite"] != "conv" or "op" not in r:
+                continue
+            t = torch_conv_family(r, args.reps)
+            print(f"| {r['op']} | {r['precision']} | {r['x']} | {r['w']} | {r['fwd_ms']:.3f} | {t['fwd_ms']:.3f} | "
+                  f"{t['fwd_ms'] / r['fwd_ms']:.2f} | {r['fwd_bwd_ms']:.3f} | {t['fwd_bwd_ms']:.3f} | "
+                  f"{t['fwd_bwd_ms'] / r['fwd_bwd_ms']:.2f} |")
     if "step" in suites:
         print("\n## Training step, ms (lower is better): mean of 10 back-to-back steps; one step: a single synchronized step\n\n"
               "| model | batch | precision | mode | ampgrad | PyTorch | PyTorch / ampgrad | ampgrad, one step | PyTorch, one step | ratio |\n"

@@ -173,6 +173,16 @@ std::vector<Case> cases() {
       {"prelu_one", {x34, {{1}, 0.1, 0.25}}, [](const V& v) { return ag::prelu(v[0], v[1]); }},
       {"prelu_channels", {{{2, 4, 3}}, {{4}, 0.1, 0.25}}, [](const V& v) { return ag::prelu(v[0], v[1]); }},
       {"grid_sample_nearest", {{{1, 2, 4, 5}}, {{1, 3, 3, 2}, 1.1}}, [](const V& v) { return ag::grid_sample(v[0], v[1], ag::GridMode::nearest); }},
+      {"conv1d_s2_p1", {{{2, 3, 9}}, {{4, 3, 3}}, {{4}}}, [](const V& v) { return ag::conv1d(v[0], v[1], v[2], 2, 1); }},
+      {"conv1d_d2_g2", {{{1, 4, 9}}, {{6, 2, 3}}}, [](const V& v) { return ag::conv1d(v[0], v[1], {}, 1, 0, 2, 2); }},
+      {"conv1d_unbatched", {{{3, 7}}, {{2, 3, 2}}}, [](const V& v) { return ag::conv1d(v[0], v[1]); }},
+      {"conv3d_p1", {{{2, 2, 4, 4, 3}}, {{3, 2, 3, 3, 2}}, {{3}}}, [](const V& v) { return ag::conv3d(v[0], v[1], v[2], {1, 1, 1}, {1, 1, 1}); }},
+      {"conv3d_s_d_g2", {{{1, 4, 5, 6, 5}}, {{2, 2, 2, 2, 3}}}, [](const V& v) { return ag::conv3d(v[0], v[1], {}, {2, 1, 2}, {0, 1, 1}, {1, 2, 1}, 2); }},
+      {"conv_transpose1d_s2_p1_op1", {{{2, 3, 5}}, {{3, 2, 3}}, {{2}}}, [](const V& v) { return ag::conv_transpose1d(v[0], v[1], v[2], 2, 1, 1); }},
+      {"conv_transpose1d_g2_d2", {{{1, 4, 6}}, {{4, 3, 2}}}, [](const V& v) { return ag::conv_transpose1d(v[0], v[1], {}, 1, 0, 0, 2, 2); }},
+      {"conv_transpose2d_s2_p1_op1", {{{2, 3, 4, 3}}, {{3, 4, 3, 3}}, {{4}}}, [](const V& v) { return ag::conv_transpose2d(v[0], v[1], v[2], {2, 2}, {1, 1}, {1, 1}); }},
+      {"conv_transpose2d_mixed", {{{1, 4, 4, 5}}, {{4, 1, 2, 3}}}, [](const V& v) { return ag::conv_transpose2d(v[0], v[1], {}, {1, 2}, {0, 1}, {0, 1}, 2, {2, 1}); }},
+      {"conv_transpose3d_s2", {{{1, 2, 3, 3, 2}}, {{2, 3, 2, 3, 2}}, {{3}}}, [](const V& v) { return ag::conv_transpose3d(v[0], v[1], v[2], {2, 2, 2}, {0, 1, 0}, {1, 0, 1}); }},
   };
 }
 

@@ -111,6 +111,16 @@ CASES = {
     "prelu_one": lambda x, w: F.prelu(x, w),
     "prelu_channels": lambda x, w: F.prelu(x, w),
     "grid_sample_nearest": lambda x, g: F.grid_sample(x, g, mode="nearest", align_corners=False),
+    "conv1d_s2_p1": lambda x, w, b: F.conv1d(x, w, b, stride=2, padding=1),
+    "conv1d_d2_g2": lambda x, w: F.conv1d(x, w, dilation=2, groups=2),
+    "conv1d_unbatched": lambda x, w: F.conv1d(x, w),
+    "conv3d_p1": lambda x, w, b: F.conv3d(x, w, b, padding=1),
+    "conv3d_s_d_g2": lambda x, w: F.conv3d(x, w, stride=(2, 1, 2), padding=(0, 1, 1), dilation=(1, 2, 1), groups=2),
+    "conv_transpose1d_s2_p1_op1": lambda x, w, b: F.conv_transpose1d(x, w, b, stride=2, padding=1, output_padding=1),
+    "conv_transpose1d_g2_d2": lambda x, w: F.conv_transpose1d(x, w, groups=2, dilation=2),
+    "conv_transpose2d_s2_p1_op1": lambda x, w, b: F.conv_transpose2d(x, w, b, stride=2, padding=1, output_padding=1),
+    "conv_transpose2d_mixed": lambda x, w: F.conv_transpose2d(x, w, stride=(1, 2), padding=(0, 1), output_padding=(0, 1), groups=2, dilation=(2, 1)),
+    "conv_transpose3d_s2": lambda x, w, b: F.conv_transpose3d(x, w, b, stride=2, padding=(0, 1, 0), output_padding=(1, 0, 1)),
 }
 DTYPES = {"float64": torch.float64, "float32": torch.float32, "int64": torch.int64}
 

@@ -33,6 +33,8 @@ struct TfGuard {
   ~TfGuard() { set_allow_tf32(false); }
 };
 
+void bench_conv_family(const BenchOptions& o, nlohmann::json& rows);  // below bench_conv
+
 }  // namespace
 
 nlohmann::json bench_matmul(const BenchOptions& o) {
@@ -139,8 +141,98 @@ nlohmann::json bench_conv(const BenchOptions& o) {
       }
     }
   }
+  bench_conv_family(o, rows);
   return rows;
 }
+
+namespace {
+
+// One convolution of the family rows: the op, its shapes and its stride/padding (the same
+// along every spatial dim). compare_torch.py rebuilds PyTorch's twin from the JSON row.
+struct ConvFamilyShape {
+  const char* op;
+  Shape x, w;
+  int64_t stride, padding, output_padding;
+};
+
+Tensor run_family(const ConvFamilyShape& s, const Tensor& x, const Tensor& w) {
+  const int64_t st = s.stride, pd = s.padding, op = s.output_padding;
+  const std::string name = s.op;
+  if (name == "conv1d") return conv1d(x, w, Tensor(), st, pd);
+  if (name == "conv3d") return conv3d(x, w, Tensor(), {st, st, st}, {pd, pd, pd});
+  return conv_transpose2d(x, w, Tensor(), {st, st}, {pd, pd}, {op, op});
+}
+
+// Multiply-adds of one call, times 2: every (input element, weight element) pair of a
+// transposed convolution, every (output element, weight element of its group) of the others.
+double family_flop(const ConvFamilyShape& s, const Tensor& out) {
+  const bool transposed = std::string(s.op) == "conv_transpose2d";
+  int64_t kvol = 1;
+  for (size_t d = 2; d < s.w.size(); ++d) kvol *= s.w[d];
+  if (transposed) {
+    int64_t xn = 1;
+    for (int64_t v : s.x) xn *= v;
+    return 2.0 * static_cast<double>(xn) * static_cast<double>(s.w[1] * kvol);
+  }
+  return 2.0 * static_cast<double>(out.numel()) * static_cast<double>(s.w[1] * kvol);
+}
+
+// conv1d, conv3d and conv_transpose2d (issue #22): forward and forward+backward per precision.
+void bench_conv_family(const BenchOptions& o, nlohmann::json& rows) {
+  const std::vector<ConvFamilyShape> shapes =
+      o.quick ? std::vector<ConvFamilyShape>{{"conv1d", {2, 4, 16}, {4, 4, 3}, 1, 1, 0},
+                                             {"conv3d", {1, 2, 4, 6, 6}, {2, 2, 3, 3, 3}, 1, 1, 0},
+                                             {"conv_transpose2d", {1, 4, 5, 5}, {4, 2, 4, 4}, 2, 1, 0}}
+      : o.device.is_cuda()
+          ? std::vector<ConvFamilyShape>{{"conv1d", {64, 256, 1024}, {256, 256, 3}, 1, 1, 0},
+                                         {"conv3d", {8, 64, 16, 32, 32}, {64, 64, 3, 3, 3}, 1, 1, 0},
+                                         {"conv_transpose2d", {64, 128, 28, 28}, {128, 64, 4, 4}, 2, 1, 0}}
+          : std::vector<ConvFamilyShape>{{"conv1d", {8, 32, 256}, {32, 32, 3}, 1, 1, 0},
+                                         {"conv3d", {2, 8, 8, 16, 16}, {8, 8, 3, 3, 3}, 1, 1, 0},
+                                         {"conv_transpose2d", {8, 32, 14, 14}, {32, 16, 4, 4}, 2, 1, 0}};
+  std::printf("\n## conv1d, conv3d, conv_transpose2d: forward and forward+backward, NCHW, cuDNN benchmark mode "
+              "(median of %d runs)\n\n", o.reps);
+  std::printf("| op | precision | x | weight | stride, padding | fwd ms | fwd TFLOP/s | fwd+bwd ms | fwd+bwd TFLOP/s | "
+              "rel. error vs float64 |\n|---|---|---|---|---|---|---|---|---|---|\n");
+  for (const ConvFamilyShape& s : shapes) {
+    const TensorOptions f32 = TensorOptions(kFloat32).device(o.device);
+    int64_t fan_in = 1;
+    for (size_t d = 1; d < s.w.size(); ++d) fan_in *= s.w[d];
+    Tensor x32 = randn(s.x, f32), w32 = randn(s.w, f32) * (1.0 / std::sqrt(static_cast<double>(fan_in)));
+    Tensor ref;
+    {
+      NoGradGuard ng;
+      ref = run_family(s, x32.to(kFloat64), w32.to(kFloat64));
+    }
+    const double flop = family_flop(s, ref);
+    for (const Precision& p : kPrecisions) {
+      if (p.tf32 && o.device.is_cpu()) continue;
+      TfGuard tf(p.tf32);
+      Tensor x = x32.to(p.dtype).detach().requires_grad_(), w = w32.to(p.dtype).detach().requires_grad_();
+      Tensor out;
+      {
+        NoGradGuard ng;
+        out = run_family(s, x, w);
+      }
+      const double err = rel_error(out, ref);
+      const double fwd = median_ms(o.device, [&] { NoGradGuard ng; Tensor r = run_family(s, x, w); }, 3, o.reps, kOpCalls);
+      const Tensor g = ones_like(out);
+      const double both = median_ms(o.device, [&] { run_family(s, x, w).backward(g); }, 3, o.reps, kOpCalls);
+      nlohmann::json r{{"suite", "conv"}, {"op", s.op}, {"precision", p.name}, {"layout", "NCHW"}, {"x", s.x},
+                       {"w", s.w}, {"stride", s.stride}, {"padding", s.padding}, {"output_padding", s.output_padding},
+                       {"fwd_ms", fwd}, {"fwd_tflops", flop / (fwd * 1e-3) / 1e12}, {"fwd_bwd_ms", both},
+                       {"fwd_bwd_tflops", 3 * flop / (both * 1e-3) / 1e12}, {"rel_error", err},
+                       {"device", o.device.str()}};
+      std::printf("| %s | %s | %s | %s | %lld, %lld | %.3f | %.1f | %.3f | %.1f | %.2e |\n", s.op, p.name,
+                  shape_str(s.x).c_str(), shape_str(s.w).c_str(), static_cast<long long>(s.stride),
+                  static_cast<long long>(s.padding), fwd, r["fwd_tflops"].get<double>(), both,
+                  r["fwd_bwd_tflops"].get<double>(), err);
+      rows.push_back(r);
+    }
+  }
+}
+
+}  // namespace
 
 void add_bench(CLI::App& app) {
   auto suite = std::make_shared<std::string>("matmul");

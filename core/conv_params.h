@@ -1,6 +1,8 @@
-// Convolution and window geometry shared by conv2d, the pooling ops and their kernels.
+// Convolution and window geometry shared by the convolutions, the pooling ops and their kernels.
 #pragma once
 
+#include <array>
+#include <cstddef>
 #include <cstdint>
 
 namespace ampgrad {
@@ -14,9 +16,19 @@ struct Window2d {
   int64_t out_w(int64_t w) const { return (w + 2 * pw - dw * (kw - 1) - 1) / sw + 1; }
 };
 
-struct Conv2dParams {
-  Window2d window;   // kh, kw come from the weight
+// A convolution over 2 or 3 spatial dims (conv1d runs as a 2-D one of height 1, as PyTorch's
+// cuDNN path does): x [N, C, (D,) H, W], weight [K, C/groups, (kd,) kh, kw], y [N, K, ...].
+// The kernel sizes come from the weight; the arrays hold the spatial dims in order, the first
+// `spatial` entries used. A transposed convolution runs as this convolution's backward data
+// pass, the one that maps its output to its input (ops/conv_transpose.cpp).
+struct ConvParams {
+  int64_t spatial = 2;
+  std::array<int64_t, 3> stride{1, 1, 1}, padding{0, 0, 0}, dilation{1, 1, 1};
   int64_t groups = 1;
+  // The output size along spatial dim d of an input of size `in` and a kernel of size `k`.
+  int64_t out_size(size_t d, int64_t in, int64_t k) const {
+    return (in + 2 * padding[d] - dilation[d] * (k - 1) - 1) / stride[d] + 1;
+  }
 };
 
 }  // namespace ampgrad

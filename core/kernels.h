@@ -177,18 +177,22 @@ AG_DECLARE_KERNEL(im2col, void(const Tensor& x, const Tensor& cols, const Window
 // The adjoint: out contiguous [N, C, H, W] = sum of the cols entries that read each pixel.
 // Deterministic: each output pixel gathers its own contributions.
 AG_DECLARE_KERNEL(col2im, void(const Tensor& cols, const Tensor& out, const Window2d& w));
-// x [N, C, H, W], weight [K, C/groups, kh, kw], out [N, K, oh, ow]; each in NCHW or
-// channels-last (NHWC) strides as given (out is allocated by the caller in x's memory
-// format). bias [K] or undefined. CUDA: cuDNN (f32, TF32 only when allow_tf32(); f16/bf16 on
-// tensor cores with f32 accumulation; f64); CPU: im2col and gemm.
-AG_DECLARE_KERNEL(conv2d_forward, void(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out,
-                                       const Conv2dParams& p));
-// grad_in (allocated by the caller, x's shape and format) from grad_out and weight.
-AG_DECLARE_KERNEL(conv2d_backward_data, void(const Tensor& grad_out, const Tensor& weight, const Tensor& grad_in,
-                                             const Conv2dParams& p));
+// A convolution (core/conv_params.h): x [N, C, H, W] or [N, C, D, H, W], weight
+// [K, C/groups, kh, kw] or [K, C/groups, kd, kh, kw], out [N, K, ...]; 4-D tensors in NCHW or
+// channels-last (NHWC) strides as given (out is allocated by the caller in x's memory format),
+// 5-D any strides. bias [K] or undefined. CUDA: cuDNN (f32, TF32 only when allow_tf32();
+// f16/bf16 on tensor cores with f32 accumulation; f64); CPU: im2col and gemm.
+AG_DECLARE_KERNEL(conv_forward, void(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out,
+                                     const ConvParams& p));
+// grad_in (allocated by the caller, x's shape and format) from grad_out and weight. grad_in
+// may be larger than the input whose convolution gives grad_out's size, by less than the
+// stride (a transposed convolution's output_padding): its extra rows and columns get what the
+// weights reach there.
+AG_DECLARE_KERNEL(conv_backward_data, void(const Tensor& grad_out, const Tensor& weight, const Tensor& grad_in,
+                                           const ConvParams& p));
 // grad_weight (allocated by the caller, weight's shape) from x and grad_out.
-AG_DECLARE_KERNEL(conv2d_backward_weight, void(const Tensor& x, const Tensor& grad_out, const Tensor& grad_weight,
-                                               const Conv2dParams& p));
+AG_DECLARE_KERNEL(conv_backward_weight, void(const Tensor& x, const Tensor& grad_out, const Tensor& grad_weight,
+                                             const ConvParams& p));
 // out contiguous floating: out[i] = keep(seed, offset + i) ? scale : 0, with keep drawn
 // with probability p_keep by the counter-based hash of core/kernel_kinds.h (same bits on
 // every device).

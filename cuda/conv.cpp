@@ -1,5 +1,5 @@
-// cuDNN convolution (forward, backward data, backward filter): each tensor's layout (NCHW
-// or NHWC) decides the call's format, non-packed operands go through packed copies, and the
+// cuDNN convolution (forward, backward data, backward filter) over 4-D and 5-D tensors: each
+// tensor's layout (NCHW or NHWC; 5-D tensors always NCDHW) decides the call's format, non-packed operands go through packed copies, and the
 // batch is split where cuDNN's 32-bit indexing ends. Plans come from cuda/cudnn_plan.cpp.
 #include <algorithm>
 #include <array>
@@ -34,22 +34,28 @@ std::atomic<bool> g_benchmark{false};
 
 // ---- layout -------------------------------------------------------------------------------
 
-using Dims4 = std::array<int64_t, 4>;
-
-// Strides of a packed [N, C, H, W] (or [K, C/g, kh, kw]) tensor stored as NCHW or NHWC.
-Dims4 packed_strides(const Shape& s, bool nhwc) {
-  Dims4 st{};
+// Strides of a packed [N, C, spatial...] tensor stored as NC... or (4-D) NHWC.
+Shape packed_strides(const Shape& s, bool nhwc) {
+  const int64_t n = static_cast<int64_t>(s.size());
+  Shape st(s.size(), 0);
   int64_t e = 1;
-  for (int d : nhwc ? std::array<int, 4>{1, 3, 2, 0} : std::array<int, 4>{3, 2, 1, 0}) {
+  auto put = [&](int64_t d) {
     st[static_cast<size_t>(d)] = e;
     e *= s[static_cast<size_t>(d)];
+  };
+  if (nhwc) {
+    put(1);
+    for (int64_t d = n - 1; d >= 2; --d) put(d);
+    put(0);
+  } else {
+    for (int64_t d = n - 1; d >= 0; --d) put(d);
   }
   return st;
 }
 
 bool is_packed(const Tensor& t, bool nhwc) {
-  const Dims4 st = packed_strides(t.shape(), nhwc);
-  for (int d = 0; d < 4; ++d)
+  const Shape st = packed_strides(t.shape(), nhwc);
+  for (int64_t d = 0; d < t.dim(); ++d)
     if (t.size(d) != 1 && t.stride(d) != st[static_cast<size_t>(d)]) return false;
   return true;
 }
@@ -59,7 +65,7 @@ bool usable_as_is(const Tensor& t, bool nhwc) {
 }
 
 bool wants_nhwc(std::initializer_list<const Tensor*> ts) {
-  if ((*ts.begin())->dtype() == DType::Float64) return false;
+  if ((*ts.begin())->dtype() == DType::Float64 || (*ts.begin())->dim() != 4) return false;
   return std::any_of(ts.begin(), ts.end(),
                      [](const Tensor* t) { return is_packed(*t, true) && !is_packed(*t, false); });
 }
@@ -68,8 +74,7 @@ Tensor empty_packed(const Tensor& like, bool nhwc) {
   const Shape& s = like.shape();
   if (!nhwc) return empty(s, like.options());
   Tensor storage = empty({s[0], s[2], s[3], s[1]}, like.options());
-  const Dims4 st = packed_strides(s, true);
-  return alias_with(storage, s, {st[0], st[1], st[2], st[3]}, 0);
+  return alias_with(storage, s, packed_strides(s, true), 0);
 }
 
 Tensor packed_input(const Tensor& t, bool nhwc) {
@@ -84,7 +89,9 @@ Tensor packed_output(const Tensor& t, bool nhwc) { return usable_as_is(t, nhwc) 
 
 Tensor batch_slice(const Tensor& t, int64_t start, int64_t count) {
   if (start == 0 && count == t.size(0)) return t;
-  return alias_with(t, {count, t.size(1), t.size(2), t.size(3)}, t.strides(), t.storage_offset() + start * t.stride(0));
+  Shape s = t.shape();
+  s[0] = count;
+  return alias_with(t, s, t.strides(), t.storage_offset() + start * t.stride(0));
 }
 
 // Calls f(a_chunk, b_chunk, first) over batch chunks of at most 2^31 - 1 elements each.
@@ -92,7 +99,7 @@ template <class F> void for_each_batch_chunk(const Tensor& a, const Tensor& b, F
   const int64_t n = a.size(0);
   const int64_t per_sample = std::max(a.numel(), b.numel()) / n;
   AG_CHECK(per_sample <= INT32_MAX,
-           "conv2d on cuda: one sample of {} or {} has more than 2^31 - 1 elements, beyond cuDNN's 32-bit indexing",
+           "convolution on cuda: one sample of {} or {} has more than 2^31 - 1 elements, beyond cuDNN's 32-bit indexing",
            a.desc(), b.desc());
   int64_t chunk = std::min<int64_t>(n, INT32_MAX / per_sample);
   if (chunk < n && chunk >= 16) chunk -= chunk % 16;  // keeps every chunk's start 16-byte aligned
@@ -104,7 +111,7 @@ template <class F> void for_each_batch_chunk(const Tensor& a, const Tensor& b, F
 
 // One pass in forward's naming (x, w, y; the pass says which one it writes) in one layout,
 // over batch chunks; false when cuDNN has no algorithm for it.
-bool run_in_layout(Pass pass, const Tensor& x, const Tensor& w, const Tensor& y, const Conv2dParams& p, bool nhwc,
+bool run_in_layout(Pass pass, const Tensor& x, const Tensor& w, const Tensor& y, const ConvParams& p, bool nhwc,
                    std::string& why) {
   const bool writes_x = pass == Pass::BackwardData, writes_w = pass == Pass::BackwardFilter;
   const bool writes_y = pass == Pass::Forward;
@@ -122,13 +129,18 @@ bool run_in_layout(Pass pass, const Tensor& x, const Tensor& w, const Tensor& y,
     g.tf32 = xc.dtype() == DType::Float32 && allow_tf32();
     g.nhwc = nhwc;
     g.accumulate = writes_w && !first;  // backward filter sums over the batch: later chunks add
-    for (size_t d = 0; d < 4; ++d) {
+    g.dims = xc.dim();
+    for (size_t d = 0; d < static_cast<size_t>(g.dims); ++d) {
       g.x[d] = xc.size(static_cast<int64_t>(d));
       g.w[d] = wp.size(static_cast<int64_t>(d));
       g.y[d] = yc.size(static_cast<int64_t>(d));
     }
-    const Window2d& win = p.window;
-    g.window = {win.sh, win.sw, win.ph, win.pw, win.dh, win.dw};
+    const size_t sp = static_cast<size_t>(g.dims - 2);
+    for (size_t i = 0; i < sp; ++i) {
+      g.window[i] = p.stride[i];
+      g.window[sp + i] = p.padding[i];
+      g.window[2 * sp + i] = p.dilation[i];
+    }
     ok = dnn::run_conv(g, xc.data_ptr(), wp.data_ptr(), yc.data_ptr(), benchmark, why);
   });
   if (!ok) return false;
@@ -138,35 +150,35 @@ bool run_in_layout(Pass pass, const Tensor& x, const Tensor& w, const Tensor& y,
   return true;
 }
 
-void run_pass(Pass pass, const Tensor& x, const Tensor& w, const Tensor& y, const Conv2dParams& p) {
+void run_pass(Pass pass, const Tensor& x, const Tensor& w, const Tensor& y, const ConvParams& p) {
   std::string why = "no algorithm supports it";
   const bool nhwc = wants_nhwc({&x, &w, &y});
   if (run_in_layout(pass, x, w, y, p, nhwc, why)) return;
   // Not every NHWC case has a cuDNN kernel (float32 on FMA kernels may not); NCHW covers all.
   if (nhwc && run_in_layout(pass, x, w, y, p, false, why)) return;
-  AG_CHECK(false, "conv2d {} on cuda: no cuDNN engine could run ({})", dnn::pass_name(pass), why);
+  AG_CHECK(false, "convolution {} on cuda: no cuDNN engine could run ({})", dnn::pass_name(pass), why);
 }
 
 // Adds the call's shapes and parameters to any error it throws.
 template <class F>
-void with_context(const char* what, std::initializer_list<const Tensor*> ts, const Conv2dParams& p, F&& f) {
+void with_context(const char* what, std::initializer_list<const Tensor*> ts, const ConvParams& p, F&& f) {
   try {
     f();
   } catch (const Error& e) {
     std::string operands;
     for (const Tensor* t : ts) operands += fmt::format("{}{} strides {}", operands.empty() ? "" : ", ", t->desc(),
                                                        shape_str(t->strides()));
-    const Window2d& w = p.window;
-    throw Error(fmt::format("{}\n  in conv2d {} on cuda: {}; stride [{}, {}], padding [{}, {}], dilation [{}, {}], "
-                            "groups {}",
-                            e.what(), what, operands, w.sh, w.sw, w.ph, w.pw, w.dh, w.dw, p.groups));
+    const auto sp = static_cast<std::ptrdiff_t>(p.spatial);
+    auto arr = [&](const std::array<int64_t, 3>& a) { return shape_str(Shape(a.begin(), a.begin() + sp)); };
+    throw Error(fmt::format("{}\n  in convolution {} on cuda: {}; stride {}, padding {}, dilation {}, groups {}",
+                            e.what(), what, operands, arr(p.stride), arr(p.padding), arr(p.dilation), p.groups));
   }
 }
 
 }  // namespace
 
-void conv2d_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out,
-                    const Conv2dParams& p) {
+void conv_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out,
+                    const ConvParams& p) {
   if (out.numel() == 0) return;
   DeviceGuard guard(out.device().index);
   with_context("forward", {&x, &weight, &out}, p, [&] {
@@ -176,14 +188,16 @@ void conv2d_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, c
       run_pass(Pass::Forward, x, weight, out, p);
     }
     if (bias.defined()) {  // out += bias[k], broadcast over n, y, x by zero strides
-      Tensor b = alias_with(bias, out.shape(), {0, bias.stride(0), 0, 0}, bias.storage_offset());
+      Shape st(static_cast<size_t>(out.dim()), 0);
+      st[1] = bias.stride(0);
+      Tensor b = alias_with(bias, out.shape(), st, bias.storage_offset());
       kernel::binary(out.device(), BinaryKind::Add, out, b, out);
     }
   });
 }
 
-void conv2d_backward_data(const Tensor& grad_out, const Tensor& weight, const Tensor& grad_in,
-                          const Conv2dParams& p) {
+void conv_backward_data(const Tensor& grad_out, const Tensor& weight, const Tensor& grad_in,
+                          const ConvParams& p) {
   if (grad_in.numel() == 0) return;
   DeviceGuard guard(grad_in.device().index);
   with_context("backward data", {&grad_out, &weight, &grad_in}, p, [&] {
@@ -195,8 +209,8 @@ void conv2d_backward_data(const Tensor& grad_out, const Tensor& weight, const Te
   });
 }
 
-void conv2d_backward_weight(const Tensor& x, const Tensor& grad_out, const Tensor& grad_weight,
-                            const Conv2dParams& p) {
+void conv_backward_weight(const Tensor& x, const Tensor& grad_out, const Tensor& grad_weight,
+                            const ConvParams& p) {
   if (grad_weight.numel() == 0) return;
   DeviceGuard guard(grad_weight.device().index);
   with_context("backward filter", {&x, &grad_out, &grad_weight}, p, [&] {
@@ -211,8 +225,8 @@ void conv2d_backward_weight(const Tensor& x, const Tensor& grad_out, const Tenso
 void set_cudnn_benchmark(bool on) { g_benchmark.store(on, std::memory_order_relaxed); }
 bool cudnn_benchmark() { return g_benchmark.load(std::memory_order_relaxed); }
 
-AG_REGISTER_KERNEL(kernel::conv2d_forward, kCUDA, conv2d_forward);
-AG_REGISTER_KERNEL(kernel::conv2d_backward_data, kCUDA, conv2d_backward_data);
-AG_REGISTER_KERNEL(kernel::conv2d_backward_weight, kCUDA, conv2d_backward_weight);
+AG_REGISTER_KERNEL(kernel::conv_forward, kCUDA, conv_forward);
+AG_REGISTER_KERNEL(kernel::conv_backward_data, kCUDA, conv_backward_data);
+AG_REGISTER_KERNEL(kernel::conv_backward_weight, kCUDA, conv_backward_weight);
 
 }  // namespace ampgrad::cuda

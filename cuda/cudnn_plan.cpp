@@ -102,29 +102,38 @@ cudnnDataType_t dnn_type(DType t) {
     case DType::Float64: return CUDNN_DATA_DOUBLE;
     default: break;
   }
-  AG_CHECK(false, "conv2d on cuda: dtype {} is not supported (cuDNN takes float16, bfloat16, float32, float64)",
+  AG_CHECK(false, "convolution on cuda: dtype {} is not supported (cuDNN takes float16, bfloat16, float32, float64)",
            dtype_name(t));
   return CUDNN_DATA_FLOAT;  // unreachable: AG_CHECK threw
 }
 
-// Strides of a packed [N, C, H, W] (or [K, C/g, kh, kw]) tensor stored as NCHW or NHWC.
-std::array<int64_t, 4> packed_strides(const std::array<int64_t, 4>& s, bool nhwc) {
-  std::array<int64_t, 4> st{};
+using Dims5 = std::array<int64_t, 5>;
+
+// Strides of a packed [N, C, spatial...] tensor of `n` dims stored as NC... or (4-D) NHWC.
+Dims5 packed_strides(const Dims5& s, int64_t n, bool nhwc) {
+  Dims5 st{};
   int64_t e = 1;
-  for (int d : nhwc ? std::array<int, 4>{1, 3, 2, 0} : std::array<int, 4>{3, 2, 1, 0}) {
+  auto put = [&](int64_t d) {
     st[static_cast<size_t>(d)] = e;
     e *= s[static_cast<size_t>(d)];
+  };
+  if (nhwc) {
+    put(1);
+    for (int64_t d = n - 1; d >= 2; --d) put(d);
+    put(0);
+  } else {
+    for (int64_t d = n - 1; d >= 0; --d) put(d);
   }
   return st;
 }
 
-DescPtr tensor_desc(int64_t uid, cudnnDataType_t type, const std::array<int64_t, 4>& dims, bool nhwc) {
+DescPtr tensor_desc(int64_t uid, cudnnDataType_t type, const Dims5& dims, int64_t n, bool nhwc) {
   auto t = std::make_shared<Desc>(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
-  const std::array<int64_t, 4> strides = packed_strides(dims, nhwc);
+  const Dims5 strides = packed_strides(dims, n, nhwc);
   const int64_t alignment = 16;  // the caller passes 16-byte-aligned pointers only
   t->set(CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &type);
-  t->set(CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dims.data());
-  t->set(CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, strides.data());
+  t->set(CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, n, dims.data());
+  t->set(CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, n, strides.data());
   t->set(CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid);
   t->set(CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &alignment);
   t->finalize();
@@ -135,16 +144,17 @@ DescPtr conv_desc(const ConvGeometry& g) {
   auto c = std::make_shared<Desc>(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR);
   const cudnnDataType_t compute = g.dtype == DType::Float64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
   const cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
-  const int64_t spatial = 2;
-  const std::array<int64_t, 2> stride{g.window[0], g.window[1]}, pad{g.window[2], g.window[3]},
-      dilation{g.window[4], g.window[5]};
+  const int64_t spatial = g.dims - 2;
+  const int64_t* stride = g.window.data();
+  const int64_t* pad = stride + spatial;
+  const int64_t* dilation = pad + spatial;
   c->set(CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &compute);
   c->set(CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode);
   c->set(CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, 1, &spatial);
-  c->set(CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, 2, stride.data());
-  c->set(CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, 2, pad.data());
-  c->set(CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, 2, pad.data());
-  c->set(CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, 2, dilation.data());
+  c->set(CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, spatial, stride);
+  c->set(CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, spatial, pad);
+  c->set(CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, spatial, pad);
+  c->set(CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, spatial, dilation);
   c->finalize();
   return c;
 }
@@ -185,8 +195,8 @@ OpAttrs op_attrs(Pass p) {
 // The operation graph of one pass, and the descriptors it holds.
 std::vector<DescPtr> operation_graph(const ConvGeometry& g, cudnnHandle_t h) {
   const cudnnDataType_t type = dnn_type(g.dtype);
-  DescPtr x = tensor_desc(kUidX, type, g.x, g.nhwc), w = tensor_desc(kUidW, type, g.w, g.nhwc),
-          y = tensor_desc(kUidY, type, g.y, g.nhwc), conv = conv_desc(g);
+  DescPtr x = tensor_desc(kUidX, type, g.x, g.dims, g.nhwc), w = tensor_desc(kUidW, type, g.w, g.dims, g.nhwc),
+          y = tensor_desc(kUidY, type, g.y, g.dims, g.nhwc), conv = conv_desc(g);
   const OpAttrs a = op_attrs(g.pass);
   auto op = std::make_shared<Desc>(a.type);
   op->set(a.x, *x);
@@ -324,7 +334,11 @@ void execute(cudnnHandle_t h, const Plan& p, void* x, void* w, void* y, void* ws
   AG_CUDNN_CHECK(cudnnBackendExecute(h, p.plan->get(), pack.get()));
 }
 
-int64_t numel(const std::array<int64_t, 4>& s) { return s[0] * s[1] * s[2] * s[3]; }
+int64_t numel(const Dims5& s, int64_t n) {
+  int64_t e = 1;
+  for (int64_t d = 0; d < n; ++d) e *= s[static_cast<size_t>(d)];
+  return e;
+}
 
 // Median milliseconds of five runs after one warm-up (each run between its own pair of
 // events), or infinity when the workspace cannot be allocated. The pass writes into
@@ -370,10 +384,10 @@ float time_plan(const ConvGeometry& g, cudnnHandle_t h, const Plan& p, void* x, 
 // The fastest of the candidate plans (Note [cuDNN plans]); nullptr when none finalizes.
 PlanPtr fastest_plan(const ConvGeometry& g, cudnnHandle_t h, void* x, void* w, void* y) {
   PlanSource src(g, h);
-  const std::array<int64_t, 4>& out = g.pass == Pass::Forward ? g.y : (g.pass == Pass::BackwardData ? g.x : g.w);
+  const Dims5& out = g.pass == Pass::Forward ? g.y : (g.pass == Pass::BackwardData ? g.x : g.w);
   Tensor scratch;
   try {
-    scratch = workspace(g.device, numel(out) * static_cast<int64_t>(itemsize(g.dtype)));
+    scratch = workspace(g.device, numel(out, g.dims) * static_cast<int64_t>(itemsize(g.dtype)));
   } catch (const Error&) {
     return src.next();  // no memory to time in: the heuristics' choice
   }

@@ -19,9 +19,10 @@ cudnnHandle_t handle(int device);
 enum class Pass { Forward, BackwardData, BackwardFilter };
 const char* pass_name(Pass p);
 
-// Everything an execution plan depends on, in forward's naming: x [N, C, H, W],
-// w [K, C/groups, kh, kw], y [N, K, oh, ow], each packed in one format (groups follow from
-// C / w's second dim). The pass writes y (forward), x (backward data) or w (backward filter).
+// Everything an execution plan depends on, in forward's naming: x [N, C, (D,) H, W],
+// w [K, C/groups, (kd,) kh, kw], y [N, K, ...], each packed in one format (groups follow from
+// C / w's second dim; NHWC for 4-D only). The pass writes y (forward), x (backward data) or w
+// (backward filter).
 struct ConvGeometry {
   Pass pass = Pass::Forward;
   int device = 0;
@@ -29,8 +30,9 @@ struct ConvGeometry {
   bool tf32 = false;        // float32 may round through TF32
   bool nhwc = false;        // all three tensors channels-last
   bool accumulate = false;  // output += result (beta = 1)
-  std::array<int64_t, 4> x{}, w{}, y{};
-  std::array<int64_t, 6> window{};  // stride h/w, padding h/w, dilation h/w
+  int64_t dims = 4;                    // 4 or 5: the first `dims` entries of x, w, y are used
+  std::array<int64_t, 5> x{}, w{}, y{};
+  std::array<int64_t, 9> window{};  // stride, padding, dilation: dims - 2 entries each, in that order
   auto operator<=>(const ConvGeometry&) const = default;
 };
 

@@ -31,18 +31,6 @@ Linear::Linear(int64_t in, int64_t out, LinearOptions o) : Module("Linear") {
 
 Tensor Linear::forward(const Tensor& x) { return linear(x, weight, bias); }
 
-Conv2d::Conv2d(int64_t in, int64_t out, std::array<int64_t, 2> k, Conv2dOptions o) : Module("Conv2d"), opts(o) {
-  AG_CHECK(in > 0 && out > 0 && o.groups > 0 && in % o.groups == 0 && out % o.groups == 0,
-           "Conv2d: channels in {} and out {} must be positive multiples of groups {}", in, out, o.groups);
-  weight = register_parameter("weight", empty({out, in / o.groups, k[0], k[1]}, o.options));
-  if (o.bias) bias = register_parameter("bias", empty({out}, o.options));
-  default_init(weight, bias);
-}
-
-Tensor Conv2d::forward(const Tensor& x) {
-  return conv2d(x, weight, bias, opts.stride, opts.padding, opts.dilation, opts.groups);
-}
-
 Tensor MaxPool2d::forward(const Tensor& x) { return max_pool2d(x, kernel_, stride_, padding_); }
 Tensor AvgPool2d::forward(const Tensor& x) { return avg_pool2d(x, kernel_, stride_, padding_); }
 Tensor AdaptiveAvgPool2d::forward(const Tensor& x) { return adaptive_avg_pool2d(x, out_); }

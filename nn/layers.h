@@ -1,10 +1,11 @@
-// The layers: Linear, Conv2d, pooling, activations, Dropout, Flatten, BatchNorm2d, LayerNorm,
+// The layers: Linear, pooling, activations, Dropout, Flatten, BatchNorm2d, LayerNorm,
 // GroupNorm (the losses are in nn/losses.h).
 // Each initializes its parameters as PyTorch's layer of the same name does.
 #pragma once
 
 #include <array>
 
+#include "nn/conv.h"  // Conv1d, Conv2d, Conv3d, ConvTranspose1d/2d/3d
 #include "nn/module.h"
 
 namespace ampgrad::nn {
@@ -29,25 +30,6 @@ class Bilinear : public Module {
   Tensor forward(const Tensor& x1, const Tensor& x2);
   Tensor operator()(const Tensor& x1, const Tensor& x2) { return forward(x1, x2); }
   Tensor weight, bias;
-};
-
-struct Conv2dOptions {
-  std::array<int64_t, 2> stride{1, 1};
-  std::array<int64_t, 2> padding{0, 0};
-  std::array<int64_t, 2> dilation{1, 1};
-  int64_t groups = 1;
-  bool bias = true;
-  TensorOptions options;
-};
-
-class Conv2d : public Module {
- public:
-  Conv2d(int64_t in_channels, int64_t out_channels, std::array<int64_t, 2> kernel_size, Conv2dOptions o = {});
-  Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, Conv2dOptions o = {})
-      : Conv2d(in_channels, out_channels, {kernel_size, kernel_size}, o) {}
-  Tensor forward(const Tensor& x) override;
-  Tensor weight, bias;
-  Conv2dOptions opts;
 };
 
 class MaxPool2d : public Module {

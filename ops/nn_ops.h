@@ -10,11 +10,31 @@
 
 namespace ampgrad {
 
-// Convolution and windows (ops/conv.cpp, ops/pool.cpp). Inputs are [N, C, H, W], in NCHW or
-// channels-last memory format; conv2d's output keeps the input's format.
+// Convolutions (ops/conv.cpp), as torch.nn.functional's: input [N, C_in, spatial...] (or
+// unbatched, without N), weight [C_out, C_in/groups, k...], bias [C_out] or undefined. A 4-D
+// input in NCHW or channels-last memory format gives an output in its format.
+Tensor conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), int64_t stride = 1,
+              int64_t padding = 0, int64_t dilation = 1, int64_t groups = 1);
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
               std::array<int64_t, 2> stride = {1, 1}, std::array<int64_t, 2> padding = {0, 0},
               std::array<int64_t, 2> dilation = {1, 1}, int64_t groups = 1);
+Tensor conv3d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
+              std::array<int64_t, 3> stride = {1, 1, 1}, std::array<int64_t, 3> padding = {0, 0, 0},
+              std::array<int64_t, 3> dilation = {1, 1, 1}, int64_t groups = 1);
+// Transposed convolutions, PyTorch's argument order: weight [C_in, C_out/groups, k...];
+// output size (in - 1) * stride - 2 * padding + dilation * (k - 1) + output_padding + 1, with
+// 0 <= output_padding < stride.
+Tensor conv_transpose1d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), int64_t stride = 1,
+                        int64_t padding = 0, int64_t output_padding = 0, int64_t groups = 1, int64_t dilation = 1);
+Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
+                        std::array<int64_t, 2> stride = {1, 1}, std::array<int64_t, 2> padding = {0, 0},
+                        std::array<int64_t, 2> output_padding = {0, 0}, int64_t groups = 1,
+                        std::array<int64_t, 2> dilation = {1, 1});
+Tensor conv_transpose3d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
+                        std::array<int64_t, 3> stride = {1, 1, 1}, std::array<int64_t, 3> padding = {0, 0, 0},
+                        std::array<int64_t, 3> output_padding = {0, 0, 0}, int64_t groups = 1,
+                        std::array<int64_t, 3> dilation = {1, 1, 1});
+// Windows (ops/conv.cpp, ops/pool.cpp): inputs [N, C, H, W].
 // im2col as an op: [N, C, H, W] -> [N, C*kh*kw, oh*ow], pad_value outside the image.
 Tensor unfold(const Tensor& x, const Window2d& w, double pad_value = 0.0);
 Tensor max_pool2d(const Tensor& x, std::array<int64_t, 2> kernel, std::array<int64_t, 2> stride = {0, 0},

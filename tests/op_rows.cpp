@@ -393,6 +393,40 @@ const std::vector<Row>& rows() {
       row("conv2d", "channels-last input, rectangular kernel", {In{{1, 2, 4, 5}, channels_last(normal())}, nrm({3, 2, 2, 3})},
           [](const V& v) { return ag::conv2d(v[0], v[1]); })
           .tolerance(Tol::sum, 32),
+      row("conv1d", "bias, stride 2, padding 1", {nrm({2, 3, N}), nrm({4, 3, 3}), nrm({4})},
+          [](const V& v) { return ag::conv1d(v[0], v[1], v[2], 2, 1); })
+          .tolerance(Tol::sum, 32),
+      row("conv1d", "dilation 2, groups 2, no bias", {nrm({1, 4, 9}), nrm({6, 2, 3})},
+          [](const V& v) { return ag::conv1d(v[0], v[1], {}, 1, 0, 2, 2); })
+          .tolerance(Tol::sum, 32),
+      row("conv1d", "unbatched", {nrm({3, 7}), nrm({2, 3, 2})}, [](const V& v) { return ag::conv1d(v[0], v[1]); })
+          .tolerance(Tol::sum, 32),
+      row("conv3d", "bias, padding 1", {nrm({2, 2, 4, 4, 3}), nrm({3, 2, 3, 3, 2}), nrm({3})},
+          [](const V& v) { return ag::conv3d(v[0], v[1], v[2], {1, 1, 1}, {1, 1, 1}); })
+          .tolerance(Tol::sum, 32),
+      row("conv3d", "stride (2,1,2), padding (0,1,1), dilation (1,2,1), groups 2", {nrm({1, 4, 5, 6, 5}), nrm({2, 2, 2, 2, 3})},
+          [](const V& v) { return ag::conv3d(v[0], v[1], {}, {2, 1, 2}, {0, 1, 1}, {1, 2, 1}, 2); })
+          .tolerance(Tol::sum, 32),
+      row("conv_transpose1d", "bias, stride 2, padding 1, output_padding 1", {nrm({2, 3, N}), nrm({3, 2, 3}), nrm({2})},
+          [](const V& v) { return ag::conv_transpose1d(v[0], v[1], v[2], 2, 1, 1); })
+          .tolerance(Tol::sum, 32),
+      row("conv_transpose1d", "groups 2, dilation 2", {nrm({1, 4, 6}), nrm({4, 3, 2})},
+          [](const V& v) { return ag::conv_transpose1d(v[0], v[1], {}, 1, 0, 0, 2, 2); })
+          .tolerance(Tol::sum, 32),
+      image_row("conv_transpose2d", "bias, stride 2, padding 1, output_padding 1", {nrm({2, 3, N, N}), nrm({3, 4, 3, 3}), nrm({4})},
+                [](const V& v) { return ag::conv_transpose2d(v[0], v[1], v[2], {2, 2}, {1, 1}, {1, 1}); })
+          .tolerance(Tol::sum, 32),
+      row("conv_transpose2d", "stride (1,2), padding (0,1), output_padding (0,1), groups 2, dilation (2,1)",
+          {nrm({1, 4, 4, 5}), nrm({4, 1, 2, 3})},
+          [](const V& v) { return ag::conv_transpose2d(v[0], v[1], {}, {1, 2}, {0, 1}, {0, 1}, 2, {2, 1}); })
+          .tolerance(Tol::sum, 32),
+      row("conv_transpose2d", "channels-last input", {In{{1, 2, 4, 5}, channels_last(normal())}, nrm({2, 3, 2, 2})},
+          [](const V& v) { return ag::conv_transpose2d(v[0], v[1]); })
+          .tolerance(Tol::sum, 32),
+      row("conv_transpose3d", "bias, stride 2, padding (0,1,0), output_padding (1,0,1)",
+          {nrm({1, 2, 3, 3, 2}), nrm({2, 3, 2, 3, 2}), nrm({3})},
+          [](const V& v) { return ag::conv_transpose3d(v[0], v[1], v[2], {2, 2, 2}, {0, 1, 0}, {1, 0, 1}); })
+          .tolerance(Tol::sum, 32),
       image_row("unfold", "2x3 window, stride (1,2), padding (1,0)", {nrm({2, 3, N, N})},
                 [](const V& v) { return ag::unfold(v[0], ag::Window2d{2, 3, 1, 2, 1, 0, 1, 1}); }),
       row("unfold", "2x2 stride 2", {nrm({1, 2, 4, 4})}, [](const V& v) { return ag::unfold(v[0], ag::Window2d{2, 2, 2, 2, 0, 0, 1, 1}); }),

@@ -464,15 +464,14 @@ TEST_CASE("conv_cuda: repeated convolutions run as graphs of their cuDNN calls, 
   const ag::Tensor x = sym({4, 8, 12, 12}).to(kGpu).to(ag::kFloat16), w = (sym({16, 8, 3, 3}) * 0.2).to(kGpu).to(ag::kFloat16);
   const ag::Tensor gy = sym({4, 16, 12, 12}).to(kGpu).to(ag::kFloat16);
   const ag::Tensor y = ag::empty({4, 16, 12, 12}, f16), gx = ag::empty({4, 8, 12, 12}, f16), gw = ag::empty({16, 8, 3, 3}, f16);
-  ag::Conv2dParams p;
-  p.window.kh = p.window.kw = 3;
-  p.window.ph = p.window.pw = 1;
+  ag::ConvParams p;
+  p.padding = {1, 1, 0};
   std::vector<std::vector<double>> ys, gxs, gws;
   const ag::cuda::CallGraphStats s0 = ag::cuda::call_graph_stats();
   for (int i = 0; i < 5; ++i) {
-    ag::kernel::conv2d_forward(kGpu, x, w, ag::Tensor(), y, p);
-    ag::kernel::conv2d_backward_data(kGpu, gy, w, gx, p);
-    ag::kernel::conv2d_backward_weight(kGpu, x, gy, gw, p);
+    ag::kernel::conv_forward(kGpu, x, w, ag::Tensor(), y, p);
+    ag::kernel::conv_backward_data(kGpu, gy, w, gx, p);
+    ag::kernel::conv_backward_weight(kGpu, x, gy, gw, p);
     ys.push_back(y.to_vector<double>());
     gxs.push_back(gx.to_vector<double>());
     gws.push_back(gw.to_vector<double>());

@@ -443,3 +443,51 @@ TEST_CASE("errors: losses, norms and distances", "[errors][loss]") {
   }
   still_works();
 }
+
+TEST_CASE("errors: convolutions", "[errors][conv]") {
+  ag::manual_seed(4);
+  SECTION("a 2-D input to conv3d, a 2-D weight") {
+    REQUIRE_THROWS_WITH(ag::conv3d(ag::rand({4, 5}), ag::rand({2, 1, 3, 3, 3})),
+                        Equals("conv3d: expected a 5-D input [N, C, D, H, W] (or 4-D unbatched), got float32 [4, 5] "
+                               "on cpu"));
+    REQUIRE_THROWS_WITH(ag::conv1d(ag::rand({1, 2, 8}), ag::rand({2, 2})),
+                        Contains("conv1d: weight must be 3-D [out_channels, in_channels/groups, k...]") &&
+                            Contains("[2, 2]"));
+  }
+  SECTION("mismatched channels") {
+    REQUIRE_THROWS_WITH(ag::conv1d(ag::rand({1, 3, 8}), ag::rand({4, 2, 3})),
+                        Equals("conv1d: input float32 [1, 3, 8] on cpu has 3 channels but weight [4, 2, 3] expects 2 "
+                               "(in_channels/groups 2 x groups 1)"));
+    REQUIRE_THROWS_WITH(ag::conv_transpose2d(ag::rand({1, 3, 4, 4}), ag::rand({4, 2, 3, 3})),
+                        Contains("conv_transpose2d: input float32 [1, 3, 4, 4] on cpu has 3 channels but weight "
+                                 "[4, 2, 3, 3] expects 4"));
+    REQUIRE_THROWS_WITH(ag::conv3d(ag::rand({1, 4, 3, 3, 3}), ag::rand({3, 2, 1, 1, 1}), {}, {1, 1, 1}, {0, 0, 0},
+                                   {1, 1, 1}, 2),
+                        Contains("conv3d: groups 2 must divide the output channels 3"));
+    REQUIRE_THROWS_WITH(ag::conv1d(ag::rand({1, 2, 8}), ag::rand({4, 2, 3}), ag::rand({3})),
+                        Equals("conv1d: bias must be [4] of float32, got float32 [3] on cpu"));
+  }
+  SECTION("a kernel larger than the padded input") {
+    REQUIRE_THROWS_WITH(ag::conv3d(ag::rand({1, 1, 2, 5, 5}), ag::rand({1, 1, 3, 3, 3})),
+                        Equals("conv3d: input [1, 1, 2, 5, 5] (padded by [0, 0, 0]) is smaller than the kernel "
+                               "[3, 3, 3] (dilation [1, 1, 1]) along spatial dim 0"));
+    REQUIRE_THROWS_WITH(ag::conv1d(ag::rand({1, 1, 4}), ag::rand({1, 1, 3}), {}, 1, 0, 2),
+                        Contains("conv1d: input [1, 1, 4] (padded by [0]) is smaller than the kernel [3] (dilation [2])"));
+  }
+  SECTION("output_padding not below the stride, bad strides") {
+    REQUIRE_THROWS_WITH(ag::conv_transpose2d(ag::rand({1, 2, 4, 4}), ag::rand({2, 2, 3, 3}), {}, {2, 2}, {0, 0}, {2, 1}),
+                        Equals("conv_transpose2d: output_padding [2, 1] must be non-negative and smaller than the "
+                               "stride [2, 2]"));
+    REQUIRE_THROWS_WITH(ag::conv_transpose1d(ag::rand({1, 2, 4}), ag::rand({2, 2, 3}), {}, 1, 0, 1),
+                        Contains("conv_transpose1d: output_padding [1] must be non-negative and smaller than the stride [1]"));
+    REQUIRE_THROWS_WITH(ag::conv1d(ag::rand({1, 2, 8}), ag::rand({4, 2, 3}), {}, 0),
+                        Contains("conv1d: stride [0] and dilation [1] must be positive and padding [0] non-negative"));
+  }
+  SECTION("dtypes and layers") {
+    REQUIRE_THROWS_WITH(ag::conv1d(ag::rand({1, 2, 8}), ag::rand({4, 2, 3}, ag::TensorOptions(ag::kFloat64))),
+                        Contains("conv1d: input and weight must share a floating dtype"));
+    REQUIRE_THROWS_WITH(ag::nn::ConvTranspose2d(3, 4, 3, {.groups = 2}),
+                        Equals("ConvTranspose2d: channels in 3 and out 4 must be positive multiples of groups 2"));
+    REQUIRE_THROWS_WITH(ag::nn::Conv3d(2, 2, {3, 0, 3}), Equals("Conv3d: kernel size [3, 0, 3] must be positive"));
+  }
+}
