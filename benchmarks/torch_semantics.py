@@ -143,6 +143,10 @@ def close(a, b, tol):
 
 def main():
     path, dev = sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "cpu"
+    # PyTorch's cuDNN convolutions round float32 through TF32 by default (cudnn.allow_tf32);
+    # ampgrad's float32 is float32 unless ag::set_allow_tf32(true): compare float32 with float32.
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
     bad, checked = 0, 0
     for line in open(path):
         c = json.loads(line)

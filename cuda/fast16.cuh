@@ -20,7 +20,10 @@ namespace ampgrad::cuda::fast16 {
 // Every formula here is within 2^-17 relative error of its float value (bounds at each
 // function), far below float16's rounding (2^-11) and bfloat16's (2^-8): the stored result is
 // the correctly rounded one or its neighbour, as the accurate formula's is. Edge values
-// (zeros, infinities, NaN, subnormals, bfloat16's huge range) take the accurate function.
+// (zeros, infinities, NaN, bfloat16's huge range) take the accurate function where the fast
+// one would be wrong. Where an argument range needs a polynomial, both values are computed
+// and one selected: a branch diverges in most warps when the range is common (kl_div's
+// targets near 1 took both sides and a reconvergence per element: 0.67 of a copy).
 // float32 and float64 storage never come here; backward formulas do not either (they are
 // not on the issue's speed rows, and stay as written in core/*.def). The formulas restate
 // their kind's row with these functions; test_cuda's CPU≡CUDA rows check both agree.
@@ -29,24 +32,27 @@ namespace ampgrad::cuda::fast16 {
 // __expf(x) - 1 (ex2.approx: 2^-22 relative, plus |x| 2^-24 from the argument's rounding;
 // the subtraction loses at most a factor 1/(1 - e^-1/4) = 4.5, 2^-19).
 __device__ __forceinline__ float expm1(float x) {
-  if (fabsf(x) < 0.25f)
-    return x * (1.0f + x * (0.5f + x * (1.0f / 6 + x * (1.0f / 24 + x * (1.0f / 120)))));
-  return __expf(x) - 1.0f;
+  const float near = x * (1.0f + x * (0.5f + x * (1.0f / 6 + x * (1.0f / 24 + x * (1.0f / 120)))));
+  const float far = __expf(x) - 1.0f;
+  return fabsf(x) < 0.25f ? near : far;
 }
 
 // log(1 + t). |t| < 1/16: degree-6 Taylor (truncation t^6/7 < 2^-26.8); otherwise
 // __logf(1 + t) (lg2.approx: 2^-22 absolute; log(1 + t) >= 0.06 there: 2^-18 relative).
+__device__ __forceinline__ float log1p_near0(float t) {
+  return t * (1.0f + t * (-0.5f + t * (1.0f / 3 + t * (-0.25f + t * (0.2f + t * (-1.0f / 6))))));
+}
 __device__ __forceinline__ float log1p(float t) {
-  if (fabsf(t) < 0.0625f)
-    return t * (1.0f + t * (-0.5f + t * (1.0f / 3 + t * (-0.25f + t * (0.2f + t * (-1.0f / 6))))));
-  return __logf(1.0f + t);
+  const float near = log1p_near0(t), far = __logf(1.0f + t);
+  return fabsf(t) < 0.0625f ? near : far;
 }
 
-// log(y): near 1 as log1p of the exact y - 1; subnormal and non-positive y take logf.
+// log(y): near 1 as log1p of the exact y - 1 (Sterbenz); elsewhere __logf (3 ulp; subnormal
+// inputs are handled: ampgrad builds without -ftz; 0 gives -inf and y < 0 NaN, as logf).
 __device__ __forceinline__ float log(float y) {
-  if (fabsf(y - 1.0f) < 0.0625f) return log1p(y - 1.0f);
-  if (!(y >= 1.17549435e-38f)) return ::logf(y);
-  return __logf(y);
+  const float t = y - 1.0f;
+  const float near = log1p_near0(t), far = __logf(y);
+  return fabsf(t) < 0.0625f ? near : far;
 }
 
 // atan2(y, x) from atan(t), t = min/max of |x| and |y| in [0, 1]: t P(t^2), P a degree-6

@@ -75,7 +75,10 @@ std::vector<Row> nn_rows() {
           [](const V& v) { return ag::poisson_nll_loss(v[0], v[1], true, true, 1e-8, R::None); })
           .reference([](double x, double y) {
             return std::exp(x) - y * x + y * std::log(y) - y + 0.5 * std::log(2 * M_PI * y);
-          }),
+          })
+          // Five terms as large as 20 (e^x, y x) summed to results near 1: each device's
+          // roundings of the terms show at 8 ulp of the result (seen on the H200: 1.4e-6 at 1.6).
+          .tolerance(Tol::elementwise, 8),
       loss_row("poisson_nll_loss", "sum, full (targets < 1 take no term)", {nrm({3, N}), uni({3, N}, 0.1, 0.9)},
                [](const V& v) { return ag::poisson_nll_loss(v[0], v[1], true, true, 1e-8, R::Sum); }),
       each_row("hinge_embedding_loss", "none, margin 1", {kinked({3, N}, {1}), fixed_lab({3, N})},
