@@ -120,6 +120,7 @@ Tensor join(std::vector<Tensor>& parts, int64_t dim) { return parts.size() == 1 
 
 // out[n] = weight_g @ cols[n] per group; weight [K, C/g, kernel...].
 void conv_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out, const ConvParams& p) {
+  if (out.numel() == 0) return;
   NoGradGuard no_grad;
   const Dims3 g = dims3(x.shape(), weight.shape(), p);
   const int64_t k = weight.size(0), groups = p.groups;
@@ -139,6 +140,7 @@ void conv_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, con
 
 void conv_backward_data(const Tensor& grad, const Tensor& weight, const Tensor& grad_in, const ConvParams& p) {
   if (grad_in.numel() == 0) return;
+  if (grad.numel() == 0 || weight.numel() == 0) return kernel::fill(grad_in.device(), grad_in, 0);
   NoGradGuard no_grad;
   const Dims3 g = dims3(grad_in.shape(), weight.shape(), p);
   const int64_t n = grad.size(0), k = weight.size(0), groups = p.groups;
@@ -152,6 +154,7 @@ void conv_backward_data(const Tensor& grad, const Tensor& weight, const Tensor& 
 
 void conv_backward_weight(const Tensor& x, const Tensor& grad, const Tensor& grad_weight, const ConvParams& p) {
   if (grad_weight.numel() == 0) return;
+  if (x.numel() == 0 || grad.numel() == 0) return kernel::fill(grad_weight.device(), grad_weight, 0);  // an empty sum
   NoGradGuard no_grad;
   const Dims3 g = dims3(x.shape(), grad_weight.shape(), p);
   const int64_t n = x.size(0), k = grad_weight.size(0), groups = p.groups;

@@ -177,6 +177,27 @@ TEST_CASE("conv: unbatched inputs are a batch of one", "[conv]") {
   CHECK(r.ok);
 }
 
+TEST_CASE("conv: empty batches give empty outputs and zero weight gradients", "[conv][cuda]") {
+  for (const ag::Device dev : {kCpu, kGpu}) {
+    if (dev.is_cuda() && skip_without_cuda()) continue;
+    INFO(dev.str());
+    for (size_t i : {0, 2, 4, 6, 9}) {
+      Case c = cases()[i];
+      INFO(c.str());
+      c.x[0] = 0;
+      ag::Tensor x = ag::rand(c.x, ag::TensorOptions().device(dev)).requires_grad_();
+      ag::Tensor w = ag::rand(c.w, ag::TensorOptions().device(dev)).requires_grad_();
+      ag::Tensor b = c.bias ? ag::rand({c.out_channels()}, ag::TensorOptions().device(dev)).requires_grad_() : ag::Tensor();
+      const ag::Tensor out = call(c, x, w, b);
+      CHECK(out.numel() == 0);
+      CHECK(out.size(0) == 0);
+      ag::sum(out).backward();
+      CHECK(x.grad().shape() == x.shape());
+      check_close(w.grad(), std::vector<double>(static_cast<size_t>(w.numel()), 0.0), 0, 0);
+    }
+  }
+}
+
 TEST_CASE("conv: CUDA matches the definition and the CPU's gradients in float32, float16 and bfloat16", "[conv][cuda]") {
   if (skip_without_cuda()) return;
   const uint64_t seed = fresh_seed();
