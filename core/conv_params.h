@@ -20,7 +20,7 @@ struct Window2d {
 // cuDNN path does): x [N, C, (D,) H, W], weight [K, C/groups, (kd,) kh, kw], y [N, K, ...].
 // The kernel sizes come from the weight; the arrays hold the spatial dims in order, the first
 // `spatial` entries used. A transposed convolution runs as this convolution's backward data
-// pass, the one that maps its output to its input (ops/conv_transpose.cpp).
+// pass, the one that maps its output to its input (Note [Convolution ops] in ops/conv.cpp).
 struct ConvParams {
   int64_t spatial = 2;
   std::array<int64_t, 3> stride{1, 1, 1}, padding{0, 0, 0}, dilation{1, 1, 1};

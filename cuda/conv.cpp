@@ -5,6 +5,7 @@
 #include <array>
 #include <atomic>
 #include <climits>
+#include <numeric>
 #include <string>
 
 #include "core/config.h"
@@ -102,7 +103,17 @@ template <class F> void for_each_batch_chunk(const Tensor& a, const Tensor& b, F
            "convolution on cuda: one sample of {} or {} has more than 2^31 - 1 elements, beyond cuDNN's 32-bit indexing",
            a.desc(), b.desc());
   int64_t chunk = std::min<int64_t>(n, INT32_MAX / per_sample);
-  if (chunk < n && chunk >= 16) chunk -= chunk % 16;  // keeps every chunk's start 16-byte aligned
+  if (chunk < n) {
+    // Every chunk's start 16-byte aligned, as the plans declare: a multiple of the samples
+    // whose bytes make 16.
+    auto samples_for_16 = [](const Tensor& t) {
+      return 16 / std::gcd<int64_t>(t.numel() / t.size(0) * static_cast<int64_t>(itemsize(t.dtype())), 16);
+    };
+    const int64_t m = std::lcm(samples_for_16(a), samples_for_16(b));
+    AG_CHECK(chunk >= m, "convolution on cuda: samples of {} elements are too large to split the batch of {} into "
+             "16-byte-aligned chunks under cuDNN's 32-bit indexing", per_sample, a.desc());
+    chunk -= chunk % m;
+  }
   for (int64_t start = 0; start < n; start += chunk) {
     const int64_t count = std::min(chunk, n - start);
     f(batch_slice(a, start, count), batch_slice(b, start, count), start == 0);

@@ -18,10 +18,11 @@ namespace ampgrad::cuda::fast16 {
 // float with the special-function unit (ex2.approx, lg2.approx, rcp.approx) and short
 // polynomials where those lose accuracy (expm1 and log1p of small arguments, log near 1).
 // Every formula here is within 2^-17 relative error of its float value (bounds at each
-// function), far below float16's rounding (2^-11) and bfloat16's (2^-8): the stored result is
-// the correctly rounded one or its neighbour, as the accurate formula's is. Edge values
-// (zeros, infinities, NaN, bfloat16's huge range) take the accurate function where the fast
-// one would be wrong. Where an argument range needs a polynomial, both values are computed
+// function), far below float16's rounding (2^-11) and bfloat16's (2^-8): each function's
+// stored result is the correctly rounded one or its neighbour, as the accurate one's is (a
+// loss whose terms cancel, kl_div's y log y - y x near 0, carries its terms' errors, as the
+// float formula carries theirs). Edge values (zeros, infinities, NaN, bfloat16's huge and
+// subnormal ranges) take the accurate function where the fast one would be wrong. Where an argument range needs a polynomial, both values are computed
 // and one selected: a branch diverges in most warps when the range is common (kl_div's
 // targets near 1 took both sides and a reconvergence per element: 0.67 of a copy).
 // float32 and float64 storage never come here; backward formulas do not either (they are
@@ -57,10 +58,11 @@ __device__ __forceinline__ float log(float y) {
 
 // atan2(y, x) from atan(t), t = min/max of |x| and |y| in [0, 1]: t P(t^2), P a degree-6
 // polynomial fitted to atan(t)/t (8.4e-7 = 2^-20 relative in float arithmetic), then the
-// octant. Zeros, infinities, NaN and values beyond __fdividef's range (2^126) take atan2f.
+// octant. Zeros, infinities, NaN and divisors outside __fdividef's range [2^-126, 2^126]
+// (bfloat16 reaches both ends; float16 neither) take atan2f.
 __device__ __forceinline__ float atan2(float y, float x) {
   const float ax = fabsf(x), ay = fabsf(y), mx = fmaxf(ax, ay), mn = fminf(ax, ay);
-  if (!(mx > 0.0f && mx < 8.5e37f) || x != x || y != y) return ::atan2f(y, x);
+  if (!(mx >= 1.17549435e-38f && mx < 8.5e37f) || x != x || y != y) return ::atan2f(y, x);
   const float t = __fdividef(mn, mx), s = t * t;
   float r = 0.008091427385807037f;
   r = r * s - 0.03773253411054611f;

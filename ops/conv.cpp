@@ -63,8 +63,9 @@ void check_call(const ConvCall& c, const Tensor& x, const Tensor& w, const Tenso
   const int64_t sp = c.spatial;
   check_defined(*c.info, x, "input");
   check_defined(*c.info, w, "weight");
-  AG_CHECK(x.dim() == sp + 2, "{}: expected a {}-D input {} (or {}-D unbatched), got {}", op, sp + 2,
-           layout_name(sp), sp + 1, x.desc());
+  AG_CHECK(x.dim() == sp + 2 || x.dim() == sp + 1, "{}: expected a {}-D input {} (or {}-D unbatched), got {}", op,
+           sp + 2, layout_name(sp), sp + 1, x.desc());
+  const int64_t cd = x.dim() - sp - 1;  // the channel dim: 1, or 0 unbatched
   AG_CHECK(w.dim() == sp + 2, "{}: weight must be {}-D [{}, k...], got {}", op, sp + 2,
            c.transposed ? "in_channels, out_channels/groups" : "out_channels, in_channels/groups", w.desc());
   check_same_device(*c.info, x, w);
@@ -73,16 +74,17 @@ void check_call(const ConvCall& c, const Tensor& x, const Tensor& w, const Tenso
   const int64_t g = c.groups;
   AG_CHECK(g > 0, "{}: groups must be positive, got {}", op, g);
   if (c.transposed) {
-    AG_CHECK(w.size(0) == x.size(1) && x.size(1) % g == 0,
+    AG_CHECK(w.size(0) == x.size(cd),
              "{}: input {} has {} channels but weight {} expects {} (weight is [in_channels, out_channels/groups, "
-             "k...]; groups {} must divide them)",
-             op, x.desc(), x.size(1), shape_str(w.shape()), w.size(0), g);
+             "k...])",
+             op, x.desc(), x.size(cd), shape_str(w.shape()), w.size(0));
+    AG_CHECK(x.size(cd) % g == 0, "{}: groups {} must divide the input channels {}", op, g, x.size(cd));
   } else {
     AG_CHECK(w.size(0) % g == 0, "{}: groups {} must divide the output channels {} of weight {}", op, g, w.size(0),
              shape_str(w.shape()));
-    AG_CHECK(w.size(1) * g == x.size(1),
+    AG_CHECK(w.size(1) * g == x.size(cd),
              "{}: input {} has {} channels but weight {} expects {} (in_channels/groups {} x groups {})", op,
-             x.desc(), x.size(1), shape_str(w.shape()), w.size(1) * g, w.size(1), g);
+             x.desc(), x.size(cd), shape_str(w.shape()), w.size(1) * g, w.size(1), g);
   }
   const int64_t out_channels = c.transposed ? w.size(1) * g : w.size(0);
   if (b.defined()) {
@@ -95,12 +97,14 @@ void check_call(const ConvCall& c, const Tensor& x, const Tensor& w, const Tenso
              "{}: stride {} and dilation {} must be positive and padding {} non-negative", op, arr_str(c.stride, sp),
              arr_str(c.dilation, sp), arr_str(c.padding, sp));
     if (c.transposed) {
+      // PyTorch also takes stride <= output_padding < dilation; ampgrad does not (the output
+      // rows past the stride's reach would need a padded pass).
       AG_CHECK(c.output_padding[i] >= 0 && c.output_padding[i] < c.stride[i],
                "{}: output_padding {} must be non-negative and smaller than the stride {}", op,
                arr_str(c.output_padding, sp), arr_str(c.stride, sp));
     } else {
       const int64_t reach = c.dilation[i] * (w.size(2 + static_cast<int64_t>(i)) - 1) + 1;
-      AG_CHECK(x.size(2 + static_cast<int64_t>(i)) + 2 * c.padding[i] >= reach,
+      AG_CHECK(x.size(cd + 1 + static_cast<int64_t>(i)) + 2 * c.padding[i] >= reach,
                "{}: input {} (padded by {}) is smaller than the kernel {} (dilation {}) along spatial dim {}", op,
                shape_str(x.shape()), arr_str(c.padding, sp), shape_str(Shape(w.shape().begin() + 2, w.shape().end())),
                arr_str(c.dilation, sp), i);
@@ -171,9 +175,9 @@ Tensor add_bias(const Tensor& out, const Tensor& b) {
 Tensor convolution(const ConvCall& c, const Tensor& x0, const Tensor& w0, const Tensor& b0) {
   Tensor x = x0, w = w0, b = b0;
   OpScope scope(*c.info, x, w, b);
-  if (x.defined() && x.dim() == c.spatial + 1)  // unbatched: a batch of one (the inner call is not the outermost)
-    return scope.finish(convolution(c, x.unsqueeze(0), w, b).squeeze(0));
   check_call(c, x, w, b);
+  if (x.dim() == c.spatial + 1)  // unbatched: a batch of one (the inner call is not the outermost)
+    return scope.finish(convolution(c, x.unsqueeze(0), w, b).squeeze(0));
   const ConvParams p = kernel_params(c);
   Tensor out = empty_like_format(x, out_shape(c, x, w));
   if (out.numel()) {

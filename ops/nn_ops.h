@@ -23,7 +23,9 @@ Tensor conv3d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor
               std::array<int64_t, 3> dilation = {1, 1, 1}, int64_t groups = 1);
 // Transposed convolutions, PyTorch's argument order: weight [C_in, C_out/groups, k...];
 // output size (in - 1) * stride - 2 * padding + dilation * (k - 1) + output_padding + 1, with
-// 0 <= output_padding < stride.
+// 0 <= output_padding < stride (PyTorch also takes output_padding < dilation). Padding is a
+// number per side for both kinds: PyTorch's padding="same"/"valid" and padding_mode are not
+// taken.
 Tensor conv_transpose1d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), int64_t stride = 1,
                         int64_t padding = 0, int64_t output_padding = 0, int64_t groups = 1, int64_t dilation = 1);
 Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
