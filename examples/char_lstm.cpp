@@ -105,16 +105,17 @@ int main(int argc, char** argv) {
 
   // Sampling: one character at a time, the LSTM's state carried on.
   ag::NoGradGuard no_grad;
-  std::string sample = "The ";
+  const std::string prompt = "The ";
+  std::string sample = prompt;
   ag::Tensor h, c;
   ag::Tensor next = ag::tensor(std::vector<int64_t>{encode('T')}).to(dev);
-  for (size_t i = 1; i < sample.size() + 60; ++i) {
+  for (size_t i = 1; i < prompt.size() + 60; ++i) {
     auto [logits, r] = logits_of(next, h, c, 1, 1);
     h = r.h_n;
     c = r.c_n;
     int64_t pick;
-    if (i < sample.size()) {
-      pick = encode(static_cast<unsigned char>(sample[i]));
+    if (i < prompt.size()) {
+      pick = encode(static_cast<unsigned char>(prompt[i]));
     } else {
       const std::vector<float> p = ag::softmax(logits.to(ag::kFloat32), 1).cpu().to_vector<float>();
       double u = static_cast<double>(std::rand()) / RAND_MAX, acc = 0;
