@@ -57,6 +57,50 @@ struct Case {
   std::function<ag::Tensor(const V&)> run;
 };
 
+// A case whose inputs are copied into a module (a state_dict loaded the PyTorch way) names
+// here, per input, the tensor whose gradient stands for that input's: the module's parameter
+// it was loaded into (undefined: the input itself).
+V g_grad_of;
+
+// The recurrent modules: input x, h0 (and c0 for LSTM), then every parameter in PyTorch's
+// order, loaded by name with load_state_dict; the case's output is output, h_n (and c_n)
+// flattened and joined.
+Case module_case(std::string name, ag::nn::RNNBase::Mode mode, int64_t input, int64_t hidden, ag::nn::RNNOptions o,
+                 ag::Shape x) {
+  auto make_module = [mode, input, hidden, o](ag::DType dt) -> std::shared_ptr<ag::nn::RNNBase> {
+    ag::nn::RNNOptions mo = o;
+    mo.options = ag::TensorOptions(dt);
+    switch (mode) {
+      case ag::nn::RNNBase::Mode::lstm: return std::make_shared<ag::nn::LSTM>(input, hidden, mo);
+      case ag::nn::RNNBase::Mode::gru: return std::make_shared<ag::nn::GRU>(input, hidden, mo);
+      default: return std::make_shared<ag::nn::RNN>(input, hidden, mo);
+    }
+  };
+  const bool lstm = mode == ag::nn::RNNBase::Mode::lstm;
+  const int64_t states = o.num_layers * (o.bidirectional ? 2 : 1), batch = x.size() == 3 ? x[o.batch_first ? 0 : 1] : 0;
+  const ag::Shape state = x.size() == 3 ? ag::Shape{states, batch, hidden} : ag::Shape{states, hidden};
+  std::vector<In> ins{{x}, {state, 0.5}};
+  if (lstm) ins.push_back({state, 0.5, 0.1});
+  const size_t first_param = ins.size();
+  for (const auto& [pname, p] : make_module(ag::kFloat64)->named_parameters()) ins.push_back({p.shape(), 0.4, 0.05});
+  return {std::move(name), ins, [make_module, lstm, first_param](const V& v) {
+            auto m = make_module(v[0].dtype());
+            m->to(v[0].device());
+            ag::nn::StateDict sd;
+            const auto params = m->named_parameters();
+            g_grad_of.assign(v.size(), ag::Tensor());
+            for (size_t i = 0; i < params.size(); ++i) {
+              sd[params[i].first] = v[first_param + i];
+              g_grad_of[first_param + i] = params[i].second;
+            }
+            m->load_state_dict(sd);
+            const ag::nn::RNNResult r = m->forward(v[0], v[1], lstm ? v[2] : ag::Tensor());
+            V parts{r.output.reshape({-1}), r.h_n.reshape({-1})};
+            if (lstm) parts.push_back(r.c_n.reshape({-1}));
+            return ag::cat(parts, 0);
+          }};
+}
+
 std::string json_values(const ag::Tensor& t) {
   std::vector<double> v = t.to(ag::kCPU).to(ag::kFloat64).contiguous().to_vector<double>();
   std::string s = "[";
@@ -75,7 +119,42 @@ std::vector<Case> cases() {
   const In pos34{{3, 4}, 0.4, 0.6};
   auto lab = [](ag::Shape s) { return In{std::move(s), 1, 0, In::labels}; };
   auto cls = [](ag::Shape s, int64_t c) { return In{std::move(s), 1, 0, In::classes, c}; };
-  return {
+  using Mode = ag::nn::RNNBase::Mode;
+  ag::nn::RNNOptions two_bidi_bf, three_plain, two_bidi, relu_bidi, one_unbatched;
+  two_bidi_bf.num_layers = 2;
+  two_bidi_bf.bidirectional = true;
+  two_bidi_bf.batch_first = true;
+  three_plain.num_layers = 3;
+  three_plain.bias = false;
+  two_bidi.num_layers = 2;
+  two_bidi.bidirectional = true;
+  relu_bidi = two_bidi_bf;
+  relu_bidi.nonlinearity = ag::nn::RnnNonlinearity::relu;
+  const In xc{{3, 4}}, hc{{3, 5}, 0.5}, cc{{3, 5}, 0.5, 0.1};
+  auto w = [](ag::Shape s) { return In{std::move(s), 0.4, 0.05}; };
+  std::vector<Case> recurrent = {
+      {"rnn_tanh_cell", {xc, hc, w({5, 4}), w({5, 5}), w({5}), w({5})}, [](const V& v) { return ag::rnn_tanh_cell(v[0], v[1], v[2], v[3], v[4], v[5]); }},
+      {"rnn_relu_cell", {xc, hc, w({5, 4}), w({5, 5}), w({5}), w({5})}, [](const V& v) { return ag::rnn_relu_cell(v[0], v[1], v[2], v[3], v[4], v[5]); }},
+      {"rnn_tanh_cell_unbatched_nobias", {{{4}}, {{5}, 0.5}, w({5, 4}), w({5, 5})}, [](const V& v) { return ag::rnn_tanh_cell(v[0], v[1], v[2], v[3]); }},
+      {"lstm_cell", {xc, hc, cc, w({20, 4}), w({20, 5}), w({20}), w({20})}, [](const V& v) {
+         auto [hy, cy] = ag::lstm_cell(v[0], v[1], v[2], v[3], v[4], v[5], v[6]);
+         return ag::cat({hy, cy}, 1);
+       }},
+      {"lstm_cell_unbatched_nobias", {{{4}}, {{5}, 0.5}, {{5}, 0.5, 0.1}, w({20, 4}), w({20, 5})}, [](const V& v) {
+         auto [hy, cy] = ag::lstm_cell(v[0], v[1], v[2], v[3], v[4]);
+         return ag::cat({hy, cy}, 0);
+       }},
+      {"gru_cell", {xc, hc, w({15, 4}), w({15, 5}), w({15}), w({15})}, [](const V& v) { return ag::gru_cell(v[0], v[1], v[2], v[3], v[4], v[5]); }},
+      {"gru_cell_unbatched_nobias", {{{4}}, {{5}, 0.5}, w({15, 4}), w({15, 5})}, [](const V& v) { return ag::gru_cell(v[0], v[1], v[2], v[3]); }},
+      module_case("lstm_2layer_bidir_batch_first", Mode::lstm, 3, 5, two_bidi_bf, {2, 4, 3}),
+      module_case("lstm_3layer_nobias", Mode::lstm, 3, 4, three_plain, {4, 2, 3}),
+      module_case("lstm_unbatched", Mode::lstm, 3, 4, one_unbatched, {5, 3}),
+      module_case("gru_2layer_bidir", Mode::gru, 3, 5, two_bidi, {4, 2, 3}),
+      module_case("gru_3layer_nobias", Mode::gru, 3, 4, three_plain, {4, 2, 3}),
+      module_case("rnn_tanh_2layer_bidir", Mode::rnn_tanh, 3, 5, two_bidi, {4, 2, 3}),
+      module_case("rnn_relu_2layer_bidir_batch_first", Mode::rnn_relu, 3, 5, relu_bidi, {2, 4, 3}),
+  };
+  std::vector<Case> all = {
       {"l1_loss_none", {x34, t34}, [](const V& v) { return ag::l1_loss(v[0], v[1], R::None); }},
       {"l1_loss_mean", {x34, t34}, [](const V& v) { return ag::l1_loss(v[0], v[1]); }},
       {"l1_loss_sum", {x34, t34}, [](const V& v) { return ag::l1_loss(v[0], v[1], R::Sum); }},
@@ -184,6 +263,8 @@ std::vector<Case> cases() {
       {"conv_transpose2d_mixed", {{{1, 4, 4, 5}}, {{4, 1, 2, 3}}}, [](const V& v) { return ag::conv_transpose2d(v[0], v[1], {}, {1, 2}, {0, 1}, {0, 1}, 2, {2, 1}); }},
       {"conv_transpose3d_s2", {{{1, 2, 3, 3, 2}}, {{2, 3, 2, 3, 2}}, {{3}}}, [](const V& v) { return ag::conv_transpose3d(v[0], v[1], v[2], {2, 2, 2}, {0, 1, 0}, {1, 0, 1}); }},
   };
+  for (Case& c : recurrent) all.push_back(std::move(c));
+  return all;
 }
 
 }  // namespace
@@ -205,6 +286,7 @@ int main(int argc, char** argv) {
       }
       std::string line = fmt::format("{{\"name\":\"{}\",\"device\":\"{}\",\"inputs\":[{}]", c.name, dev_name, fmt::join(ins, ","));
       try {
+        g_grad_of.clear();
         ag::Tensor out = c.run(inputs);
         const int64_t n = out.numel();
         std::vector<double> w(static_cast<size_t>(n));
@@ -212,7 +294,10 @@ int main(int argc, char** argv) {
         ag::Tensor wt = ag::tensor(w, out.shape()).to(out.dtype()).to(dev);
         ag::sum(out * wt).backward();
         std::vector<std::string> grads;
-        for (const ag::Tensor& t : inputs) grads.push_back(t.requires_grad() && t.grad().defined() ? json_tensor(t.grad()) : "null");
+        for (size_t i = 0; i < inputs.size(); ++i) {
+          const ag::Tensor& t = i < g_grad_of.size() && g_grad_of[i].defined() ? g_grad_of[i] : inputs[i];
+          grads.push_back(t.requires_grad() && t.grad().defined() ? json_tensor(t.grad()) : "null");
+        }
         line += fmt::format(",\"out\":{},\"grads\":[{}]}}", json_tensor(out), fmt::join(grads, ","));
       } catch (const ag::Error& e) {
         line += fmt::format(",\"error\":{:?}}}", std::string(e.what()));

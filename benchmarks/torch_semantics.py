@@ -13,7 +13,62 @@ import torch
 import torch.nn.functional as F
 
 inf = math.inf
+
+
+def rnn_module(cls, nin, hidden, layers=1, bidirectional=False, batch_first=False, bias=True, **kw):
+    """An nn.RNN/LSTM/GRU case: x, h0 (and c0), then the parameters by their state_dict names.
+
+    The module loads them with load_state_dict (strict: names and shapes), and runs the _VF call
+    its forward makes, over the given tensors in its _flat_weights_names order, so that their
+    gradients are the ones compared (torch 1.13's functional_call leaves an RNN's flat weights
+    stale).
+    """
+    lstm = cls is torch.nn.LSTM
+
+    def run(x, h0, *rest):
+        m = cls(nin, hidden, num_layers=layers, bidirectional=bidirectional, batch_first=batch_first, bias=bias, **kw)
+        m = m.to(dtype=x.dtype, device=x.device)
+        weights = rest[1:] if lstm else rest
+        given = dict(zip([n for n, _ in m.named_parameters()], weights))
+        m.load_state_dict({n: t.detach() for n, t in given.items()})
+        flat = [given[n] for n in m._flat_weights_names]
+        unbatched = x.dim() == 2
+        if unbatched:
+            x, h0, rest = x.unsqueeze(1), h0.unsqueeze(1), tuple(r.unsqueeze(1) if i == 0 and lstm else r for i, r in enumerate(rest))
+        args = (bias, layers, 0.0, False, bidirectional, batch_first)
+        if lstm:
+            out, hn, cn = torch._VF.lstm(x, (h0, rest[0]), flat, *args)
+            states = [hn, cn]
+        else:
+            fn = {torch.nn.GRU: torch._VF.gru}.get(cls) or (torch._VF.rnn_relu if kw.get("nonlinearity") == "relu" else torch._VF.rnn_tanh)
+            out, hn = fn(x, h0, flat, *args)
+            states = [hn]
+        if unbatched:
+            out, states = out.squeeze(1), [s.squeeze(1) for s in states]
+        # The module itself gives the same values (it ran on the loaded copies).
+        ref = m(x.squeeze(1) if unbatched else x, (h0.squeeze(1), rest[0].squeeze(1)) if lstm and unbatched else ((h0, rest[0]) if lstm else (h0.squeeze(1) if unbatched else h0)))
+        assert torch.allclose(ref[0], out), "the module and its _VF call disagree"
+        return torch.cat([out.reshape(-1)] + [s.reshape(-1) for s in states])
+
+    return run
+
+
 CASES = {
+    "rnn_tanh_cell": lambda x, h, wi, wh, bi, bh: torch.rnn_tanh_cell(x, h, wi, wh, bi, bh),
+    "rnn_relu_cell": lambda x, h, wi, wh, bi, bh: torch.rnn_relu_cell(x, h, wi, wh, bi, bh),
+    # torch's cell ops take batches; nn.RNNCell and friends add the batch dim for 1-D input.
+    "rnn_tanh_cell_unbatched_nobias": lambda x, h, wi, wh: torch.rnn_tanh_cell(x[None], h[None], wi, wh)[0],
+    "lstm_cell": lambda x, h, c, wi, wh, bi, bh: torch.cat(torch.lstm_cell(x, (h, c), wi, wh, bi, bh), 1),
+    "lstm_cell_unbatched_nobias": lambda x, h, c, wi, wh: torch.cat(torch.lstm_cell(x[None], (h[None], c[None]), wi, wh), 1)[0],
+    "gru_cell": lambda x, h, wi, wh, bi, bh: torch.gru_cell(x, h, wi, wh, bi, bh),
+    "gru_cell_unbatched_nobias": lambda x, h, wi, wh: torch.gru_cell(x[None], h[None], wi, wh)[0],
+    "lstm_2layer_bidir_batch_first": rnn_module(torch.nn.LSTM, 3, 5, 2, True, True),
+    "lstm_3layer_nobias": rnn_module(torch.nn.LSTM, 3, 4, 3, bias=False),
+    "lstm_unbatched": rnn_module(torch.nn.LSTM, 3, 4),
+    "gru_2layer_bidir": rnn_module(torch.nn.GRU, 3, 5, 2, True),
+    "gru_3layer_nobias": rnn_module(torch.nn.GRU, 3, 4, 3, bias=False),
+    "rnn_tanh_2layer_bidir": rnn_module(torch.nn.RNN, 3, 5, 2, True),
+    "rnn_relu_2layer_bidir_batch_first": rnn_module(torch.nn.RNN, 3, 5, 2, True, True, nonlinearity="relu"),
     "l1_loss_none": lambda x, y: F.l1_loss(x, y, reduction="none"),
     "l1_loss_mean": lambda x, y: F.l1_loss(x, y),
     "l1_loss_sum": lambda x, y: F.l1_loss(x, y, reduction="sum"),

@@ -32,9 +32,13 @@ constexpr int kStepCalls = 10;
 
 struct StepCase {
   std::string name;
-  std::string model;  // mlp, cnn, wide
+  std::string model;  // mlp, cnn, wide, lstm, lstm_cells
   int64_t batch;
+  bool recurrent() const { return model == "lstm" || model == "lstm_cells"; }
 };
+
+// The character models (cli/models.h): vocab 96, embedding 64, 2 LSTM layers of 256, seq 64.
+constexpr int64_t kCharVocab = 96, kCharSeq = 64;
 
 }  // namespace
 
@@ -43,10 +47,13 @@ nlohmann::json bench_step(const BenchOptions& o) {
                                         : std::vector<StepCase>{{"MLP 784-512-512-10", "mlp", 64},
                                                                 {"MLP 784-512-512-10", "mlp", 1024},
                                                                 {"Fashion-MNIST CNN", "cnn", 128},
-                                                                {"4x Linear(4096)", "wide", 4096}};
+                                                                {"4x Linear(4096)", "wide", 4096},
+                                                                {"char LSTM 2x256, seq 64", "lstm", 32},
+                                                                {"char LSTMCell loop 2x256, seq 64", "lstm_cells", 32}};
   if (o.device.is_cpu() && !o.quick) cases = {{"MLP 784-512-512-10", "mlp", 64}, {"Fashion-MNIST CNN", "cnn", 32}};
   nlohmann::json rows = nlohmann::json::array();
-  std::printf("\n## Training step: forward, backward, SGD(momentum 0.9) step; AMP = fp16 autocast + GradScaler\n\n"
+  std::printf("\n## Training step: forward, backward, SGD(momentum 0.9) step (Adam for the LSTM models); AMP = fp16 "
+              "autocast + GradScaler\n\n"
               "ms/step: the mean of %d back-to-back steps, as a training loop runs them (median of the samples);\n"
               "host ms/step: the host's time to queue a step (at ms/step: host-bound, the device waits);\n"
               "one step: a single step between two synchronizations (its latency, host time included);\n"
@@ -57,9 +64,9 @@ nlohmann::json bench_step(const BenchOptions& o) {
   // One setup per precision; fp32 and AMP are timed in turns (Note [Interleaved samples] in
   // cli/bench_timer.h), eager first, then graphed.
   struct Setup {
-    std::shared_ptr<nn::Sequential> net;
+    std::shared_ptr<nn::Module> net;
     Tensor x, y, loss;
-    std::unique_ptr<optim::SGD> opt;
+    std::unique_ptr<optim::Optimizer> opt;
     std::unique_ptr<amp::GradScaler> scaler;
     std::function<void()> step;
 #if AMPGRAD_WITH_CUDA
@@ -70,12 +77,21 @@ nlohmann::json bench_step(const BenchOptions& o) {
     auto st = std::make_unique<Setup>();
     Setup& s = *st;
     manual_seed(0);
-    s.net = c.model == "wide" ? wide_mlp(o.device) : make_model(c.model, o.device);
-    const int64_t classes = c.model == "wide" ? 4096 : 10;
-    s.x = c.model == "wide" ? randn({c.batch, 4096}, TensorOptions().device(o.device))
-                            : randn({c.batch, 1, 28, 28}, TensorOptions().device(o.device));
-    s.y = (rand({c.batch}, TensorOptions().device(o.device)) * static_cast<double>(classes)).to(kInt64);
-    s.opt = std::make_unique<optim::SGD>(s.net->parameters(), optim::SGDOptions(0.01).momentum(0.9));
+    const TensorOptions on = TensorOptions().device(o.device);
+    if (c.recurrent()) {
+      // Characters [seq, batch] and the next ones [seq * batch], drawn uniformly.
+      s.net = std::make_shared<CharLstm>(kCharVocab, 64, 256, c.model == "lstm_cells", o.device);
+      s.x = (rand({kCharSeq, c.batch}, on) * static_cast<double>(kCharVocab)).to(kInt64);
+      s.y = (rand({kCharSeq * c.batch}, on) * static_cast<double>(kCharVocab)).to(kInt64);
+      s.opt = std::make_unique<optim::Adam>(s.net->parameters(), optim::AdamOptions(1e-3));
+    } else {
+      if (c.model == "wide") s.net = wide_mlp(o.device);
+      else s.net = make_model(c.model, o.device);
+      const int64_t classes = c.model == "wide" ? 4096 : 10;
+      s.x = c.model == "wide" ? randn({c.batch, 4096}, on) : randn({c.batch, 1, 28, 28}, on);
+      s.y = (rand({c.batch}, on) * static_cast<double>(classes)).to(kInt64);
+      s.opt = std::make_unique<optim::SGD>(s.net->parameters(), optim::SGDOptions(0.01).momentum(0.9));
+    }
     s.scaler = std::make_unique<amp::GradScaler>(amp::GradScalerOptions().enabled(amp_on).fold_into_step(fold));
     const DeviceType type = o.device.type;
     s.step = [&s, type, amp_on, graphed] {
@@ -127,7 +143,8 @@ nlohmann::json bench_step(const BenchOptions& o) {
     // [variant][graphed]
     std::vector<std::array<double, 2>> ms(nv), host_ms(nv), ms_single(nv);
     for (bool graphed : {false, true}) {
-      if (graphed && !o.device.is_cuda()) continue;
+      // The recurrent models time eagerly only (their per-step host cost is what they measure).
+      if (graphed && (!o.device.is_cuda() || c.recurrent())) continue;
       std::vector<std::unique_ptr<Setup>> setups;  // one per variant timed
       std::vector<std::function<void()>> fns;
       for (const Variant& v : variants) {
@@ -164,7 +181,7 @@ nlohmann::json bench_step(const BenchOptions& o) {
     }
     for (size_t p = 0; p < nv; ++p) {
       for (bool graphed : {false, true}) {
-        if ((graphed && !o.device.is_cuda()) || (graphed && variants[p].ab)) continue;
+        if ((graphed && (!o.device.is_cuda() || c.recurrent())) || (graphed && variants[p].ab)) continue;
         const double t = ms[p][graphed], th = host_ms[p][graphed], t1 = ms_single[p][graphed];
         const char* prec = variants[p].precision;
         const char* mode = graphed ? "CUDA graph" : "eager";

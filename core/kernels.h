@@ -206,4 +206,32 @@ AG_DECLARE_KERNEL(max_pool2d_forward, void(const Tensor& x, const Window2d& w, c
 AG_DECLARE_KERNEL(max_pool2d_backward,
                   void(const Tensor& g, const Tensor& indices, const Window2d& w, const Tensor& grad_x));
 
+// ---- Recurrent cells (Note [Fused recurrent cells] in ops/rnn_cells.cpp) ---------------------
+
+// The gates' pointwise part of one step, B rows of H units: gi and gh [B, G * H] are the input
+// and hidden GEMMs, b_ih and b_hh [G * H] their biases or undefined, all contiguous of one
+// floating dtype T; every value is read as float (double for Float64) and rounded on store.
+// hy [B, H] = tanh or relu(gi + b_ih + gh + b_hh) (G = 1), of dtype T.
+AG_DECLARE_KERNEL(rnn_cell_forward, void(bool relu, const Tensor& gi, const Tensor& gh, const Tensor& b_ih,
+                                         const Tensor& b_hh, const Tensor& hy));
+// grad_pre [B, H] (T) = grad_hy * (1 - hy^2) (tanh) or grad_hy * (hy > 0) (relu).
+AG_DECLARE_KERNEL(rnn_cell_backward, void(bool relu, const Tensor& grad_hy, const Tensor& hy, const Tensor& grad_pre));
+// LSTM, gates i, f, g, o (G = 4): cx [B, H] of dtype T or float32 (the cell state kept in
+// float32 under autocast); hy [B, H] (T), cy [B, H] (cx's dtype); ws [B, 4 H] (cx's dtype) the
+// activated gates for backward, or undefined (not written).
+AG_DECLARE_KERNEL(lstm_cell_forward, void(const Tensor& gi, const Tensor& gh, const Tensor& b_ih, const Tensor& b_hh,
+                                          const Tensor& cx, const Tensor& hy, const Tensor& cy, const Tensor& ws));
+// grad_gates [B, 4 H] (T) and grad_cx [B, H] (cx's dtype, or undefined: not computed) from
+// grad_hy (T) and grad_cy (cx's dtype), either undefined for zero, and the forward's cx, cy, ws.
+AG_DECLARE_KERNEL(lstm_cell_backward, void(const Tensor& grad_hy, const Tensor& grad_cy, const Tensor& cx,
+                                           const Tensor& cy, const Tensor& ws, const Tensor& grad_gates,
+                                           const Tensor& grad_cx));
+// GRU, gates r, z, n (G = 3): hx [B, H] (T); hy [B, H] (T); ws [B, 4 H] (T) = r, z, n and the
+// hidden n part gh_n + b_hn, or undefined.
+AG_DECLARE_KERNEL(gru_cell_forward, void(const Tensor& gi, const Tensor& gh, const Tensor& b_ih, const Tensor& b_hh,
+                                         const Tensor& hx, const Tensor& hy, const Tensor& ws));
+// grad_gi and grad_gh [B, 3 H] and grad_hx [B, H] (hx's direct share, z * grad_hy), all T.
+AG_DECLARE_KERNEL(gru_cell_backward, void(const Tensor& grad_hy, const Tensor& hx, const Tensor& ws,
+                                          const Tensor& grad_gi, const Tensor& grad_gh, const Tensor& grad_hx));
+
 }  // namespace ampgrad::kernel

@@ -123,6 +123,9 @@ Tensor t(const Tensor& a);
 Tensor narrow(const Tensor& a, int64_t dim, int64_t start, int64_t length);
 Tensor slice(const Tensor& a, int64_t dim, int64_t start, int64_t end, int64_t step = 1);
 Tensor select(const Tensor& a, int64_t dim, int64_t index);
+// The slices of a along dim, as views; backward stacks their gradients (one node, not one
+// select each: Note [Several outputs] in autograd/multi_output.h).
+std::vector<Tensor> unbind(const Tensor& a, int64_t dim = 0);
 Tensor expand(const Tensor& a, const Shape& shape);
 Tensor squeeze(const Tensor& a, int64_t dim);
 Tensor squeeze(const Tensor& a);

@@ -513,6 +513,7 @@ const std::vector<Row>& rows() {
   };
   for (Row& r : nn_rows()) all.push_back(std::move(r));
   for (Row& r : product_rows()) all.push_back(std::move(r));
+  for (Row& r : rnn_rows()) all.push_back(std::move(r));
   return all;
   }();
   return table;

@@ -41,5 +41,7 @@ inline Row image_row(std::string op, std::string form, std::vector<In> in, Fn ru
 // ternary ops, the products and the writes by index (tests/op_rows_products.cpp).
 std::vector<Row> nn_rows();
 std::vector<Row> product_rows();
+// The recurrent cells, their fused parts and unbind (tests/op_rows_rnn.cpp).
+std::vector<Row> rnn_rows();
 
 }  // namespace op_table

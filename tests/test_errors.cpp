@@ -490,4 +490,60 @@ TEST_CASE("errors: convolutions", "[errors][conv]") {
                         Equals("ConvTranspose2d: channels in 3 and out 4 must be positive multiples of groups 2"));
     REQUIRE_THROWS_WITH(ag::nn::Conv3d(2, 2, {3, 0, 3}), Equals("Conv3d: kernel size [3, 0, 3] must be positive"));
   }
+
+TEST_CASE("errors: recurrent cells and modules", "[errors][rnn]") {
+  ag::manual_seed(22);
+  const ag::Tensor x = ag::rand({3, 5}), h = ag::rand({3, 4}), c = ag::rand({3, 4});
+  const ag::Tensor wi = ag::rand({16, 5}), wh = ag::rand({16, 4});
+  SECTION("input size against weight_ih") {
+    REQUIRE_THROWS_WITH(ag::lstm_cell(ag::rand({3, 6}), h, c, wi, wh),
+                        Equals("lstm_cell: input float32 [3, 6] on cpu has 6 features, but weight_ih float32 [16, 5] on "
+                               "cpu expects input_size 5"));
+  }
+  SECTION("hidden sizes of the weights") {
+    REQUIRE_THROWS_WITH(ag::lstm_cell(x, h, c, wi, ag::rand({12, 4})),
+                        Equals("lstm_cell: weight_hh float32 [12, 4] on cpu must be [4 * hidden_size, hidden_size]"));
+    REQUIRE_THROWS_WITH(ag::gru_cell(x, h, ag::rand({16, 5}), ag::rand({12, 4})),
+                        StartsWith("gru_cell: weight_ih float32 [16, 5] on cpu must be [12, input_size] (3 * hidden_size 4"));
+    REQUIRE_THROWS_WITH(ag::rnn_tanh_cell(x, h, ag::rand({4, 5}), ag::rand({4, 4}), ag::rand({5})),
+                        Equals("rnn_tanh_cell: bias float32 [5] on cpu must be [4] (1 * hidden_size 4)"));
+  }
+  SECTION("hx and cx of the wrong shape") {
+    REQUIRE_THROWS_WITH(ag::lstm_cell(x, ag::rand({2, 4}), c, wi, wh),
+                        Equals("lstm_cell: hx float32 [2, 4] on cpu must be [3, 4] (batch, hidden_size 4) for input "
+                               "float32 [3, 5] on cpu"));
+    REQUIRE_THROWS_WITH(ag::lstm_cell(x, h, ag::rand({3, 3}), wi, wh),
+                        Equals("lstm_cell: cx float32 [3, 3] on cpu must be [3, 4] (hx's shape: batch, hidden_size 4) "
+                               "for input float32 [3, 5] on cpu"));
+    REQUIRE_THROWS_WITH(ag::rnn_relu_cell(ag::rand({5}), ag::rand({3, 4}), ag::rand({4, 5}), ag::rand({4, 4})),
+                        Contains("rnn_relu_cell: hx float32 [3, 4] on cpu must be [4] (hidden_size 4)"));
+  }
+  SECTION("dtypes") {
+    REQUIRE_THROWS_WITH(ag::gru_cell(x, h.to(ag::kFloat64), ag::rand({12, 5}), ag::rand({12, 4})),
+                        StartsWith("gru_cell: input, hx, weights and biases must share one floating dtype; got input "
+                                   "float32 [3, 5] on cpu, hx float64 [3, 4] on cpu"));
+    REQUIRE_THROWS_WITH(ag::lstm_cell(x, h, c.to(ag::kFloat16), wi, wh),
+                        Equals("lstm_cell: cx float16 [3, 4] on cpu must have the input's dtype (float32) or be float32 "
+                               "with a 16-bit input"));
+    REQUIRE_THROWS_WITH(ag::_thnn_fused_lstm_cell(ag::rand({3, 16}), ag::rand({3, 16}), ag::rand({3, 4}, ag::kFloat64)),
+                        Contains("_thnn_fused_lstm_cell: cx float64 [3, 4] on cpu must have the gates' dtype (float32)"));
+  }
+  SECTION("modules: input size, h0 and c0") {
+    ag::nn::RNNOptions o;
+    o.num_layers = 2;
+    ag::nn::LSTM lstm(5, 4, o);
+    REQUIRE_THROWS_WITH(lstm(ag::rand({7, 3, 6})),
+                        Equals("LSTM: input float32 [7, 3, 6] on cpu has 6 features, but input_size is 5"));
+    REQUIRE_THROWS_WITH(lstm(ag::rand({7, 3, 5}), ag::rand({1, 3, 4})),
+                        Equals("LSTM: h0 float32 [1, 3, 4] on cpu must be [2, 3, 4] (num_layers * num_directions, "
+                               "batch, hidden_size) for input float32 [7, 3, 5] on cpu"));
+    REQUIRE_THROWS_WITH(lstm(ag::rand({7, 3, 5}), ag::rand({2, 3, 4}), ag::rand({2, 3, 5})),
+                        StartsWith("LSTM: c0 float32 [2, 3, 5] on cpu must be [2, 3, 4]"));
+    ag::nn::GRU gru(5, 4);
+    REQUIRE_THROWS_WITH(gru.forward(ag::rand({7, 3, 5}), ag::rand({1, 3, 4}), ag::rand({1, 3, 4})),
+                        Equals("GRU: c0 is an LSTM's cell state; GRU takes h0 only"));
+    REQUIRE_THROWS_WITH(gru(ag::rand({5})), StartsWith("GRU: expected input of 3 dims (seq, batch, input_size) or 2"));
+    REQUIRE_THROWS_WITH(ag::nn::RNN(5, 0), Equals("RNN: input_size 5 and hidden_size 0 must be positive"));
+  }
+  still_works();
 }
