@@ -35,7 +35,8 @@ def rnn_module(cls, nin, hidden, layers=1, bidirectional=False, batch_first=Fals
         unbatched = x.dim() == 2
         if unbatched:
             x, h0, rest = x.unsqueeze(1), h0.unsqueeze(1), tuple(r.unsqueeze(1) if i == 0 and lstm else r for i, r in enumerate(rest))
-        args = (bias, layers, 0.0, False, bidirectional, batch_first)
+        # train=True (dropout 0 keeps it deterministic): cuDNN's RNN runs backward in training mode only.
+        args = (bias, layers, 0.0, True, bidirectional, batch_first)
         if lstm:
             out, hn, cn = torch._VF.lstm(x, (h0, rest[0]), flat, *args)
             states = [hn, cn]

@@ -162,6 +162,13 @@ RNNResult RNNBase::forward(const Tensor& x, const Tensor& h0, const Tensor& c0) 
       // One GEMM for every step's input projection, the biases folded in where they can be.
       Tensor folded;
       if (w[2].defined()) folded = mode_ == Mode::gru ? w[2] : add(w[2], w[3]);
+      if (lstm) {  // the time loop as one op (Note [LSTM layer] in ops/rnn_sequence.cpp)
+        const std::vector<Tensor> r = _lstm_layer(linear(layer_in, w[0], folded), w[1], hs0[idx], cs0[idx], d == 1);
+        outs.push_back(r[0]);
+        h_n.push_back(r[1]);
+        c_n.push_back(r[2]);
+        continue;
+      }
       const std::vector<Tensor> gi = unbind(linear(layer_in, w[0], folded), 0);
       const Tensor hidden_bias = mode_ == Mode::gru ? w[3] : Tensor();
       Tensor h = hs0[idx], c = lstm ? cs0[idx] : Tensor();

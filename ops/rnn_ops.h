@@ -3,6 +3,7 @@
 #pragma once
 
 #include <utility>
+#include <vector>
 
 #include "core/tensor.h"
 
@@ -33,6 +34,13 @@ std::pair<Tensor, Tensor> _thnn_fused_lstm_cell(const Tensor& input_gates, const
                                                 const Tensor& hidden_bias = Tensor());
 Tensor _thnn_fused_gru_cell(const Tensor& input_gates, const Tensor& hidden_gates, const Tensor& hx,
                             const Tensor& input_bias = Tensor(), const Tensor& hidden_bias = Tensor());
+// One direction of one LSTM layer over a sequence (nn::LSTM's time loop as one op, Note [LSTM
+// layer] in ops/rnn_sequence.cpp): input_gates [T, B, 4H] are the input projections of every
+// step with both biases added, w_hh [4H, H], h0 [B, H], c0 [B, H] (float32 allowed with 16-bit
+// gates; not cast by autocast). Steps run from t = 0, or from t = T - 1 when reverse. Returns
+// {output [T, B, H] (each time's hy, in time order), h_n, c_n}.
+std::vector<Tensor> _lstm_layer(const Tensor& input_gates, const Tensor& w_hh, const Tensor& h0, const Tensor& c0,
+                                bool reverse = false);
 // tanh (relu: relu) of input_gates + hidden_gates + the biases, in one kernel.
 Tensor _fused_rnn_cell(const Tensor& input_gates, const Tensor& hidden_gates, const Tensor& input_bias = Tensor(),
                        const Tensor& hidden_bias = Tensor(), bool relu = false);

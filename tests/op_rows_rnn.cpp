@@ -75,6 +75,25 @@ std::vector<Row> rnn_rows() {
       row("_thnn_fused_gru_cell", "hidden bias only", {nrm({N, 6}), nrm({N, 6}), sy({N, 2}), nrm({6})},
           [](const V& v) { return ag::_thnn_fused_gru_cell(v[0], v[1], v[2], ag::Tensor(), v[3]); }),
 
+      // ---- The LSTM layer (ops/rnn_sequence.cpp) -----------------------------------------------
+      // Over several steps autocast keeps the cell state float32 where the hand-cast inputs
+      // round it at every step (Note [Cell state precision]): autocast's bitwise check takes
+      // the one-step row.
+      sum_row("_lstm_layer", "one step, output", {sy({1, N, 8}), sy({8, 2}), sy({N, 2}), grid_state({N, 2})},
+              [](const V& v) { return ag::_lstm_layer(v[0], v[1], v[2], v[3])[0]; }),
+      sum_row("_lstm_layer", "output, forward", {sy({5, N, 8}), sy({8, 2}), sy({N, 2}), grid_state({N, 2})},
+              [](const V& v) { return ag::_lstm_layer(v[0], v[1], v[2], v[3])[0]; })
+          .no_autocast(),
+      sum_row("_lstm_layer", "output, h_n and c_n, reverse", {sy({4, N, 8}), sy({8, 2}), sy({N, 2}), grid_state({N, 2})},
+              [](const V& v) {
+                const std::vector<ag::Tensor> r = ag::_lstm_layer(v[0], v[1], v[2], v[3], true);
+                return ag::sum(r[0], {0}) * 0.5 + r[1] + r[2].to(r[0].dtype()) * 2.0;
+              })
+          .no_autocast(),
+      sum_row("_lstm_layer", "one step, c_n only", {sy({1, N, 8}), sy({8, 2}), sy({N, 2}), sy({N, 2})},
+              [](const V& v) { return ag::_lstm_layer(v[0], v[1], v[2], v[3])[2]; })
+          .no_autocast(),
+
       // ---- unbind ------------------------------------------------------------------------------
       row("unbind", "dim 1, stacked back", {nrm({3, N})}, [](const V& v) { return ag::stack(ag::unbind(v[0], 1), 0); }),
       row("unbind", "one slice of three used", {nrm({3, N})}, [](const V& v) { return ag::unbind(v[0], 0)[1] * 2.0; }),

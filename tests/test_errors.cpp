@@ -490,6 +490,7 @@ TEST_CASE("errors: convolutions", "[errors][conv]") {
                         Equals("ConvTranspose2d: channels in 3 and out 4 must be positive multiples of groups 2"));
     REQUIRE_THROWS_WITH(ag::nn::Conv3d(2, 2, {3, 0, 3}), Equals("Conv3d: kernel size [3, 0, 3] must be positive"));
   }
+}
 
 TEST_CASE("errors: recurrent cells and modules", "[errors][rnn]") {
   ag::manual_seed(22);
