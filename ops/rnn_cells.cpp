@@ -22,8 +22,10 @@ using Saved = std::vector<Tensor>;
 // the two biases and cx, and writes hy, cy and the activated gates (the workspace backward
 // reads); backward is one kernel from grad_hy, grad_cy and the workspace to the gates'
 // pre-activation gradient (one tensor for both GEMMs: their sum's gradient) and grad_cx. The
-// biases' gradients are that tensor summed over the batch (Note [Grad shape and dtype]); the
-// sequence modules fold the biases into their one input GEMM for all steps instead. GRU's
+// biases' gradients are that tensor summed over the batch (Note [Grad shape and dtype]). The
+// cell ops pass their biases to the linears instead (cuBLASLt's bias epilogues: no reduction
+// kernels per step), and the sequence modules fold them into their one input GEMM for all
+// steps. GRU's
 // kernel keeps r, z, n and the hidden n part (gh_n + b_hn) and writes separate gradients for
 // the input and hidden GEMMs (r scales the hidden n part); Elman cells save only hy. The cell
 // ops are composed of linear and the fused op, so autocast acts once, at the cell. Kernels
@@ -219,8 +221,8 @@ Tensor elman_cell(const OpInfo& op, bool relu, const Tensor& input0, const Tenso
   Tensor input = input0, hx = hx0, w_ih = w_ih0, w_hh = w_hh0, b_ih = b_ih0, b_hh = b_hh0;
   OpScope scope(op, input, hx, w_ih, w_hh, b_ih, b_hh);
   check_cell(op, 1, input, hx, w_ih, w_hh, b_ih, b_hh);
-  const Tensor gi = linear(batch_of(input), w_ih), gh = linear(batch_of(hx), w_hh);
-  return scope.finish(unbatch(_fused_rnn_cell(gi, gh, b_ih, b_hh, relu), input.dim() == 2));
+  const Tensor gi = linear(batch_of(input), w_ih, b_ih), gh = linear(batch_of(hx), w_hh, b_hh);  // as lstm_cell's
+  return scope.finish(unbatch(_fused_rnn_cell(gi, gh, Tensor(), Tensor(), relu), input.dim() == 2));
 }
 
 }  // namespace
@@ -247,8 +249,10 @@ std::pair<Tensor, Tensor> lstm_cell(const Tensor& input0, const Tensor& hx0, con
   AG_CHECK(cx.dtype() == input.dtype() || (cx.dtype() == kFloat32 && is_reduced_float(input.dtype())),
            "lstm_cell: cx {} must have the input's dtype ({}) or be float32 with a 16-bit input", cx.desc(),
            dtype_name(input.dtype()));
-  const Tensor gi = linear(batch_of(input), w_ih), gh = linear(batch_of(hx), w_hh);
-  auto [hy, cy] = _thnn_fused_lstm_cell(gi, gh, batch_of(cx), b_ih, b_hh);
+  // The biases ride in the GEMMs (cuBLASLt's bias epilogue forward, bias-gradient epilogue
+  // backward): two reductions a step fewer than the fused op's bias gradients.
+  const Tensor gi = linear(batch_of(input), w_ih, b_ih), gh = linear(batch_of(hx), w_hh, b_hh);
+  auto [hy, cy] = _thnn_fused_lstm_cell(gi, gh, batch_of(cx));
   const bool batched = input.dim() == 2;
   scope.finish(hy);
   return {unbatch(hy, batched), unbatch(cy, batched)};
@@ -260,8 +264,9 @@ Tensor gru_cell(const Tensor& input0, const Tensor& hx0, const Tensor& w_ih0, co
   OpScope scope(kGruCell, input, hx, w_ih, w_hh, b_ih, b_hh);
   check_cell(kGruCell, 3, input, hx, w_ih, w_hh, b_ih, b_hh);
   const Tensor h = batch_of(hx);
-  const Tensor gi = linear(batch_of(input), w_ih), gh = linear(h, w_hh);
-  return scope.finish(unbatch(_thnn_fused_gru_cell(gi, gh, h, b_ih, b_hh), input.dim() == 2));
+  // The biases ride in the GEMMs, as lstm_cell's (r scales gh's n part, b_hn included).
+  const Tensor gi = linear(batch_of(input), w_ih, b_ih), gh = linear(h, w_hh, b_hh);
+  return scope.finish(unbatch(_thnn_fused_gru_cell(gi, gh, h), input.dim() == 2));
 }
 
 }  // namespace ampgrad

@@ -69,17 +69,17 @@ std::vector<Tensor> _lstm_layer(const Tensor& input_gates, const Tensor& w_hh, c
   Tensor cs = empty({steps, batch, hidden}, state_opts);
   Tensor ws = grad ? empty({steps, batch, 4 * hidden}, state_opts) : Tensor();
   auto at = [&](int64_t s) { return reverse ? steps - 1 - s : s; };  // the time of step s
-  {
+  if (y.numel()) {
     NoGradGuard no_grad;
-    const Tensor wt = w.t();
+    const Tensor wt = w.t().unsqueeze(0);  // [1, H, 4H]: the kernels' batch of one
+    const Tensor gh = empty({1, batch, 4 * hidden}, gates.options());  // reused by every step
     Tensor h = hx, c = cx;
     for (int64_t s = 0; s < steps; ++s) {
       const int64_t t = at(s);
-      const Tensor gh = mm(h, wt);
       const Tensor yt = y.select(0, t), ct = cs.select(0, t);
-      if (yt.numel())
-        kernel::lstm_cell_forward(y.device(), gates.select(0, t), gh, Tensor(), Tensor(), c, yt, ct,
-                                  grad ? ws.select(0, t) : Tensor());
+      kernel::gemm(y.device(), h.unsqueeze(0), wt, gh, 1.0, 0.0);
+      kernel::lstm_cell_forward(y.device(), gates.select(0, t), gh.select(0, 0), Tensor(), Tensor(), c, yt, ct,
+                                grad ? ws.select(0, t) : Tensor());
       h = yt;
       c = ct;
     }
@@ -91,25 +91,33 @@ std::vector<Tensor> _lstm_layer(const Tensor& input_gates, const Tensor& w_hh, c
         kLstmLayer, {y, h_n, c_n}, {gates, w, hx, cx}, {w, hx, cx, y, cs, ws},
         [steps, reverse, need_c0](const std::vector<Tensor>& g, const Saved& s) {
           const Tensor &w = s[0], &hx = s[1], &cx = s[2], &y = s[3], &cs = s[4], &ws = s[5];
-          const Tensor gy = contiguous_or_none(g[0]);
           auto at = [&](int64_t st) { return reverse ? steps - 1 - st : st; };
+          const Device dev = y.device();
           Tensor dgates = empty(ws.shape(), y.options());
-          // The hidden state's gradient entering the last step: grad_h_n plus grad_y there.
-          Tensor dh = g[1].defined() ? contiguous(g[1]) : Tensor();
-          if (gy.defined()) dh = dh.defined() ? add(dh, gy.select(0, at(steps - 1))) : gy.select(0, at(steps - 1));
+          // dy[t] becomes the hidden state's whole gradient at time t: the output's gradient,
+          // plus (one GEMM into it, beta 1) what the recurrence carries back from the next step.
+          Tensor dy = g[0].defined() ? g[0].to(y.dtype()).contiguous().clone() : zeros(y.shape(), y.options());
+          if (g[1].defined()) {
+            const Tensor last = dy.select(0, at(steps - 1));
+            kernel::binary(dev, BinaryKind::Add, last, g[1].to(y.dtype()), last);
+          }
           Tensor dc = g[2].defined() ? contiguous(g[2]) : Tensor();
+          // Two buffers for the cell state's gradient, by turns (the kernel reads one, writes the other).
+          const Tensor dc_buf[2] = {empty(cx.shape(), cx.options()), empty(cx.shape(), cx.options())};
+          const Tensor wk = w.unsqueeze(0);  // [1, 4H, H]
+          Tensor dh0 = empty({1, y.size(1), y.size(2)}, y.options());
           for (int64_t st = steps - 1; st >= 0; --st) {
             const int64_t t = at(st);
             const Tensor c_prev = st == 0 ? cx : cs.select(0, at(st - 1));
-            Tensor dc_prev = st > 0 || need_c0 ? empty(cx.shape(), cx.options()) : Tensor();
+            const Tensor dc_prev = st > 0 || need_c0 ? dc_buf[st % 2] : Tensor();
             const Tensor dg = dgates.select(0, t);
             if (dg.numel())
-              kernel::lstm_cell_backward(dg.device(), dh, dc, c_prev, cs.select(0, t), ws.select(0, t), dg, dc_prev);
-            // dh of the step before: its output's gradient plus what the recurrence carries back.
-            if (st > 0) dh = gy.defined() ? addmm(gy.select(0, at(st - 1)), dg, w) : mm(dg, w);
-            else dh = mm(dg, w);
+              kernel::lstm_cell_backward(dev, dy.select(0, t), dc, c_prev, cs.select(0, t), ws.select(0, t), dg, dc_prev);
+            const Tensor into = st > 0 ? dy.select(0, at(st - 1)).unsqueeze(0) : dh0;
+            if (into.numel()) kernel::gemm(dev, dg.unsqueeze(0), wk, into, 1.0, st > 0 ? 1.0 : 0.0);
             dc = dc_prev;
           }
+          Tensor dh = dh0.select(0, 0);
           // The hidden states each step read: h0, then the outputs in the order of the steps.
           const int64_t b = y.size(1), h = y.size(2);
           Tensor h_prev = steps == 1 ? hx.unsqueeze(0)
