@@ -197,6 +197,24 @@ def close(a, b, tol):
     return abs(a - b) <= tol * max(1.0, abs(b))
 
 
+def float64_answer(fn, c, dev):
+    """PyTorch's values and gradients in float64 for a case's inputs, keyed as the mismatches are."""
+    inputs = [tensor(t, dev) for t in c["inputs"]]
+    inputs = [t.double() if t.is_floating_point() else t for t in inputs]
+    floating = [i for i, t in enumerate(inputs) if t.is_floating_point() and c.get("grads", [None] * 9)[i] is not None]
+    for i in floating:
+        inputs[i].requires_grad_(True)
+    out = fn(*inputs)
+    w = torch.cos(torch.arange(out.numel(), dtype=torch.float64)).reshape(out.shape).to(dev)
+    (out * w).sum().backward()
+    ref = dict(enumerate(out.detach().flatten().tolist()))
+    for i in floating:
+        g = inputs[i].grad
+        vals = g.flatten().tolist() if g is not None else [0.0] * len(c["grads"][i]["values"])
+        ref.update({f"grad{i}[{k}]": v for k, v in enumerate(vals)})
+    return ref
+
+
 def main():
     path, dev = sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "cpu"
     # PyTorch's cuDNN convolutions round float32 through TF32 by default (cudnn.allow_tf32);
@@ -260,6 +278,16 @@ def main():
             ref = inputs[i].grad
             ref_vals = ref.double().flatten().tolist() if ref is not None else [0.0] * len(g["values"])
             errs += [(f"grad{i}[{k}]", a, b) for k, (a, b) in enumerate(zip([num(v) for v in g["values"]], ref_vals)) if not close(a, b, tol)]
+        if errs and dtype == "float32":
+            # A float32 disagreement is ampgrad's only when ampgrad is the farther of the two
+            # from PyTorch's float64 answer on the same inputs (long recurrences and sums
+            # differ by their orders: both are rounding, one may be nearer).
+            ref64 = float64_answer(fn, c, dev)
+            worse = [e for e in errs if abs(e[1] - ref64[e[0]]) > max(abs(e[2] - ref64[e[0]]), tol * max(1.0, abs(ref64[e[0]])))]
+            if not worse:
+                print(f"{c['name']} {dtype}: {len(errs)} values differ from torch's float32 by more than {tol}, "
+                      f"but ampgrad's are nearer torch's float64 answer")
+                errs = []
         if errs:
             bad += 1
             print(f"{c['name']} {dtype}: {len(errs)} mismatches, first {errs[:3]}")
