@@ -30,8 +30,6 @@ using Saved = std::vector<Tensor>;
 
 namespace {
 
-Tensor contiguous_or_none(const Tensor& t) { return t.defined() ? contiguous(t) : t; }
-
 const OpInfo kLstmLayer{"_lstm_layer", amp::Category::lower, true,
                         "nn::LSTM's time loop for one layer and direction, as PyTorch's _cudnn_rnn (its "
                         "lower-precision list): hidden GEMMs and gates in 16 bits, the cell state in c0's dtype "
@@ -86,17 +84,18 @@ std::vector<Tensor> _lstm_layer(const Tensor& input_gates, const Tensor& w_hh, c
   }
   const Tensor h_n = y.select(0, at(steps - 1)), c_n = cs.select(0, at(steps - 1));
   if (grad) {
-    const bool need_c0 = cx.requires_grad();
+    const bool need_c0 = cx.requires_grad(), need_h0 = hx.requires_grad();
     autograd::record_outputs(
         kLstmLayer, {y, h_n, c_n}, {gates, w, hx, cx}, {w, hx, cx, y, cs, ws},
-        [steps, reverse, need_c0](const std::vector<Tensor>& g, const Saved& s) {
+        [steps, reverse, need_c0, need_h0](const std::vector<Tensor>& g, const Saved& s) {
           const Tensor &w = s[0], &hx = s[1], &cx = s[2], &y = s[3], &cs = s[4], &ws = s[5];
           auto at = [&](int64_t st) { return reverse ? steps - 1 - st : st; };
           const Device dev = y.device();
           Tensor dgates = empty(ws.shape(), y.options());
           // dy[t] becomes the hidden state's whole gradient at time t: the output's gradient,
           // plus (one GEMM into it, beta 1) what the recurrence carries back from the next step.
-          Tensor dy = g[0].defined() ? g[0].to(y.dtype()).contiguous().clone() : zeros(y.shape(), y.options());
+          Tensor dy = g[0].defined() ? empty(y.shape(), y.options()) : zeros(y.shape(), y.options());
+          if (g[0].defined()) kernel::copy(dev, dy, g[0]);  // one copy, from any strides
           if (g[1].defined()) {
             const Tensor last = dy.select(0, at(steps - 1));
             kernel::binary(dev, BinaryKind::Add, last, g[1].to(y.dtype()), last);
@@ -105,7 +104,7 @@ std::vector<Tensor> _lstm_layer(const Tensor& input_gates, const Tensor& w_hh, c
           // Two buffers for the cell state's gradient, by turns (the kernel reads one, writes the other).
           const Tensor dc_buf[2] = {empty(cx.shape(), cx.options()), empty(cx.shape(), cx.options())};
           const Tensor wk = w.unsqueeze(0);  // [1, 4H, H]
-          Tensor dh0 = empty({1, y.size(1), y.size(2)}, y.options());
+          Tensor dh0 = need_h0 ? empty({1, y.size(1), y.size(2)}, y.options()) : Tensor();
           for (int64_t st = steps - 1; st >= 0; --st) {
             const int64_t t = at(st);
             const Tensor c_prev = st == 0 ? cx : cs.select(0, at(st - 1));
@@ -114,10 +113,10 @@ std::vector<Tensor> _lstm_layer(const Tensor& input_gates, const Tensor& w_hh, c
             if (dg.numel())
               kernel::lstm_cell_backward(dev, dy.select(0, t), dc, c_prev, cs.select(0, t), ws.select(0, t), dg, dc_prev);
             const Tensor into = st > 0 ? dy.select(0, at(st - 1)).unsqueeze(0) : dh0;
-            if (into.numel()) kernel::gemm(dev, dg.unsqueeze(0), wk, into, 1.0, st > 0 ? 1.0 : 0.0);
+            if (into.defined() && into.numel()) kernel::gemm(dev, dg.unsqueeze(0), wk, into, 1.0, st > 0 ? 1.0 : 0.0);
             dc = dc_prev;
           }
-          Tensor dh = dh0.select(0, 0);
+          Tensor dh = need_h0 ? dh0.select(0, 0) : Tensor();
           // The hidden states each step read: h0, then the outputs in the order of the steps.
           const int64_t b = y.size(1), h = y.size(2);
           Tensor h_prev = steps == 1 ? hx.unsqueeze(0)
