@@ -21,13 +21,23 @@ struct Window2d {
 // The kernel sizes come from the weight; the arrays hold the spatial dims in order, the first
 // `spatial` entries used. A transposed convolution runs as this convolution's backward data
 // pass, the one that maps its output to its input (Note [Convolution ops] in ops/conv.cpp).
+// Output sizes along one spatial dim, as PyTorch's convolutions: a convolution of an input of
+// size `in` with a kernel of size k, and the transposed convolution that inverts it.
+inline int64_t conv_out_size(int64_t in, int64_t k, int64_t stride, int64_t padding, int64_t dilation) {
+  return (in + 2 * padding - dilation * (k - 1) - 1) / stride + 1;
+}
+inline int64_t conv_transpose_out_size(int64_t in, int64_t k, int64_t stride, int64_t padding, int64_t dilation,
+                                       int64_t output_padding) {
+  return (in - 1) * stride - 2 * padding + dilation * (k - 1) + output_padding + 1;
+}
+
 struct ConvParams {
   int64_t spatial = 2;
   std::array<int64_t, 3> stride{1, 1, 1}, padding{0, 0, 0}, dilation{1, 1, 1};
   int64_t groups = 1;
   // The output size along spatial dim d of an input of size `in` and a kernel of size `k`.
   int64_t out_size(size_t d, int64_t in, int64_t k) const {
-    return (in + 2 * padding[d] - dilation[d] * (k - 1) - 1) / stride[d] + 1;
+    return conv_out_size(in, k, stride[d], padding[d], dilation[d]);
   }
 };
 

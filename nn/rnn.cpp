@@ -169,24 +169,19 @@ RNNResult RNNBase::forward(const Tensor& x, const Tensor& h0, const Tensor& c0) 
         c_n.push_back(r[2]);
         continue;
       }
+      // GRU and Elman cells: one GEMM and the fused cell per step.
       const std::vector<Tensor> gi = unbind(linear(layer_in, w[0], folded), 0);
-      const Tensor hidden_bias = mode_ == Mode::gru ? w[3] : Tensor();
-      Tensor h = hs0[idx], c = lstm ? cs0[idx] : Tensor();
+      Tensor h = hs0[idx];
       std::vector<Tensor> ys(static_cast<size_t>(steps));
       for (int64_t s = 0; s < steps; ++s) {
         const size_t t = static_cast<size_t>(d == 0 ? s : steps - 1 - s);
         const Tensor gh = linear(h, w[1]);
-        switch (mode_) {
-          case Mode::lstm: std::tie(h, c) = _thnn_fused_lstm_cell(gi[t], gh, c); break;
-          case Mode::gru: h = _thnn_fused_gru_cell(gi[t], gh, h, Tensor(), hidden_bias); break;
-          case Mode::rnn_tanh: h = _fused_rnn_cell(gi[t], gh); break;
-          case Mode::rnn_relu: h = _fused_rnn_cell(gi[t], gh, Tensor(), Tensor(), true); break;
-        }
+        h = mode_ == Mode::gru ? _thnn_fused_gru_cell(gi[t], gh, h, Tensor(), w[3])
+                               : _fused_rnn_cell(gi[t], gh, Tensor(), Tensor(), mode_ == Mode::rnn_relu);
         ys[t] = h;
       }
       outs.push_back(stack(ys, 0));
       h_n.push_back(h);
-      if (lstm) c_n.push_back(c);
     }
     layer_in = dirs == 2 ? cat(outs, 2) : outs[0];
     if (opts_.dropout > 0 && is_training() && layer + 1 < opts_.num_layers) layer_in = dropout(layer_in, opts_.dropout, true);

@@ -116,9 +116,9 @@ Shape out_shape(const ConvCall& c, const Tensor& x, const Tensor& w) {
   Shape s{x.size(0), c.transposed ? w.size(1) * c.groups : w.size(0)};
   for (size_t i = 0; i < static_cast<size_t>(c.spatial); ++i) {
     const int64_t in = x.size(2 + static_cast<int64_t>(i)), k = w.size(2 + static_cast<int64_t>(i));
-    s.push_back(c.transposed ? (in - 1) * c.stride[i] - 2 * c.padding[i] + c.dilation[i] * (k - 1) +
-                                   c.output_padding[i] + 1
-                             : (in + 2 * c.padding[i] - c.dilation[i] * (k - 1) - 1) / c.stride[i] + 1);
+    s.push_back(c.transposed
+                    ? conv_transpose_out_size(in, k, c.stride[i], c.padding[i], c.dilation[i], c.output_padding[i])
+                    : conv_out_size(in, k, c.stride[i], c.padding[i], c.dilation[i]));
   }
   AG_CHECK(std::all_of(s.begin() + 2, s.end(), [](int64_t v) { return v > 0; }),
            "{}: input {} gives an empty output {} (stride {}, padding {}, dilation {})", c.info->name,

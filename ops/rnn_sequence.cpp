@@ -66,7 +66,7 @@ std::vector<Tensor> _lstm_layer(const Tensor& input_gates, const Tensor& w_hh, c
   Tensor y = empty({steps, batch, hidden}, gates.options());
   Tensor cs = empty({steps, batch, hidden}, state_opts);
   Tensor ws = grad ? empty({steps, batch, 4 * hidden}, state_opts) : Tensor();
-  auto at = [&](int64_t s) { return reverse ? steps - 1 - s : s; };  // the time of step s
+  auto at = [steps, reverse](int64_t s) { return reverse ? steps - 1 - s : s; };  // the time of step s
   if (y.numel()) {
     NoGradGuard no_grad;
     const Tensor wt = w.t().unsqueeze(0);  // [1, H, 4H]: the kernels' batch of one
@@ -87,9 +87,8 @@ std::vector<Tensor> _lstm_layer(const Tensor& input_gates, const Tensor& w_hh, c
     const bool need_c0 = cx.requires_grad(), need_h0 = hx.requires_grad();
     autograd::record_outputs(
         kLstmLayer, {y, h_n, c_n}, {gates, w, hx, cx}, {w, hx, cx, y, cs, ws},
-        [steps, reverse, need_c0, need_h0](const std::vector<Tensor>& g, const Saved& s) {
+        [steps, reverse, at, need_c0, need_h0](const std::vector<Tensor>& g, const Saved& s) {
           const Tensor &w = s[0], &hx = s[1], &cx = s[2], &y = s[3], &cs = s[4], &ws = s[5];
-          auto at = [&](int64_t st) { return reverse ? steps - 1 - st : st; };
           const Device dev = y.device();
           Tensor dgates = empty(ws.shape(), y.options());
           // dy[t] becomes the hidden state's whole gradient at time t: the output's gradient,
