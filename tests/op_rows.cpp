@@ -192,9 +192,12 @@ const std::vector<Row>& rows() {
           .reference([](double x) { return std::pow(x, 2.5); }),
       row("pow", "scalar -1.5, positive", {pos({3, N})}, [](const V& v) { return ag::pow(v[0], -1.5); })
           .reference([](double x) { return std::pow(x, -1.5); }),
+      // The exponent's gradient sums three terms g * x^y * ln x of up to ~10 times its size,
+      // which can cancel: CPU and CUDA (each within an ulp per term) differ by more than ulps of it.
       row("pow", "tensor exponent, broadcast [3,n] ^ [n]", {uni({3, N}, 0.1, 3), uni({N}, -2, 2)},
           [](const V& v) { return ag::pow(v[0], v[1]); })
-          .reference([](double a, double b) { return std::pow(a, b); }),
+          .reference([](double a, double b) { return std::pow(a, b); })
+          .tolerance(Tol::elementwise, 4),
       row("pow", "tensor exponent, broadcast [3,1] ^ [3,n]", {pos({3, 1}), nrm({3, N})},
           [](const V& v) { return v[0].pow(v[1]); }),
       row("maximum", "same shape, no ties", {nrm({3, N}), In{{3, N}, untied(0)}},
