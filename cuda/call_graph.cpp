@@ -63,7 +63,7 @@ namespace {
 // Calls of a key that run directly before the next one is captured.
 constexpr int kDirectCalls = 2;
 constexpr int kMaxDevices = 64;
-constexpr int kBatchEntries = 128;
+constexpr int kBatchEntries = 1024;
 
 // A key's graph: for a call, captured from its enqueue (the graph kept, for batches); for a
 // batch, composed of the graphs of its calls.
@@ -285,6 +285,7 @@ void submit_locked(Table& t, int device) {
   if (h.calls.empty()) return;
   std::vector<Held> calls;
   calls.swap(h.calls);
+  h.calls.reserve(kMaxHeldCalls);  // no regrowth while the next batch is held
   t.held_count[device].store(0, std::memory_order_relaxed);
   struct Bury {
     Table& t;
@@ -333,8 +334,13 @@ void submit_all_locked(Table& t) {
 // event in a ring of kProbeEvents; before it does, it asks whether the event it overwrites,
 // recorded kProbeLaunches * kProbeEvents launches ago, has completed. If not, the device is
 // that far behind the host and launches go directly until the next probe.
+// The event looked at was recorded 128 launches ago, twice kMaxHeldCalls: a batch of held calls
+// reaches the device at once, and with a horizon shorter than a batch the probe found the
+// device behind on each batch's work alone, so calls went directly, at moments that varied
+// from step to step, and the batches' sequences did not repeat (Note [Launch batches]).
 constexpr int kProbeLaunches = 16;
-constexpr int kProbeEvents = 2;
+constexpr int kProbeEvents = 8;
+static_assert(kProbeLaunches * kProbeEvents >= 2 * kMaxHeldCalls);
 
 struct Backlog {
   std::mutex mu;
@@ -400,6 +406,18 @@ bool kernels_as_graphs_now(Table& t, int device, cudaStream_t stream, bool probe
   return probed ? !backlog(device).behind.load(std::memory_order_relaxed) : !device_behind(device, stream);
 }
 
+// Whether the held calls are submitted after this one (Note [Launch batches], the cuts): after
+// kMinBatchCalls, at calls whose mixed id falls in one of kCutEvery buckets.
+constexpr size_t kMinBatchCalls = 8;
+constexpr uint64_t kCutEvery = 32;
+bool cuts_batch(uint64_t id, size_t held) {
+  if (held < kMinBatchCalls) return false;
+  uint64_t z = id * 0x9E3779B97F4A7C15ull;  // splitmix64's finalizer
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return ((z ^ (z >> 31)) % kCutEvery) == 0;
+}
+
 // Holds a call back on `device`, behind those held already.
 void hold(Table& t, int device, cudaStream_t stream, const Entry& e) {
   HeldCalls& h = t.held[device];
@@ -407,7 +425,7 @@ void hold(Table& t, int device, cudaStream_t stream, const Entry& e) {
   h.stream = stream;
   h.calls.push_back({e.id, e.graph, e.exec});
   t.held_count[device].store(h.calls.size(), std::memory_order_relaxed);
-  if (h.calls.size() >= static_cast<size_t>(kMaxHeldCalls)) submit_locked(t, device);
+  if (h.calls.size() >= static_cast<size_t>(kMaxHeldCalls) || cuts_batch(e.id, h.calls.size())) submit_locked(t, device);
 }
 
 // A key seen for the first time, for finding the calls whose keys do not repeat: its hash,

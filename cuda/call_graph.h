@@ -63,7 +63,12 @@ namespace ampgrad::cuda {
 //   - synchronize();
 //   - the phases of a step: backward() submits the forward's calls before it starts, and an
 //     optimizer's step() submits the backward's and its own when it ends;
-//   - kMaxHeldCalls calls held.
+//   - kMaxHeldCalls calls held, or a cut: after at least 8 calls, a call whose id (mixed) falls
+//     in one of 32 buckets ends the batch (cuts_batch() in cuda/call_graph.cpp). The cuts depend
+//     on the calls alone, as content-defined chunks do, so a step's batches are the same
+//     sequences every step even where something else submits at a moment that moves (a probe's
+//     answer); only the batch around it differs. At a fixed length every later batch of the
+//     phase would shift, and none would be seen again.
 // The work reaches the stream in the order it was asked for, only later, and nothing can look
 // at the stream or the memory in between; so results are those of immediate launches. The
 // submitted sequence is keyed like a call, by the ids of its calls' graphs: its first two
@@ -79,7 +84,11 @@ namespace ampgrad::cuda {
 // behind, holding would only delay its work (and kernels launched directly would submit the
 // held calls every few calls anyway). A kernel's launch probes the backlog in
 // launch_kernels_as_graphs(); a library call probes it in run_call, so that a loop of GEMMs
-// alone does not hold calls on an old answer. The probe's event sees only submitted work.
+// alone does not hold calls on an old answer. The probe's event sees only submitted work, and
+// is the one recorded 128 launches before, twice the largest batch: a batch's work reaching the
+// device at once is not a backlog. (With 32 it was: the LSTMCell loop of `ampgrad bench step`
+// went direct at moments that moved from step to step, so its batches never repeated, and a
+// third of its host time was the graphs of held calls launched one by one.)
 // set_launch_batches(false) or AMPGRAD_LAUNCH_BATCHES=0 launches every graph at once.
 
 // Everything that determines what a call enqueues, as 64-bit words: a GEMM's few dozen, a

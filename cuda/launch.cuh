@@ -30,8 +30,9 @@ namespace ampgrad::cuda {
 // (~65 kernels, 0.58 -> 0.61 ms; the small MLP's step, device-bound too, did not move). So
 // kernels go through run_call only while the host is what binds (KernelGraphs::
 // when_host_bound, the default): every 16th launch records an event, after asking whether
-// the event it replaces, 32 launches old, has completed; while it has not, the device is
-// that far behind the host, the host's time is free, and kernels launch directly.
+// the event it replaces, 128 launches old (twice the largest batch of held calls, Note
+// [Launch batches]), has completed; while it has not, the device is that far behind the
+// host, the host's time is free, and kernels launch directly.
 // Argument types must have no padding bytes (their contents are indeterminate, and a key
 // holding them would rarely repeat: no error, just direct launches); the structs passed to
 // kernels spell out their padding. Empty arguments (stateless functors) add nothing.
