@@ -143,8 +143,10 @@ void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph) {
         // Moved, not copied: a gradient nobody else holds can become a leaf's .grad as is
         // (Note [Gradient accumulation]).
         auto [slot, inserted] = pending.try_emplace(child, std::move(outs[i]));
-        if (!inserted)
-          slot->second = slot->second.defined() ? child->sum_incoming(slot->second, outs[i]) : std::move(outs[i]);
+        if (!inserted) {
+          if (slot->second.defined()) child->accumulate_incoming(slot->second, outs[i]);
+          else slot->second = std::move(outs[i]);
+        }
       } else {
         pending.try_emplace(child, Tensor());
       }

@@ -88,6 +88,27 @@ void FunctionNode::release() {
 
 Tensor Node::sum_incoming(const Tensor& a, const Tensor& b) const { return add(a, b); }
 
+// Note [Summing incoming gradients]
+// A node reached along several edges gets their gradients summed before it runs: an LSTMCell
+// loop's weights 64 times a sequence (through their autocast copies under AMP), each step's
+// hidden state twice. A sum that only the engine holds (nothing else shares its memory, no
+// stride repeats an element) is added to in place, as PyTorch's InputBuffer does: the same
+// kernel and the same values as add() (add_ reads a narrower b as is, Note [Mixed-dtype
+// accumulation], as add() would widen it), without a new tensor per arrival; the
+// caching allocator's free and the next malloc of the same size cost more host time than the
+// add's launch. Where the sum's dtype would change, or the sum is shared, add() makes a new one.
+void Node::accumulate_incoming(Tensor& sum, const Tensor& b) const {
+  if (sum.impl_ptr().use_count() == 1 && sum.storage().use_count() == 1 && sum.shape() == b.shape() &&
+      sum.device() == b.device() && !sum.requires_grad() && sum_keeps_dtype(sum.dtype(), b.dtype()) &&
+      is_non_overlapping_and_dense(sum)) {
+    sum.add_(b);
+    return;
+  }
+  sum = sum_incoming(sum, b);
+}
+
+bool Node::sum_keeps_dtype(DType a, DType b) const { return promote_types(a, b) == a; }
+
 // Note [Gradient accumulation]
 // The gradient reaching a leaf may still be in a narrower dtype than the leaf's (float16 for
 // an autocast weight of float32); it is widened here, where the leaf's dtype is known, and
@@ -118,6 +139,8 @@ Tensor AccumulateGrad::sum_incoming(const Tensor& a, const Tensor& b) const {
   const DType dt = leaf_->dtype;
   return add(a.dtype() == dt ? a : a.to(dt), b.dtype() == dt ? b : b.to(dt));
 }
+
+bool AccumulateGrad::sum_keeps_dtype(DType a, DType b) const { return a == leaf_->dtype && takes_grad_dtype(b); }
 
 Grads AccumulateGrad::apply(const Tensor& grad) {
   TensorImpl& leaf = *leaf_;

@@ -61,6 +61,11 @@ class Node {
   virtual bool takes_grad_dtype(DType d) const { return false; }
   // Sums two gradients arriving for this node along different edges.
   virtual Tensor sum_incoming(const Tensor& a, const Tensor& b) const;
+  // Adds b into `sum`, the gradient summed so far for this node: in place where the engine
+  // alone holds `sum` (Note [Summing incoming gradients]), else sum = sum_incoming(sum, b).
+  void accumulate_incoming(Tensor& sum, const Tensor& b) const;
+  // Whether sum_incoming's result keeps the dtype `a` of the sum so far, given b's.
+  virtual bool sum_keeps_dtype(DType a, DType b) const;
 
   std::vector<Edge> next;
   uint64_t sequence = 0;  // creation order; later nodes run first among ready ones
@@ -101,6 +106,7 @@ class AccumulateGrad final : public Node {
   Grads apply(const Tensor& grad) override;
   bool takes_grad_dtype(DType d) const override;
   Tensor sum_incoming(const Tensor& a, const Tensor& b) const override;
+  bool sum_keeps_dtype(DType a, DType b) const override;
 
  private:
   std::shared_ptr<TensorImpl> leaf_;
