@@ -6,7 +6,10 @@
 // benchmarks/host_profile.py:
 //   profile_step mlp 64 amp samples.txt
 // Models: mlp (784-512-512-10), wide (4x Linear(4096)) and cnn (the Fashion-MNIST CNN of
-// `ampgrad train`, cli/models.cpp); precision: fp32 or amp (fp16 + GradScaler).
+// `ampgrad train`, cli/models.cpp), lstm and lstm_cells (the char models of `ampgrad bench
+// step`, BATCH sequences of 64; Adam); precision: fp32 or amp (fp16 + GradScaler). It prints
+// the call-graph counters of one step (Note [Call graphs] in cuda/call_graph.h): how many calls
+// ran directly, were captured, launched as graphs and ran inside batch graphs.
 #include <cuda_profiler_api.h>
 
 #include <chrono>
@@ -17,13 +20,15 @@
 #include <ampgrad/ampgrad.h>
 
 #include "benchmarks/host_sampler.h"
+#include "cli/models.h"
+#include "cuda/call_graph.h"
 #include "cuda/check.h"
 
 namespace ag = ampgrad;
 
 int main(int argc, char** argv) {
   if (argc != 4 && argc != 5) {
-    std::fprintf(stderr, "usage: profile_step mlp|wide|cnn BATCH fp32|amp [SAMPLES_FILE]\n");
+    std::fprintf(stderr, "usage: profile_step mlp|wide|cnn|lstm|lstm_cells BATCH fp32|amp [SAMPLES_FILE]\n");
     return 2;
   }
   if (!ag::cuda::is_available()) {
@@ -37,7 +42,11 @@ int main(int argc, char** argv) {
   ag::manual_seed(0);
   auto net = std::make_shared<ag::nn::Sequential>();
   const int64_t in = model == "wide" ? 4096 : 784, classes = model == "wide" ? 4096 : 10;
-  if (model == "cnn") {
+  const bool recurrent = model == "lstm" || model == "lstm_cells";
+  std::shared_ptr<ag::nn::Module> root = net;
+  if (recurrent) {
+    root = std::make_shared<ag::cli::CharLstm>(96, 64, 256, model == "lstm_cells", dev);
+  } else if (model == "cnn") {
     namespace nn = ag::nn;
     nn::Conv2dOptions same;
     same.padding = {1, 1};
@@ -60,18 +69,27 @@ int main(int argc, char** argv) {
       if (i + 2 < widths.size()) net->push_back(std::make_shared<ag::nn::ReLU>());
     }
   }
-  net->to(dev);
-  ag::Tensor x = model == "cnn" ? ag::randn({batch, 1, 28, 28}, ag::TensorOptions().device(dev))
-                                : ag::randn({batch, in}, ag::TensorOptions().device(dev));
-  ag::Tensor y = (ag::rand({batch}, ag::TensorOptions().device(dev)) * static_cast<double>(classes)).to(ag::kInt64);
-  ag::optim::SGD opt(net->parameters(), ag::optim::SGDOptions(0.01).momentum(0.9));
+  root->to(dev);
+  const ag::TensorOptions on = ag::TensorOptions().device(dev);
+  ag::Tensor x, y;
+  std::unique_ptr<ag::optim::Optimizer> optp;
+  if (recurrent) {
+    x = (ag::rand({64, batch}, on) * 96.0).to(ag::kInt64);
+    y = (ag::rand({64 * batch}, on) * 96.0).to(ag::kInt64);
+    optp = std::make_unique<ag::optim::Adam>(root->parameters(), ag::optim::AdamOptions(1e-3));
+  } else {
+    x = model == "cnn" ? ag::randn({batch, 1, 28, 28}, on) : ag::randn({batch, in}, on);
+    y = (ag::rand({batch}, on) * static_cast<double>(classes)).to(ag::kInt64);
+    optp = std::make_unique<ag::optim::SGD>(root->parameters(), ag::optim::SGDOptions(0.01).momentum(0.9));
+  }
+  ag::optim::Optimizer& opt = *optp;
   ag::amp::GradScaler scaler(ag::amp::GradScalerOptions().enabled(amp_on));
   auto step = [&] {
     opt.zero_grad();  // set_to_none, as ampgrad bench step eager
     ag::Tensor loss;
     {
       ag::amp::AutocastGuard autocast(dev.type, ag::kFloat16, amp_on);
-      loss = ag::nn::functional::cross_entropy((*net)(x), y);
+      loss = ag::nn::functional::cross_entropy((*root)(x), y);
     }
     scaler.scale(loss).backward();
     scaler.step(opt);
@@ -79,6 +97,19 @@ int main(int argc, char** argv) {
   };
   for (int i = 0; i < 5; ++i) step();
   ag::cuda::synchronize();
+  for (int k = 0; k < 3; ++k) {
+    const ag::cuda::CallGraphStats a = ag::cuda::call_graph_stats();
+    step();
+    ag::cuda::synchronize();
+    const ag::cuda::CallGraphStats b = ag::cuda::call_graph_stats();
+    std::printf("profile_step %s batch %lld %s: one step's calls: %lld direct, %lld captured, %lld launched as graphs "
+                "(%lld of them in %lld batch graphs, %lld batches composed), %lld failed; %lld keys in the table\n",
+                model.c_str(), static_cast<long long>(batch), prec.c_str(), static_cast<long long>(b.direct - a.direct),
+                static_cast<long long>(b.captured - a.captured), static_cast<long long>(b.launched - a.launched),
+                static_cast<long long>(b.batched - a.batched), static_cast<long long>(b.batches - a.batches),
+                static_cast<long long>(b.batches_composed - a.batches_composed),
+                static_cast<long long>(b.failed - a.failed), static_cast<long long>(b.entries));
+  }
   // Host time of the parts of a step, averaged over 200 steps (no sync inside a step).
   const int n = 200;
   double fwd_us = 0, bwd_us = 0, opt_us = 0;
@@ -88,7 +119,7 @@ int main(int argc, char** argv) {
     ag::Tensor loss;
     {
       ag::amp::AutocastGuard autocast(dev.type, ag::kFloat16, amp_on);
-      loss = ag::nn::functional::cross_entropy((*net)(x), y);
+      loss = ag::nn::functional::cross_entropy((*root)(x), y);
     }
     auto t1 = std::chrono::steady_clock::now();
     scaler.scale(loss).backward();
@@ -105,7 +136,7 @@ int main(int argc, char** argv) {
               "scaler step+update %.1f\n",
               model.c_str(), static_cast<long long>(batch), prec.c_str(), fwd_us / n, bwd_us / n, opt_us / n);
   if (argc == 5) {
-    const int steps = 20000;
+    const int steps = recurrent ? 400 : 20000;
     auto t0 = std::chrono::steady_clock::now();
     host_sampler::Sampler sampler(100);
     for (int i = 0; i < steps; ++i) step();
