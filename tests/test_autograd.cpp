@@ -82,6 +82,36 @@ TEST_CASE("autograd: the seed example, p.pow(2) + 3", "[autograd]") {
   CHECK(p.grad().dtype() == ag::kFloat32);
 }
 
+TEST_CASE("autograd: gradients arriving along several edges are summed, in place only where nothing else holds them",
+          "[autograd]") {
+  // Note [Summing incoming gradients]: h gets three gradients. The first, 2 * ones from
+  // (h * 2).sum(), is a tensor of its own and takes the others in place; a gradient that is
+  // also an input of another node (mul's backward hands the same incoming gradient on) or a
+  // broadcast view must not be written to.
+  ag::manual_seed(fresh_seed());
+  const ag::Tensor x0 = ag::randn({5, 7});
+  ag::Tensor x = x0.clone().requires_grad_();
+  ag::Tensor w = ag::randn({7}).requires_grad_();
+  ag::Tensor h = x * 1.5;
+  ag::Tensor out = (h * 2).sum() + (h * w).sum() + (h * h).sum() + h.sum();
+  out.backward();
+  const std::vector<double> xv = x0.to_vector<double>(), wv = w.detach().to_vector<double>();
+  std::vector<double> expect(xv.size()), expect_w(7, 0.0);
+  for (size_t i = 0; i < xv.size(); ++i) {
+    const double hv = xv[i] * 1.5;
+    expect[i] = 1.5 * (2 + wv[i % 7] + 2 * hv + 1);
+    expect_w[i % 7] += hv;
+  }
+  check_close(x.grad(), expect, 1e-5, 1e-5);
+  check_close(w.grad(), expect_w, 1e-5, 1e-5);
+  // Twice through a shared gradient: x feeds two identical products.
+  ag::Tensor y = x0.clone().requires_grad_();
+  ag::Tensor g = ag::full({5, 7}, 0.25);
+  (y * 3 + y * 3).backward(g);
+  check_close(y.grad(), std::vector<double>(35, 1.5), 0, 0);
+  check_close(g, std::vector<double>(35, 0.25), 0, 0);  // the caller's gradient is left alone
+}
+
 TEST_CASE("autograd: every differentiable op in the registry has a gradcheck row", "[autograd][gradcheck]") {
   const std::vector<std::string> missing = op_table::ops_without(op_table::Check::gradcheck);
   INFO("differentiable ops without a gradcheck row in tests/op_rows.cpp: " << fmt::format("{}", fmt::join(missing, ", ")));
