@@ -243,6 +243,7 @@ void add_bench(CLI::App& app) {
   auto fold_ab = std::make_shared<bool>(false);
   auto kernel_graphs_ab = std::make_shared<bool>(false);
   auto launch_batches_ab = std::make_shared<bool>(false);
+  auto models = std::make_shared<std::vector<std::string>>();
   CLI::App* cmd = app.add_subcommand("bench", "Measure each precision's speed and accuracy (matmul, conv, step, optim)");
   cmd->add_option("suite", *suite, "matmul, conv, step, optim or all")
       ->check(CLI::IsMember({"matmul", "conv", "step", "optim", "all"}))->capture_default_str();
@@ -260,8 +261,12 @@ void add_bench(CLI::App& app) {
                 "step: also time the eager fp32 and AMP steps with each graph launched at once, not held back "
                 "and submitted as one graph per phase of the step, in turns with the others (what batches "
                 "save; CUDA only)");
+  cmd->add_option("--models", *models, "step: only these models (mlp, cnn, wide, lstm, lstm_cells; default all)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"mlp", "cnn", "wide", "lstm", "lstm_cells"}));
   cmd->callback([=] {
     BenchOptions o;
+    o.models = *models;
     o.fold_ab = *fold_ab;
     o.kernel_graphs_ab = *kernel_graphs_ab;
     o.launch_batches_ab = *launch_batches_ab;

@@ -24,6 +24,8 @@ struct BenchOptions {
   // back and submitted in batches (Note [Launch batches] in cuda/call_graph.h), in turns
   // (--launch-batches-ab).
   bool launch_batches_ab = false;
+  // step: only these models (mlp, cnn, wide, lstm, lstm_cells); empty: all of them (--models).
+  std::vector<std::string> models;
 };
 
 // Each suite prints its table and returns its rows as JSON objects.

@@ -1,7 +1,9 @@
 // `ampgrad bench step` (whole training steps, fp32 vs AMP, eager vs CUDA graph) and
 // `ampgrad bench optim` (one scaled Adam step over 64 tensors, in GB/s).
+#include <algorithm>
 #include <array>
 #include <cstdio>
+#include <optional>
 
 #include "ampgrad/ampgrad.h"
 #include "cli/bench.h"
@@ -51,6 +53,8 @@ nlohmann::json bench_step(const BenchOptions& o) {
                                                                 {"char LSTM 2x256, seq 64", "lstm", 32},
                                                                 {"char LSTMCell loop 2x256, seq 64", "lstm_cells", 32}};
   if (o.device.is_cpu() && !o.quick) cases = {{"MLP 784-512-512-10", "mlp", 64}, {"Fashion-MNIST CNN", "cnn", 32}};
+  if (!o.models.empty())
+    std::erase_if(cases, [&](const StepCase& c) { return std::ranges::find(o.models, c.model) == o.models.end(); });
   nlohmann::json rows = nlohmann::json::array();
   std::printf("\n## Training step: forward, backward, SGD(momentum 0.9) step (Adam for the LSTM models); AMP = fp16 "
               "autocast + GradScaler\n\n"
@@ -64,6 +68,11 @@ nlohmann::json bench_step(const BenchOptions& o) {
   // One setup per precision; fp32 and AMP are timed in turns (Note [Interleaved samples] in
   // cli/bench_timer.h), eager first, then graphed.
   struct Setup {
+    // Each setup's tensors come from a memory pool of its own (Note [Memory pools] in
+    // cuda/runtime.h), so the variants timed in turns do not move each other's addresses and
+    // each replays its calls as graphs as a training loop alone would. Declared first: the
+    // pool outlives the setup's tensors.
+    std::unique_ptr<cuda::MemPool> pool;
     std::shared_ptr<nn::Module> net;
     Tensor x, y, loss;
     std::unique_ptr<optim::Optimizer> opt;
@@ -76,6 +85,11 @@ nlohmann::json bench_step(const BenchOptions& o) {
   auto make_setup = [&](const StepCase& c, bool amp_on, bool graphed, bool fold = true) {
     auto st = std::make_unique<Setup>();
     Setup& s = *st;
+    std::optional<cuda::MemPoolGuard> in_pool;
+    if (o.device.is_cuda()) {
+      s.pool = std::make_unique<cuda::MemPool>(o.device.index);
+      in_pool.emplace(*s.pool);
+    }
     manual_seed(0);
     const TensorOptions on = TensorOptions().device(o.device);
     if (c.recurrent()) {
@@ -95,6 +109,8 @@ nlohmann::json bench_step(const BenchOptions& o) {
     s.scaler = std::make_unique<amp::GradScaler>(amp::GradScalerOptions().enabled(amp_on).fold_into_step(fold));
     const DeviceType type = o.device.type;
     s.step = [&s, type, amp_on, graphed] {
+      std::optional<cuda::MemPoolGuard> in_pool;
+      if (s.pool) in_pool.emplace(*s.pool);
       // Eager: the default, set_to_none (as PyTorch 2), so each gradient comes out of its GEMM
       // as the parameter's .grad. Graphed: kept gradients, whose memory the graph rewrites
       // (Note [CUDA graphs]). benchmarks/compare_torch.py does the same on PyTorch's side.
@@ -142,6 +158,7 @@ nlohmann::json bench_step(const BenchOptions& o) {
   for (const StepCase& c : cases) {
     // [variant][graphed]
     std::vector<std::array<double, 2>> ms(nv), host_ms(nv), ms_single(nv);
+    double misses = -1;  // call-graph misses per eager step, every variant's together (CUDA)
     for (bool graphed : {false, true}) {
       // The recurrent models time eagerly only (their per-step host cost is what they measure).
       if (graphed && (!o.device.is_cuda() || c.recurrent())) continue;
@@ -171,7 +188,20 @@ nlohmann::json bench_step(const BenchOptions& o) {
 #endif
         fns.push_back(s->step);
       }
+#if AMPGRAD_WITH_CUDA
+      const cuda::CallGraphStats s0 = cuda::call_graph_stats();
+#endif
       const Timings many = time_interleaved(o.device, fns, 5, o.reps, kStepCalls);
+#if AMPGRAD_WITH_CUDA
+      // Calls whose key was new or not yet captured, per step of the timing above (its five
+      // warm-ups included): in a steady loop every call repeats, and this is near 0 (Note
+      // [Call graphs]).
+      if (!graphed && o.device.is_cuda()) {
+        const cuda::CallGraphStats s1 = cuda::call_graph_stats();
+        misses = static_cast<double>(s1.direct - s0.direct + s1.captured - s0.captured) /
+                 static_cast<double>(fns.size() * static_cast<size_t>(5 + o.reps * kStepCalls));
+      }
+#endif
       const std::vector<double> one = median_ms_interleaved(o.device, fns, 5, o.reps, 1);
       for (size_t a = 0; a < fns.size(); ++a) {
         ms[a][graphed] = many.ms[a];
@@ -191,8 +221,12 @@ nlohmann::json bench_step(const BenchOptions& o) {
         rows.push_back({{"suite", "step"}, {"model", c.name}, {"batch", c.batch}, {"precision", prec}, {"mode", mode},
                         {"ms", t}, {"host_ms", th}, {"ms_single", t1}, {"images_per_s", c.batch / (t * 1e-3)},
                         {"ab", variants[p].ab}, {"device", o.device.str()}});
+        if (!graphed && misses >= 0) rows.back()["graph_misses_per_step"] = misses;
       }
     }
+    if (misses > 0.5)
+      std::fprintf(stderr, "bench step: %s, eager: %.1f calls a step ran outside call graphs (keys that did not "
+                   "repeat, Note [Call graphs] in cuda/call_graph.h)\n", c.name.c_str(), misses);
   }
   return rows;
 }

@@ -5,6 +5,7 @@
 #include <functional>
 #include <cstdint>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -60,6 +61,19 @@ constexpr size_t kCachedBlock = size_t{64} << 20;
 constexpr size_t kHostCacheBytes = size_t{1} << 30;
 
 size_t round_cached(size_t n) { return (std::max<size_t>(n, 1) + 511) / 512 * 512; }
+// A free list's key: its pool (0: the shared lists) and its rounded size (at most kCachedBlock).
+uint64_t cache_key(uint32_t pool, size_t nbytes) { return (static_cast<uint64_t>(pool) << 32) | nbytes; }
+static_assert(kCachedBlock < (size_t{1} << 32));
+
+// The pool a thread's allocations come from now (Note [Memory pools]): 0, the shared lists,
+// unless a MemPoolGuard names one of `device`.
+struct CurrentPool {
+  int device = -1;
+  uint32_t id = 0;
+};
+thread_local CurrentPool t_pool;
+uint32_t current_pool(int device) { return t_pool.device == device ? t_pool.id : 0; }
+std::atomic<uint32_t> next_pool_id{1};
 
 struct DeviceCounters {
   std::once_flag pool_once;
@@ -116,9 +130,13 @@ struct CaptureState {
   std::unordered_set<void*> graph_allocs;
   std::vector<void*> deferred;
   std::unordered_set<void*> graph_owned;  // allocated by a capture and not yet freed
-  // Note [Host block cache]: free blocks by rounded size, and their total.
-  std::unordered_map<size_t, std::vector<void*>> cached_free;
+  // Note [Host block cache]: free blocks by pool and rounded size (cache_key), and their total.
+  std::unordered_map<uint64_t, std::vector<void*>> cached_free;
   size_t cached_bytes = 0;
+  // Note [Memory pools]: the pool of each live block allocated under a MemPoolGuard, and the
+  // pools alive now.
+  std::unordered_map<void*, uint32_t> block_pool;
+  std::unordered_set<uint32_t> live_pools;
 };
 CaptureState& capture_state(int device) {
   static auto* all = new CaptureState[kMaxDevices];  // leaked, like the counters
@@ -135,32 +153,41 @@ void count_allocation(int dev, size_t nbytes) {
 }
 
 // A cached block of exactly `nbytes` (rounded), or nullptr (Note [Host block cache]).
-void* take_cached(int dev, size_t nbytes) {
+void* take_cached(int dev, uint32_t pool, size_t nbytes) {
   CaptureState& cs = capture_state(dev);
   std::lock_guard<std::mutex> lock(cs.mu);
   if (cs.capturing) return nullptr;
-  auto it = cs.cached_free.find(nbytes);
+  auto it = cs.cached_free.find(cache_key(pool, nbytes));
   if (it == cs.cached_free.end() || it->second.empty()) return nullptr;
   // The lowest address (Note [Host block cache]): the list is a min-heap.
   std::pop_heap(it->second.begin(), it->second.end(), std::greater<>());
   void* p = it->second.back();
   it->second.pop_back();
   cs.cached_bytes -= nbytes;
+  if (pool != 0) cs.block_pool[p] = pool;
   return p;
 }
 
 // Returns every block of the host cache to the pool.
-void release_cached(int dev) {
-  std::unordered_map<size_t, std::vector<void*>> blocks;
+// Returns every block of the host cache to the pool; with `only`, those of that MemPool only.
+void release_cached(int dev, std::optional<uint32_t> only = std::nullopt) {
+  std::vector<void*> blocks;
   {
     CaptureState& cs = capture_state(dev);
     std::lock_guard<std::mutex> lock(cs.mu);
-    blocks.swap(cs.cached_free);
-    cs.cached_bytes = 0;
+    for (auto it = cs.cached_free.begin(); it != cs.cached_free.end();) {
+      if (only && (it->first >> 32) != *only) {
+        ++it;
+        continue;
+      }
+      cs.cached_bytes -= (it->first & 0xffffffffu) * it->second.size();
+      blocks.insert(blocks.end(), it->second.begin(), it->second.end());
+      it = cs.cached_free.erase(it);
+    }
   }
+  if (blocks.empty()) return;
   DeviceGuard guard(dev);
-  for (auto& [size, ptrs] : blocks)
-    for (void* p : ptrs) AG_CUDA_CHECK(cudaFreeAsync(p, current_stream(dev)));
+  for (void* p : blocks) AG_CUDA_CHECK(cudaFreeAsync(p, current_stream(dev)));
 }
 
 class CudaAllocator final : public Allocator {
@@ -171,8 +198,9 @@ class CudaAllocator final : public Allocator {
              device_count());
     const bool cached = nbytes <= kCachedBlock;
     if (cached) nbytes = round_cached(nbytes);
+    const uint32_t pool = current_pool(dev);
     if (cached) {
-      if (void* p = take_cached(dev, nbytes)) {
+      if (void* p = take_cached(dev, pool, nbytes)) {
         count_allocation(dev, nbytes);
         return p;
       }
@@ -213,6 +241,7 @@ class CudaAllocator final : public Allocator {
         cs.graph_allocs.insert(p);
         cs.graph_owned.insert(p);
       }
+      if (pool != 0) cs.block_pool[p] = pool;
     }
     count_allocation(dev, nbytes);
     return p;
@@ -232,9 +261,18 @@ class CudaAllocator final : public Allocator {
         return;
       }
       const bool graph_owned = !cs.graph_owned.empty() && cs.graph_owned.erase(ptr) > 0;
+      // Back to the pool it came from while that pool lives (Note [Memory pools]).
+      uint32_t pool = 0;
+      if (!cs.block_pool.empty()) {
+        auto it = cs.block_pool.find(ptr);
+        if (it != cs.block_pool.end()) {
+          if (cs.live_pools.count(it->second)) pool = it->second;
+          cs.block_pool.erase(it);
+        }
+      }
       if (cached && !cs.capturing && !graph_owned && cs.cached_bytes + nbytes <= kHostCacheBytes) {
         try {
-          std::vector<void*>& free = cs.cached_free[nbytes];
+          std::vector<void*>& free = cs.cached_free[cache_key(pool, nbytes)];
           free.push_back(ptr);
           std::push_heap(free.begin(), free.end(), std::greater<>());
           cs.cached_bytes += nbytes;
@@ -311,6 +349,31 @@ void reset_peak_memory_stats(int device) {
   DeviceCounters& c = counters(device);
   c.peak.store(c.allocated.load());
 }
+
+MemPool::MemPool(int device) : device_(device), id_(next_pool_id.fetch_add(1)) {
+  AG_CHECK(device >= 0 && device < device_count(), "MemPool: no CUDA device {} ({} visible)", device, device_count());
+  CaptureState& cs = capture_state(device);
+  std::lock_guard<std::mutex> lock(cs.mu);
+  cs.live_pools.insert(id_);
+}
+
+MemPool::~MemPool() {
+  {
+    CaptureState& cs = capture_state(device_);
+    std::lock_guard<std::mutex> lock(cs.mu);
+    cs.live_pools.erase(id_);
+  }
+  try {
+    release_cached(device_, id_);
+  } catch (...) {  // a destructor must not throw: the blocks stay with the driver's pool
+  }
+}
+
+MemPoolGuard::MemPoolGuard(MemPool& pool) : prev_device_(t_pool.device), prev_id_(t_pool.id) {
+  t_pool = {pool.device(), pool.id()};
+}
+
+MemPoolGuard::~MemPoolGuard() { t_pool = {prev_device_, prev_id_}; }
 
 void empty_cache(int device) {
   if (device >= device_count()) return;

@@ -82,7 +82,63 @@ void reset_peak_memory_stats(int device = 0);
 // device's pool to the driver.
 void empty_cache(int device = 0);
 
+// Note [Memory pools]
+// The caching allocator keeps freed blocks per size (Note [Host block cache]) and hands a step's
+// tensors the lowest-addressed free block of their size, so a training loop's tensors get the
+// same addresses every step and its calls replay as graphs (Note [Call graphs] in
+// cuda/call_graph.h). Two loops taken in turns in one process (fp32 and AMP copies of a model
+// timed side by side, or a model trained between two others' evaluations) share those lists:
+// the blocks one loop holds between its steps (its gradients) move the other's tensors, and
+// after each switch a loop's addresses took 3-6 steps to settle again (the LSTMCell loop of
+// `ampgrad bench step`: ~90 calls a step re-captured). A MemPool is a set of free lists of its
+// own, as PyTorch's torch.cuda.MemPool: while a MemPoolGuard names it, the calling thread's
+// allocations on its device take blocks from it, and blocks allocated so go back to it when
+// freed, whatever is current then. Destroying the pool returns its free blocks to the device;
+// its blocks still in use go to the shared lists when they are freed.
+class MemPool {
+ public:
+  explicit MemPool(int device = 0);
+  ~MemPool();
+  MemPool(const MemPool&) = delete;
+  MemPool& operator=(const MemPool&) = delete;
+  int device() const { return device_; }
+  uint32_t id() const { return id_; }
+
+ private:
+  int device_;
+  uint32_t id_;
+};
+
+// Allocations of this thread on the pool's device come from the pool while the guard lives
+// (nested guards: the innermost wins; the one before is restored).
+class MemPoolGuard {
+ public:
+  explicit MemPoolGuard(MemPool& pool);
+  ~MemPoolGuard();
+  MemPoolGuard(const MemPoolGuard&) = delete;
+  MemPoolGuard& operator=(const MemPoolGuard&) = delete;
+
+ private:
+  int prev_device_;
+  uint32_t prev_id_;
+};
+
 #else  // CPU-only build: queries answer "no device"
+
+// Pools change nothing without a device (Note [Memory pools]).
+class MemPool {
+ public:
+  explicit MemPool(int device = 0) : device_(device) {}
+  int device() const { return device_; }
+  uint32_t id() const { return 0; }
+
+ private:
+  int device_;
+};
+class MemPoolGuard {
+ public:
+  explicit MemPoolGuard(MemPool&) {}
+};
 
 inline bool is_available() { return false; }
 inline int device_count() { return 0; }

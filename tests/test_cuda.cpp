@@ -220,6 +220,49 @@ TEST_CASE("cuda: small blocks are reused from the host-side cache, in stream ord
   CHECK(ag::sum(c).item<float>() == 2000.0f);
 }
 
+TEST_CASE("cuda: a MemPool's blocks go back to it, and only its guard's allocations take them", "[cuda]") {
+  if (skip_without_cuda()) return;
+  // Note [Memory pools]. 777 * 128 floats: a size class nothing else in the process uses.
+  const auto opt = ag::TensorOptions(ag::kFloat32).device(kGpu);
+  const int64_t n = 777 * 128;
+  ag::cuda::synchronize();
+  const size_t before = ag::cuda::memory_stats().allocated;
+  void* pooled = nullptr;
+  void* shared_block = nullptr;
+  ag::Tensor kept;
+  {
+    ag::cuda::MemPool pool(0);
+    {
+      ag::cuda::MemPoolGuard guard(pool);
+      pooled = ag::full({n}, 2.0, opt).data_ptr();  // freed at once, into the pool's list
+    }
+    // Outside the guard the pool's block is not handed out; the shared list has none yet.
+    ag::Tensor shared = ag::full({n}, 3.0, opt);
+    CHECK(shared.data_ptr() != pooled);
+    shared_block = shared.data_ptr();
+    {
+      ag::cuda::MemPoolGuard guard(pool);
+      ag::Tensor again = ag::full({n}, 4.0, opt);
+      CHECK(again.data_ptr() == pooled);  // back from the pool
+      kept = again;  // alive past the guard and the pool
+      shared = ag::Tensor();  // allocated outside: freed to the shared list, whatever the guard
+      ag::Tensor other = ag::full({n}, 5.0, opt);
+      CHECK(other.data_ptr() != shared_block);  // the pool's list is empty: a new block
+    }
+    ag::Tensor from_shared = ag::full({n}, 6.0, opt);
+    CHECK(from_shared.data_ptr() == shared_block);
+    CHECK(ag::sum(from_shared).item<float>() == 6.0f * static_cast<float>(n));
+  }  // the pool's free blocks go back to the driver's pool
+  // A block of a pool that is gone returns to the shared list when its tensor is freed: two
+  // allocations now take the two blocks of that list.
+  CHECK(ag::sum(kept).item<float>() == 4.0f * static_cast<float>(n));
+  kept = ag::Tensor();
+  ag::Tensor l1 = ag::full({n}, 1.0, opt), l2 = ag::full({n}, 1.0, opt);
+  CHECK(std::set<void*>{l1.data_ptr(), l2.data_ptr()} == std::set<void*>{pooled, shared_block});
+  l1 = l2 = ag::Tensor();
+  CHECK(ag::cuda::memory_stats().allocated == before);
+}
+
 TEST_CASE("cuda: out of memory is an ag::Error and the process stays usable", "[cuda]") {
   if (skip_without_cuda()) return;
   const size_t total = ag::cuda::device_properties(0).total_memory;
