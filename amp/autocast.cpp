@@ -1,12 +1,12 @@
 // Autocast state, guard, policy and cast cache (Note [Autocast] in amp/autocast.h).
-#include "amp/autocast.h"
+#include <ampgrad/amp/autocast.h>
 
 #include <unordered_map>
 
-#include "amp/trace.h"
-#include "amp/working_copy.h"
-#include "ops/op.h"
-#include "ops/ops.h"
+#include <ampgrad/amp/trace.h>
+#include <ampgrad/amp/working_copy.h>
+#include <ampgrad/ops/op.h>
+#include <ampgrad/ops/ops.h>
 
 namespace ampgrad::amp {
 

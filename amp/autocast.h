@@ -7,8 +7,8 @@
 #include <optional>
 #include <vector>
 
-#include "amp/category.h"
-#include "core/tensor.h"
+#include <ampgrad/amp/category.h>
+#include <ampgrad/core/tensor.h>
 
 namespace ampgrad {
 struct OpInfo;

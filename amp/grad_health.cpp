@@ -1,10 +1,10 @@
 // Gradient statistics for `ampgrad explain`, computed with ordinary ops in float64.
-#include "amp/grad_health.h"
+#include <ampgrad/amp/grad_health.h>
 
 #include <cmath>
 
-#include "autograd/node.h"
-#include "ops/ops.h"
+#include <ampgrad/autograd/node.h>
+#include <ampgrad/ops/ops.h>
 
 namespace ampgrad::amp {
 

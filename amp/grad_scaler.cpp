@@ -1,11 +1,11 @@
 // GradScaler: scale, unscale_, step, update and their device-side state (Note [Loss scaling]).
-#include "amp/grad_scaler.h"
+#include <ampgrad/amp/grad_scaler.h>
 
 #include <cmath>
 
-#include "autograd/node.h"
-#include "core/fused_kernels.h"
-#include "ops/ops.h"
+#include <ampgrad/autograd/node.h>
+#include <ampgrad/core/fused_kernels.h>
+#include <ampgrad/ops/ops.h>
 
 namespace ampgrad::amp {
 

@@ -7,7 +7,7 @@
 #include <optional>
 #include <vector>
 
-#include "optim/optimizer.h"
+#include <ampgrad/optim/optimizer.h>
 
 namespace ampgrad::amp {
 

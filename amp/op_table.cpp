@@ -1,11 +1,11 @@
 // The op-category table, read off the op registry.
-#include "amp/op_table.h"
+#include <ampgrad/amp/op_table.h>
 
 #include <algorithm>
 
 #include <fmt/format.h>
 
-#include "ops/op.h"
+#include <ampgrad/ops/op.h>
 
 namespace ampgrad::amp {
 

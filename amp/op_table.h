@@ -5,7 +5,7 @@
 #include <string_view>
 #include <vector>
 
-#include "amp/category.h"
+#include <ampgrad/amp/category.h>
 
 namespace ampgrad::amp {
 

@@ -1,5 +1,5 @@
 // Trace: recording, and the table the demo and `explain` print.
-#include "amp/trace.h"
+#include <ampgrad/amp/trace.h>
 
 #include <fmt/format.h>
 

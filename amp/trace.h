@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "amp/autocast.h"
+#include <ampgrad/amp/autocast.h>
 
 namespace ampgrad::amp {
 

@@ -1,5 +1,5 @@
 // Working copies kept across autocast regions (Note [Working copies] in amp/working_copy.h).
-#include "amp/working_copy.h"
+#include <ampgrad/amp/working_copy.h>
 
 #include <atomic>
 #include <memory>
@@ -7,7 +7,7 @@
 #include <unordered_map>
 
 #if AMPGRAD_WITH_CUDA
-#include "cuda/graph.h"
+#include <ampgrad/cuda/graph.h>
 #endif
 
 namespace ampgrad::amp {

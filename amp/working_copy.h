@@ -4,7 +4,7 @@
 
 #include <vector>
 
-#include "core/tensor.h"
+#include <ampgrad/core/tensor.h>
 
 namespace ampgrad::amp {
 

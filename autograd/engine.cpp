@@ -2,12 +2,12 @@
 #include <queue>
 #include <unordered_map>
 
-#include "amp/autocast.h"
-#include "autograd/node.h"
-#include "ops/ops.h"
+#include <ampgrad/amp/autocast.h>
+#include <ampgrad/autograd/node.h>
+#include <ampgrad/ops/ops.h>
 #if AMPGRAD_WITH_CUDA
-#include "cuda/call_graph.h"
-#include "cuda/graph.h"
+#include <ampgrad/cuda/call_graph.h>
+#include <ampgrad/cuda/graph.h>
 #endif
 
 namespace ampgrad::autograd {

@@ -1,10 +1,10 @@
 // Central-difference Jacobians against backward's, in float64.
-#include "autograd/gradcheck.h"
+#include <ampgrad/autograd/gradcheck.h>
 
 #include <cmath>
 
-#include "autograd/node.h"
-#include "ops/ops.h"
+#include <ampgrad/autograd/node.h>
+#include <ampgrad/ops/ops.h>
 
 namespace ampgrad::autograd {
 

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "core/tensor.h"
+#include <ampgrad/core/tensor.h>
 
 namespace ampgrad::autograd {
 

@@ -1,9 +1,9 @@
 // Several differentiable outputs over one-output nodes (Note [Several outputs]).
-#include "autograd/multi_output.h"
+#include <ampgrad/autograd/multi_output.h>
 
 #include <memory>
 
-#include "ops/op.h"
+#include <ampgrad/ops/op.h>
 
 namespace ampgrad::autograd {
 

@@ -5,7 +5,7 @@
 #include <functional>
 #include <vector>
 
-#include "autograd/node.h"
+#include <ampgrad/autograd/node.h>
 
 namespace ampgrad::autograd {
 

@@ -1,8 +1,8 @@
 // Nodes of the autograd graph, recording, and grad mode.
-#include "autograd/node.h"
+#include <ampgrad/autograd/node.h>
 
-#include "ops/op.h"
-#include "ops/ops.h"
+#include <ampgrad/ops/op.h>
+#include <ampgrad/ops/ops.h>
 
 namespace ampgrad::autograd {
 

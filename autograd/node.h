@@ -6,7 +6,7 @@
 #include <string_view>
 #include <vector>
 
-#include "core/tensor.h"
+#include <ampgrad/core/tensor.h>
 
 namespace ampgrad {
 struct OpInfo;

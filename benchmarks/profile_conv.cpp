@@ -10,8 +10,8 @@
 
 #include <ampgrad/ampgrad.h>
 
-#include "cuda/check.h"
-#include "cuda/runtime.h"
+#include <ampgrad/cuda/check.h>
+#include <ampgrad/cuda/runtime.h>
 
 namespace ag = ampgrad;
 

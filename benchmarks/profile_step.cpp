@@ -21,8 +21,8 @@
 
 #include "benchmarks/host_sampler.h"
 #include "cli/models.h"
-#include "cuda/call_graph.h"
-#include "cuda/check.h"
+#include <ampgrad/cuda/call_graph.h>
+#include <ampgrad/cuda/check.h>
 
 namespace ag = ampgrad;
 

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <cstdio>
 
-#include "ampgrad/ampgrad.h"
+#include <ampgrad/ampgrad.h>
 #include "cli/bench_timer.h"
 #include "cli/commands.h"
 #include "cli/models.h"

@@ -6,7 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/device.h"
+#include <ampgrad/core/device.h>
 
 namespace ampgrad::cli {
 

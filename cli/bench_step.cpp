@@ -5,12 +5,12 @@
 #include <cstdio>
 #include <optional>
 
-#include "ampgrad/ampgrad.h"
+#include <ampgrad/ampgrad.h>
 #include "cli/bench.h"
 #include "cli/bench_timer.h"
 #include "cli/models.h"
 #if AMPGRAD_WITH_CUDA
-#include "cuda/call_graph.h"
+#include <ampgrad/cuda/call_graph.h>
 #endif
 
 namespace ampgrad::cli {

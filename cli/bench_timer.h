@@ -14,12 +14,12 @@
 #include <functional>
 #include <vector>
 
-#include "core/device.h"
-#include "cuda/runtime.h"
+#include <ampgrad/core/device.h>
+#include <ampgrad/cuda/runtime.h>
 #if AMPGRAD_WITH_CUDA
 #include <cuda_runtime_api.h>
 
-#include "cuda/check.h"
+#include <ampgrad/cuda/check.h>
 #endif
 
 namespace ampgrad::cli {

@@ -2,7 +2,7 @@
 #include <chrono>
 #include <cstdio>
 
-#include "ampgrad/ampgrad.h"
+#include <ampgrad/ampgrad.h>
 #include "cli/commands.h"
 
 namespace ampgrad::cli {

@@ -6,7 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "ampgrad/ampgrad.h"
+#include <ampgrad/ampgrad.h>
 #include "cli/commands.h"
 #include "cli/models.h"
 

@@ -2,7 +2,7 @@
 #include <cstdio>
 
 #include "cli/commands.h"
-#include "core/error.h"
+#include <ampgrad/core/error.h>
 
 int main(int argc, char** argv) {
   CLI::App app{"ampgrad: a C++ tensor library with its own autograd and native mixed precision"};

@@ -1,8 +1,8 @@
 // Model builders for train, bench and explain.
 #include "cli/models.h"
 
-#include "cuda/runtime.h"
-#include "ops/ops.h"
+#include <ampgrad/cuda/runtime.h>
+#include <ampgrad/ops/ops.h>
 
 namespace ampgrad::cli {
 

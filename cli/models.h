@@ -4,8 +4,8 @@
 #include <memory>
 #include <string>
 
-#include "nn/layers.h"
-#include "nn/rnn.h"
+#include <ampgrad/nn/layers.h>
+#include <ampgrad/nn/rnn.h>
 
 namespace ampgrad::cli {
 

@@ -3,9 +3,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "amp/op_table.h"
+#include <ampgrad/amp/op_table.h>
 #include "cli/commands.h"
-#include "ops/op.h"
+#include <ampgrad/ops/op.h>
 
 namespace ampgrad::cli {
 

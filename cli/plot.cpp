@@ -8,7 +8,7 @@
 
 #include <unistd.h>
 
-#include "core/error.h"
+#include <ampgrad/core/error.h>
 
 namespace ampgrad::cli {
 

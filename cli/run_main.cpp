@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "core/error.h"
-#include "distributed/launch.h"
+#include <ampgrad/core/error.h>
+#include <ampgrad/distributed/launch.h>
 
 int main(int argc, char** argv) {
   const char* usage =

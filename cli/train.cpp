@@ -8,12 +8,12 @@
 #include <iterator>
 #include <optional>
 
-#include "ampgrad/ampgrad.h"
+#include <ampgrad/ampgrad.h>
 #include "cli/commands.h"
 #include "cli/models.h"
 #include "cli/plot.h"
 #include "cli/progress.h"
-#include "distributed/launch.h"
+#include <ampgrad/distributed/launch.h>
 
 namespace ampgrad::cli {
 

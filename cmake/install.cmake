@@ -6,7 +6,7 @@ install(TARGETS ampgrad EXPORT ampgradTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
-foreach(dir core autograd amp ops optim cuda data nn distributed)
+foreach(dir ${AMPGRAD_HEADER_DIRS})
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/${dir} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/ampgrad
     FILES_MATCHING PATTERN "*.h" PATTERN "*.def")
 endforeach()

@@ -1,7 +1,7 @@
 // Device parsing and printing.
-#include "core/device.h"
+#include <ampgrad/core/device.h>
 
-#include "core/error.h"
+#include <ampgrad/core/error.h>
 
 namespace ampgrad {
 

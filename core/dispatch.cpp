@@ -1,7 +1,7 @@
 // Kernel registrations and the error of a kernel missing on a device (Note [Kernel dispatch]).
-#include "core/dispatch.h"
+#include <ampgrad/core/dispatch.h>
 
-#include "core/error.h"
+#include <ampgrad/core/error.h>
 
 namespace ampgrad {
 

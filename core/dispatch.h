@@ -6,7 +6,7 @@
 #include <string_view>
 #include <vector>
 
-#include "core/device.h"
+#include <ampgrad/core/device.h>
 
 namespace ampgrad {
 

@@ -1,9 +1,9 @@
 // Type promotion between two tensor dtypes, as torch.promote_types.
-#include "core/dtype.h"
+#include <ampgrad/core/dtype.h>
 
 #include <atomic>
 
-#include "core/error.h"
+#include <ampgrad/core/error.h>
 
 namespace ampgrad {
 

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string_view>
 
-#include "core/half.h"
+#include <ampgrad/core/half.h>
 
 namespace ampgrad {
 

@@ -1,5 +1,5 @@
 // Throwing ag::Error; kept out of line so the check macros stay small at every call site.
-#include "core/error.h"
+#include <ampgrad/core/error.h>
 
 namespace ampgrad::detail {
 

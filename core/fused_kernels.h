@@ -5,8 +5,8 @@
 #include <limits>
 #include <vector>
 
-#include "core/dispatch.h"
-#include "core/tensor.h"
+#include <ampgrad/core/dispatch.h>
+#include <ampgrad/core/tensor.h>
 
 namespace ampgrad {
 

@@ -1,5 +1,5 @@
 // The default generator and its normal draws.
-#include "core/generator.h"
+#include <ampgrad/core/generator.h>
 
 #include <cmath>
 

@@ -27,19 +27,19 @@ namespace ampgrad {
 
 enum class UnaryKind : uint8_t {
 #define AG_UNARY(Kind, ...) Kind,
-#include "core/elementwise_kinds.def"
+#include <ampgrad/core/elementwise_kinds.def>
 };
 enum class BinaryKind : uint8_t {
 #define AG_BINARY(Kind, ...) Kind,
-#include "core/elementwise_kinds.def"
+#include <ampgrad/core/elementwise_kinds.def>
 };
 enum class TernaryKind : uint8_t {
 #define AG_TERNARY(Kind, ...) Kind,
-#include "core/elementwise_kinds.def"
+#include <ampgrad/core/elementwise_kinds.def>
 };
 enum class LossKind : uint8_t {
 #define AG_LOSS(Kind, ...) Kind,
-#include "core/loss_kinds.def"
+#include <ampgrad/core/loss_kinds.def>
 };
 // Norm: the vector p-norm, param = p (any p; 0 counts nonzeros, +-inf the largest/smallest |x|).
 enum class ReduceKind : uint8_t { Sum, Mean, Prod, Max, Min, Argmax, Argmin, Var, LogSumExp, Norm };
@@ -56,19 +56,19 @@ struct BinaryGrad {
 namespace detail {
 constexpr UnaryGrad kUnaryGrad[] = {
 #define AG_UNARY(Kind, types, forward, backward, reads) UnaryGrad::reads,
-#include "core/elementwise_kinds.def"
+#include <ampgrad/core/elementwise_kinds.def>
 };
 constexpr bool kUnaryInts[] = {
 #define AG_UNARY(Kind, types, ...) AG_KIND_TYPES_##types,
 #define AG_KIND_TYPES_ints true
 #define AG_KIND_TYPES_floats false
-#include "core/elementwise_kinds.def"
+#include <ampgrad/core/elementwise_kinds.def>
 #undef AG_KIND_TYPES_ints
 #undef AG_KIND_TYPES_floats
 };
 constexpr const char* kUnaryNames[] = {
 #define AG_UNARY(Kind, ...) #Kind,
-#include "core/elementwise_kinds.def"
+#include <ampgrad/core/elementwise_kinds.def>
 };
 // A reads token as (kernel, reads x, reads y).
 #define AG_BINARY_READS_x true, true, false
@@ -79,7 +79,7 @@ constexpr const char* kUnaryNames[] = {
 #define AG_BINARY_READS_none false, false, false
 constexpr bool kBinaryReads[][2][3] = {
 #define AG_BINARY(Kind, types, forward, dx, dy, dx_reads, dy_reads) {{AG_BINARY_READS_##dx_reads}, {AG_BINARY_READS_##dy_reads}},
-#include "core/elementwise_kinds.def"
+#include <ampgrad/core/elementwise_kinds.def>
 };
 constexpr bool kBinaryDifferentiable[] = {
 #define AG_BINARY(Kind, types, forward, dx, dy, dx_reads, dy_reads) AG_BINARY_DIFF_##dx_reads,
@@ -89,7 +89,7 @@ constexpr bool kBinaryDifferentiable[] = {
 #define AG_BINARY_DIFF_g true
 #define AG_BINARY_DIFF_ops true
 #define AG_BINARY_DIFF_none false
-#include "core/elementwise_kinds.def"
+#include <ampgrad/core/elementwise_kinds.def>
 #undef AG_BINARY_DIFF_x
 #undef AG_BINARY_DIFF_y
 #undef AG_BINARY_DIFF_xy
@@ -109,30 +109,30 @@ constexpr int kBinaryTypes[] = {
 #define AG_KIND_TYPES_arith 0
 #define AG_KIND_TYPES_floats 1
 #define AG_KIND_TYPES_compare 2
-#include "core/elementwise_kinds.def"
+#include <ampgrad/core/elementwise_kinds.def>
 #undef AG_KIND_TYPES_arith
 #undef AG_KIND_TYPES_floats
 #undef AG_KIND_TYPES_compare
 };
 constexpr const char* kTernaryNames[] = {
 #define AG_TERNARY(Kind, ...) #Kind,
-#include "core/elementwise_kinds.def"
+#include <ampgrad/core/elementwise_kinds.def>
 };
 constexpr bool kTernaryFloats[] = {
 #define AG_TERNARY(Kind, types, ...) AG_KIND_TYPES_##types,
 #define AG_KIND_TYPES_arith false
 #define AG_KIND_TYPES_floats true
-#include "core/elementwise_kinds.def"
+#include <ampgrad/core/elementwise_kinds.def>
 #undef AG_KIND_TYPES_arith
 #undef AG_KIND_TYPES_floats
 };
 constexpr const char* kLossNames[] = {
 #define AG_LOSS(Kind, ...) #Kind,
-#include "core/loss_kinds.def"
+#include <ampgrad/core/loss_kinds.def>
 };
 constexpr const char* kBinaryNames[] = {
 #define AG_BINARY(Kind, ...) #Kind,
-#include "core/elementwise_kinds.def"
+#include <ampgrad/core/elementwise_kinds.def>
 };
 }  // namespace detail
 
@@ -394,7 +394,7 @@ namespace formulas {
                                           [[maybe_unused]] T a, [[maybe_unused]] T b) {                  \
     return backward;                                                                                     \
   }
-#include "core/elementwise_kinds.def"
+#include <ampgrad/core/elementwise_kinds.def>
 #define AG_GRAD_X_x x
 #define AG_GRAD_X_y
 #define AG_GRAD_X_xy x
@@ -419,7 +419,7 @@ namespace formulas {
                                     [[maybe_unused]] T AG_GRAD_Y_##dy_reads) {                            \
     return dy;                                                                                            \
   }
-#include "core/elementwise_kinds.def"
+#include <ampgrad/core/elementwise_kinds.def>
 #undef AG_GRAD_ARG_x
 #undef AG_GRAD_ARG_y
 #undef AG_GRAD_ARG_g
@@ -454,7 +454,7 @@ namespace formulas {
                                     [[maybe_unused]] T z, [[maybe_unused]] T a) {                          \
     return dz;                                                                                             \
   }
-#include "core/elementwise_kinds.def"
+#include <ampgrad/core/elementwise_kinds.def>
 #define AG_LOSS(Kind, loss, dx, dy)                                                                        \
   template <class T> AG_HOST_DEVICE inline T Kind##_loss(T x, T y, [[maybe_unused]] T a, [[maybe_unused]] T b) { \
     return loss;                                                                                           \
@@ -469,7 +469,7 @@ namespace formulas {
                                          [[maybe_unused]] T a, [[maybe_unused]] T b) {                     \
     return dy;                                                                                             \
   }
-#include "core/loss_kinds.def"
+#include <ampgrad/core/loss_kinds.def>
 }  // namespace formulas
 
 // y = f(x) for one element, computed in T (float for 16-bit inputs). `a`, `b` are the op's
@@ -477,46 +477,46 @@ namespace formulas {
 template <UnaryKind K, class T> AG_HOST_DEVICE inline T unary_op(T x, T a, T b) {
 #define AG_UNARY(Kind, ...) \
   if constexpr (K == UnaryKind::Kind) return formulas::Kind##_forward<T>(x, a, b); else
-#include "core/elementwise_kinds.def"
+#include <ampgrad/core/elementwise_kinds.def>
   return x;
 }
 // The gradient of x from the gradient g of y and the saved value s (x or y, as the kind reads).
 template <UnaryKind K, class T> AG_HOST_DEVICE inline T unary_grad(T g, T s, T a, T b) {
 #define AG_UNARY(Kind, ...) \
   if constexpr (K == UnaryKind::Kind) return formulas::Kind##_backward<T>(g, s, a, b); else
-#include "core/elementwise_kinds.def"
+#include <ampgrad/core/elementwise_kinds.def>
   return g;
 }
 
 template <BinaryKind K, class T> AG_HOST_DEVICE inline T binary_op(T x, T y) {
 #define AG_BINARY(Kind, ...) \
   if constexpr (K == BinaryKind::Kind) return static_cast<T>(formulas::Kind##_forward<T>(x, y)); else
-#include "core/elementwise_kinds.def"
+#include <ampgrad/core/elementwise_kinds.def>
   return x;
 }
 template <BinaryKind K, class T> AG_HOST_DEVICE inline bool compare_op(T x, T y) {
 #define AG_BINARY(Kind, ...) \
   if constexpr (K == BinaryKind::Kind) return static_cast<bool>(formulas::Kind##_forward<T>(x, y)); else
-#include "core/elementwise_kinds.def"
+#include <ampgrad/core/elementwise_kinds.def>
   return false;
 }
 template <BinaryKind K, class T> AG_HOST_DEVICE inline T binary_grad_x(T g, T x, T y) {
 #define AG_BINARY(Kind, ...) \
   if constexpr (K == BinaryKind::Kind) return formulas::Kind##_dx<T>(g, x, y); else
-#include "core/elementwise_kinds.def"
+#include <ampgrad/core/elementwise_kinds.def>
   return g;
 }
 template <BinaryKind K, class T> AG_HOST_DEVICE inline T binary_grad_y(T g, T x, T y) {
 #define AG_BINARY(Kind, ...) \
   if constexpr (K == BinaryKind::Kind) return formulas::Kind##_dy<T>(g, x, y); else
-#include "core/elementwise_kinds.def"
+#include <ampgrad/core/elementwise_kinds.def>
   return g;
 }
 
 template <TernaryKind K, class T> AG_HOST_DEVICE inline T ternary_op(T x, T y, T z, T a) {
 #define AG_TERNARY(Kind, ...) \
   if constexpr (K == TernaryKind::Kind) return formulas::Kind##_forward<T>(x, y, z, a); else
-#include "core/elementwise_kinds.def"
+#include <ampgrad/core/elementwise_kinds.def>
   return x;
 }
 // The gradient of operand I (0 x, 1 y, 2 z).
@@ -527,7 +527,7 @@ template <TernaryKind K, int I, class T> AG_HOST_DEVICE inline T ternary_grad(T 
     else if constexpr (I == 1) return formulas::Kind##_dy<T>(g, x, y, z, a); \
     else return formulas::Kind##_dz<T>(g, x, y, z, a);                     \
   } else
-#include "core/elementwise_kinds.def"
+#include <ampgrad/core/elementwise_kinds.def>
   return g;
 }
 
@@ -535,19 +535,19 @@ template <TernaryKind K, int I, class T> AG_HOST_DEVICE inline T ternary_grad(T 
 template <LossKind K, class T> AG_HOST_DEVICE inline T loss_op(T x, T y, T a, T b) {
 #define AG_LOSS(Kind, ...) \
   if constexpr (K == LossKind::Kind) return formulas::Kind##_loss<T>(x, y, a, b); else
-#include "core/loss_kinds.def"
+#include <ampgrad/core/loss_kinds.def>
   return x;
 }
 template <LossKind K, class T> AG_HOST_DEVICE inline T loss_grad_x(T g, T x, T y, T a, T b) {
 #define AG_LOSS(Kind, ...) \
   if constexpr (K == LossKind::Kind) return formulas::Kind##_loss_dx<T>(g, x, y, a, b); else
-#include "core/loss_kinds.def"
+#include <ampgrad/core/loss_kinds.def>
   return g;
 }
 template <LossKind K, class T> AG_HOST_DEVICE inline T loss_grad_y(T g, T x, T y, T a, T b) {
 #define AG_LOSS(Kind, ...) \
   if constexpr (K == LossKind::Kind) return formulas::Kind##_loss_dy<T>(g, x, y, a, b); else
-#include "core/loss_kinds.def"
+#include <ampgrad/core/loss_kinds.def>
   return g;
 }
 

@@ -6,10 +6,10 @@
 
 #include <array>
 
-#include "core/conv_params.h"
-#include "core/dispatch.h"
-#include "core/kernel_kinds.h"
-#include "core/tensor.h"
+#include <ampgrad/core/conv_params.h>
+#include <ampgrad/core/dispatch.h>
+#include <ampgrad/core/kernel_kinds.h>
+#include <ampgrad/core/tensor.h>
 
 namespace ampgrad::kernel {
 

@@ -3,7 +3,7 @@
 // float for 16-bit values (double for float64), as PyTorch's fused cells do.
 #pragma once
 
-#include "core/kernel_kinds.h"
+#include <ampgrad/core/kernel_kinds.h>
 
 namespace ampgrad::formulas {
 

@@ -1,7 +1,7 @@
 // Shape helpers: element counts, contiguous strides, broadcasting and dim wrapping.
-#include "core/shape.h"
+#include <ampgrad/core/shape.h>
 
-#include "core/error.h"
+#include <ampgrad/core/error.h>
 
 namespace ampgrad {
 

@@ -1,10 +1,10 @@
 // Storage and the per-device allocator table; the CPU allocator lives here.
-#include "core/storage.h"
+#include <ampgrad/core/storage.h>
 
 #include <cstdlib>
 #include <new>
 
-#include "core/error.h"
+#include <ampgrad/core/error.h>
 
 namespace ampgrad {
 

@@ -1,5 +1,5 @@
 // Tensor construction and metadata; computing methods are in ops/tensor_methods.cpp.
-#include "core/tensor.h"
+#include <ampgrad/core/tensor.h>
 
 #include <algorithm>
 #include <vector>

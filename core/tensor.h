@@ -8,12 +8,12 @@
 #include <string>
 #include <vector>
 
-#include "core/dtype.h"
-#include "core/error.h"
-#include "core/scalar.h"
-#include "core/shape.h"
-#include "core/storage.h"
-#include "core/tensor_options.h"
+#include <ampgrad/core/dtype.h>
+#include <ampgrad/core/error.h>
+#include <ampgrad/core/scalar.h>
+#include <ampgrad/core/shape.h>
+#include <ampgrad/core/storage.h>
+#include <ampgrad/core/tensor_options.h>
 
 namespace ampgrad {
 

@@ -1,10 +1,10 @@
 // TensorOptions: dtype, device and requires_grad for factories, in libtorch's builder style.
 #pragma once
 
-#include "core/device.h"
+#include <ampgrad/core/device.h>
 #include <optional>
 
-#include "core/dtype.h"
+#include <ampgrad/core/dtype.h>
 
 namespace ampgrad {
 

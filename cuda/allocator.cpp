@@ -10,10 +10,10 @@
 #include <unordered_set>
 #include <vector>
 
-#include "core/storage.h"
-#include "cuda/call_graph.h"
-#include "cuda/check.h"
-#include "cuda/runtime.h"
+#include <ampgrad/core/storage.h>
+#include <ampgrad/cuda/call_graph.h>
+#include <ampgrad/cuda/check.h>
+#include <ampgrad/cuda/runtime.h>
 
 namespace ampgrad::cuda {
 

@@ -1,9 +1,9 @@
 // CUDA binary elementwise kernels (core/elementwise_kinds.def: arithmetic and comparisons, with
 // broadcasting), their backward in one pass, accumulate and where.
-#include "core/kernels.h"
-#include "cuda/common.cuh"
-#include "cuda/fast16.cuh"
-#include "cuda/launch.cuh"
+#include <ampgrad/core/kernels.h>
+#include <ampgrad/cuda/common.cuh>
+#include <ampgrad/cuda/fast16.cuh>
+#include <ampgrad/cuda/launch.cuh>
 
 namespace ampgrad::cuda {
 
@@ -15,7 +15,7 @@ template <class F> void visit_binary_kind(BinaryKind k, F&& f) {
   switch (k) {
 #define AG_BINARY(Kind, ...) \
   case BinaryKind::Kind: return f(BinaryConst<BinaryKind::Kind>{});
-#include "core/elementwise_kinds.def"
+#include <ampgrad/core/elementwise_kinds.def>
   }
   AG_INTERNAL_ASSERT(false, "binary: unknown kind {}", static_cast<int>(k));
 }

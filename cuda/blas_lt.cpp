@@ -1,6 +1,6 @@
 // cuBLASLt GEMMs: descriptors and the heuristic's algorithm cached per geometry, split-K
 // partial sums kept in float32.
-#include "cuda/blas_lt.h"
+#include <ampgrad/cuda/blas_lt.h>
 
 #include <cublasLt.h>
 
@@ -9,9 +9,9 @@
 #include <memory>
 #include <mutex>
 
-#include "cuda/call_graph.h"
-#include "cuda/check.h"
-#include "cuda/runtime.h"
+#include <ampgrad/cuda/call_graph.h>
+#include <ampgrad/cuda/check.h>
+#include <ampgrad/cuda/runtime.h>
 
 namespace ampgrad::cuda {
 

@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-#include "core/dtype.h"
+#include <ampgrad/core/dtype.h>
 
 namespace ampgrad::cuda {
 

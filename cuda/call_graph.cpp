@@ -1,5 +1,5 @@
 // One-call CUDA graphs for calls that repeat (Note [Call graphs] in cuda/call_graph.h).
-#include "cuda/call_graph.h"
+#include <ampgrad/cuda/call_graph.h>
 
 #include <cuda_runtime_api.h>
 
@@ -16,8 +16,8 @@
 #include <unordered_set>
 #include <utility>
 
-#include "cuda/check.h"
-#include "cuda/graph.h"
+#include <ampgrad/cuda/check.h>
+#include <ampgrad/cuda/graph.h>
 
 namespace ampgrad::cuda {
 

@@ -5,8 +5,8 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
-#include "core/error.h"
-#include "cuda/runtime.h"
+#include <ampgrad/core/error.h>
+#include <ampgrad/cuda/runtime.h>
 
 namespace ampgrad::cuda::detail {
 [[noreturn]] void throw_cuda_error(cudaError_t err, const char* call, const char* file, int line);

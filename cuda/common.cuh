@@ -12,10 +12,10 @@
 #include <type_traits>
 #include <vector>
 
-#include "core/kernel_kinds.h"
-#include "core/tensor.h"
-#include "cuda/check.h"
-#include "cuda/runtime.h"
+#include <ampgrad/core/kernel_kinds.h>
+#include <ampgrad/core/tensor.h>
+#include <ampgrad/cuda/check.h>
+#include <ampgrad/cuda/runtime.h>
 
 namespace ampgrad::cuda {
 

@@ -8,11 +8,11 @@
 #include <numeric>
 #include <string>
 
-#include "core/config.h"
-#include "cuda/check.h"
-#include "cuda/cudnn_plan.h"
-#include "core/kernels.h"
-#include "cuda/runtime.h"
+#include <ampgrad/core/config.h>
+#include <ampgrad/cuda/check.h>
+#include <ampgrad/cuda/cudnn_plan.h>
+#include <ampgrad/core/kernels.h>
+#include <ampgrad/cuda/runtime.h>
 
 namespace ampgrad::cuda {
 

@@ -1,9 +1,9 @@
 // CUDA copy (any strides, any pair of dtypes: a cast) and fill.
 #include <cstring>
 
-#include "cuda/common.cuh"
-#include "cuda/launch.cuh"
-#include "core/kernels.h"
+#include <ampgrad/cuda/common.cuh>
+#include <ampgrad/cuda/launch.cuh>
+#include <ampgrad/core/kernels.h>
 
 namespace ampgrad::cuda {
 

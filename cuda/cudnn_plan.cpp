@@ -1,6 +1,6 @@
 // cuDNN graph API for convolution: descriptors, engine configurations filtered by numerics,
 // execution plans chosen by heuristics or timing and cached per geometry, variant packs.
-#include "cuda/cudnn_plan.h"
+#include <ampgrad/cuda/cudnn_plan.h>
 
 #include <algorithm>
 #include <array>
@@ -11,11 +11,11 @@
 #include <set>
 #include <vector>
 
-#include "core/tensor.h"
-#include "cuda/call_graph.h"
-#include "cuda/check.h"
-#include "cuda/graph.h"
-#include "cuda/runtime.h"
+#include <ampgrad/core/tensor.h>
+#include <ampgrad/cuda/call_graph.h>
+#include <ampgrad/cuda/check.h>
+#include <ampgrad/cuda/graph.h>
+#include <ampgrad/cuda/runtime.h>
 
 namespace ampgrad::cuda {
 

@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <string>
 
-#include "core/dtype.h"
+#include <ampgrad/core/dtype.h>
 
 namespace ampgrad::cuda::dnn {
 

@@ -4,8 +4,8 @@
 
 #include <cuda_runtime.h>
 
-#include "core/kernel_kinds.h"
-#include "cuda/common.cuh"
+#include <ampgrad/core/kernel_kinds.h>
+#include <ampgrad/cuda/common.cuh>
 
 namespace ampgrad::cuda::fast16 {
 

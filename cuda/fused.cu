@@ -9,10 +9,10 @@
 #include <mutex>
 #include <utility>
 
-#include "cuda/common.cuh"
-#include "core/fused_kernels.h"
-#include "cuda/graph.h"
-#include "cuda/launch.cuh"
+#include <ampgrad/cuda/common.cuh>
+#include <ampgrad/core/fused_kernels.h>
+#include <ampgrad/cuda/graph.h>
+#include <ampgrad/cuda/launch.cuh>
 
 namespace ampgrad::cuda {
 

@@ -1,9 +1,9 @@
 // CUDA graph capture and replay of ampgrad's stream (Note [CUDA graphs]).
-#include "cuda/graph.h"
+#include <ampgrad/cuda/graph.h>
 
 #include <atomic>
 
-#include "cuda/check.h"
+#include <ampgrad/cuda/check.h>
 
 namespace ampgrad::cuda {
 // cuda/allocator.cpp: Note [Frees during capture].

@@ -1,8 +1,8 @@
 // CUDA im2col and col2im (the window gather behind unfold and pooling, and its adjoint) and
 // dropout masks, matching the CPU reference kernels of ops/cpu_conv.cpp.
-#include "cuda/common.cuh"
-#include "cuda/launch.cuh"
-#include "core/kernels.h"
+#include <ampgrad/cuda/common.cuh>
+#include <ampgrad/cuda/launch.cuh>
+#include <ampgrad/core/kernels.h>
 
 namespace ampgrad::cuda {
 

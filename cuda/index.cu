@@ -1,8 +1,8 @@
 // CUDA index_select (a gather along the middle dim), index_add (its scatter-add adjoint),
 // index_copy, and gather / scatter_add along any dim.
-#include "cuda/common.cuh"
-#include "cuda/launch.cuh"
-#include "core/kernels.h"
+#include <ampgrad/cuda/common.cuh>
+#include <ampgrad/cuda/launch.cuh>
+#include <ampgrad/core/kernels.h>
 
 namespace ampgrad::cuda {
 

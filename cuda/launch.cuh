@@ -5,8 +5,8 @@
 #include <type_traits>
 #include <utility>
 
-#include "cuda/call_graph.h"
-#include "cuda/common.cuh"
+#include <ampgrad/cuda/call_graph.h>
+#include <ampgrad/cuda/common.cuh>
 
 namespace ampgrad::cuda {
 

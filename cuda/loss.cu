@@ -4,10 +4,10 @@
 // backward pass writing their gradient. Nothing is read on the host.
 #include <algorithm>
 
-#include "cuda/common.cuh"
-#include "cuda/launch.cuh"
-#include "core/kernels.h"
-#include "cuda/reduce.cuh"
+#include <ampgrad/cuda/common.cuh>
+#include <ampgrad/cuda/launch.cuh>
+#include <ampgrad/core/kernels.h>
+#include <ampgrad/cuda/reduce.cuh>
 
 namespace ampgrad::cuda {
 

@@ -4,12 +4,12 @@
 #include <array>
 #include <mutex>
 
-#include "core/config.h"
-#include "cuda/blas_lt.h"
-#include "cuda/call_graph.h"
-#include "cuda/check.h"
-#include "core/kernels.h"
-#include "cuda/runtime.h"
+#include <ampgrad/core/config.h>
+#include <ampgrad/cuda/blas_lt.h>
+#include <ampgrad/cuda/call_graph.h>
+#include <ampgrad/cuda/check.h>
+#include <ampgrad/core/kernels.h>
+#include <ampgrad/cuda/runtime.h>
 
 namespace ampgrad::cuda {
 

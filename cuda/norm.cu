@@ -5,10 +5,10 @@
 // float64) in a fixed order, so results are deterministic.
 #include <algorithm>
 
-#include "cuda/common.cuh"
-#include "cuda/launch.cuh"
-#include "cuda/reduce.cuh"
-#include "core/kernels.h"
+#include <ampgrad/cuda/common.cuh>
+#include <ampgrad/cuda/launch.cuh>
+#include <ampgrad/cuda/reduce.cuh>
+#include <ampgrad/core/kernels.h>
 
 namespace ampgrad::cuda {
 

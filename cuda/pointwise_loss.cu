@@ -3,11 +3,11 @@
 // contiguous (the op makes them so): flat loops, 16-byte vector loads, a scalar tail.
 #include <algorithm>
 
-#include "core/kernels.h"
-#include "cuda/common.cuh"
-#include "cuda/fast16.cuh"
-#include "cuda/launch.cuh"
-#include "cuda/reduce.cuh"
+#include <ampgrad/core/kernels.h>
+#include <ampgrad/cuda/common.cuh>
+#include <ampgrad/cuda/fast16.cuh>
+#include <ampgrad/cuda/launch.cuh>
+#include <ampgrad/cuda/reduce.cuh>
 
 namespace ampgrad::cuda {
 
@@ -19,7 +19,7 @@ template <class F> void visit_loss_kind(LossKind k, F&& f) {
   switch (k) {
 #define AG_LOSS(Kind, ...) \
   case LossKind::Kind: return f(LossConst<LossKind::Kind>{});
-#include "core/loss_kinds.def"
+#include <ampgrad/core/loss_kinds.def>
   }
   AG_INTERNAL_ASSERT(false, "pointwise loss: unknown kind {}", static_cast<int>(k));
 }

@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <cuda/std/limits>
 
-#include "cuda/common.cuh"
-#include "cuda/launch.cuh"
-#include "core/kernels.h"
+#include <ampgrad/cuda/common.cuh>
+#include <ampgrad/cuda/launch.cuh>
+#include <ampgrad/core/kernels.h>
 
 namespace ampgrad::cuda {
 

@@ -1,7 +1,7 @@
 // CUDA reductions over the middle dim of [outer, r, inner]: deterministic, no float atomics.
-#include "core/kernels.h"
-#include "cuda/launch.cuh"
-#include "cuda/reduce.cuh"
+#include <ampgrad/core/kernels.h>
+#include <ampgrad/cuda/launch.cuh>
+#include <ampgrad/cuda/reduce.cuh>
 
 namespace ampgrad::cuda {
 

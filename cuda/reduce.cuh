@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <cuda/std/limits>
 
-#include "cuda/common.cuh"
+#include <ampgrad/cuda/common.cuh>
 
 namespace ampgrad::cuda {
 

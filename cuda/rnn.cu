@@ -1,10 +1,10 @@
 // CUDA kernels of the recurrent cells' fused pointwise parts (Note [Fused recurrent cells] in
 // ops/rnn_cells.cpp): one thread per hidden unit of a row, the formulas of core/rnn_formulas.h
 // in float (double for float64), 16-bit values rounded on store. Tensors are contiguous.
-#include "core/kernels.h"
-#include "core/rnn_formulas.h"
-#include "cuda/common.cuh"
-#include "cuda/launch.cuh"
+#include <ampgrad/core/kernels.h>
+#include <ampgrad/core/rnn_formulas.h>
+#include <ampgrad/cuda/common.cuh>
+#include <ampgrad/cuda/launch.cuh>
 
 namespace ampgrad::cuda {
 

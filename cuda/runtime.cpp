@@ -1,12 +1,12 @@
 // Device queries, the per-device library stream (Note [CUDA stream]), copies and error text.
-#include "cuda/runtime.h"
+#include <ampgrad/cuda/runtime.h>
 
 #include <array>
 #include <memory>
 #include <mutex>
 
-#include "cuda/call_graph.h"
-#include "cuda/check.h"
+#include <ampgrad/cuda/call_graph.h>
+#include <ampgrad/cuda/check.h>
 
 namespace ampgrad::cuda {
 

@@ -1,9 +1,9 @@
 // CUDA softmax and log_softmax over the middle dim of [outer, r, inner], numerically stable,
 // and their backward passes; a 16-bit input may be read as is into a float32 output
 // (log_softmax(x, dim, kFloat32): Note [Reading 16-bit inputs] in ops/softmax.cpp).
-#include "core/kernels.h"
-#include "cuda/launch.cuh"
-#include "cuda/reduce.cuh"
+#include <ampgrad/core/kernels.h>
+#include <ampgrad/cuda/launch.cuh>
+#include <ampgrad/cuda/reduce.cuh>
 
 namespace ampgrad::cuda {
 

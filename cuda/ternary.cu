@@ -1,8 +1,8 @@
 // CUDA ternary elementwise kernels (core/elementwise_kinds.def: addcmul, addcdiv, lerp) with
 // broadcasting, and their three gradients in one pass.
-#include "core/kernels.h"
-#include "cuda/common.cuh"
-#include "cuda/launch.cuh"
+#include <ampgrad/core/kernels.h>
+#include <ampgrad/cuda/common.cuh>
+#include <ampgrad/cuda/launch.cuh>
 
 namespace ampgrad::cuda {
 
@@ -14,7 +14,7 @@ template <class F> void visit_ternary_kind(TernaryKind k, F&& f) {
   switch (k) {
 #define AG_TERNARY(Kind, ...) \
   case TernaryKind::Kind: return f(TernaryConst<TernaryKind::Kind>{});
-#include "core/elementwise_kinds.def"
+#include <ampgrad/core/elementwise_kinds.def>
   }
   AG_INTERNAL_ASSERT(false, "ternary: unknown kind {}", static_cast<int>(k));
 }

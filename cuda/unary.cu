@@ -1,9 +1,9 @@
 // CUDA unary elementwise kernels (core/elementwise_kinds.def), forward and backward:
 // contiguous and strided paths.
-#include "core/kernels.h"
-#include "cuda/common.cuh"
-#include "cuda/fast16.cuh"
-#include "cuda/launch.cuh"
+#include <ampgrad/core/kernels.h>
+#include <ampgrad/cuda/common.cuh>
+#include <ampgrad/cuda/fast16.cuh>
+#include <ampgrad/cuda/launch.cuh>
 
 namespace ampgrad::cuda {
 
@@ -15,7 +15,7 @@ template <class F> void visit_unary_kind(UnaryKind k, F&& f) {
   switch (k) {
 #define AG_UNARY(Kind, ...) \
   case UnaryKind::Kind: return f(UnaryConst<UnaryKind::Kind>{});
-#include "core/elementwise_kinds.def"
+#include <ampgrad/core/elementwise_kinds.def>
   }
   AG_INTERNAL_ASSERT(false, "unary: unknown kind {}", static_cast<int>(k));
 }

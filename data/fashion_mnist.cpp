@@ -1,10 +1,10 @@
 // Finds the Fashion-MNIST files in a folder, checks that they belong together, normalizes.
-#include "data/fashion_mnist.h"
+#include <ampgrad/data/fashion_mnist.h>
 
 #include <algorithm>
 #include <filesystem>
 
-#include "data/idx.h"
+#include <ampgrad/data/idx.h>
 
 namespace ampgrad::data {
 

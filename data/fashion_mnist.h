@@ -5,7 +5,7 @@
 #include <optional>
 #include <string>
 
-#include "core/tensor.h"
+#include <ampgrad/core/tensor.h>
 
 namespace ampgrad::data {
 

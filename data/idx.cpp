@@ -1,6 +1,6 @@
 // Reads IDX files through zlib (which passes plain files through unchanged) and checks
 // the header against the data that follows it.
-#include "data/idx.h"
+#include <ampgrad/data/idx.h>
 
 #include <zlib.h>
 

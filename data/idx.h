@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include "core/tensor.h"
+#include <ampgrad/core/tensor.h>
 
 namespace ampgrad::data {
 

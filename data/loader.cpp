@@ -1,12 +1,12 @@
 // DataLoader: Fisher-Yates over ag::Generator, index_select on the CPU, one copy per batch.
-#include "data/loader.h"
+#include <ampgrad/data/loader.h>
 
 #include <algorithm>
 #include <numeric>
 #include <utility>
 
-#include "core/generator.h"
-#include "ops/ops.h"
+#include <ampgrad/core/generator.h>
+#include <ampgrad/ops/ops.h>
 
 namespace ampgrad::data {
 

@@ -5,9 +5,9 @@
 #include <iterator>
 #include <vector>
 
-#include "core/device.h"
-#include "core/tensor.h"
-#include "data/fashion_mnist.h"
+#include <ampgrad/core/device.h>
+#include <ampgrad/core/tensor.h>
+#include <ampgrad/data/fashion_mnist.h>
 
 namespace ampgrad::data {
 

@@ -1,16 +1,16 @@
 // DistributedDataParallel (distributed/ddp.h).
-#include "distributed/ddp.h"
+#include <ampgrad/distributed/ddp.h>
 
 #include <exception>
 #include <string>
 #include <vector>
 
-#include "autograd/node.h"
-#include "ops/ops.h"
+#include <ampgrad/autograd/node.h>
+#include <ampgrad/ops/ops.h>
 
 #if AMPGRAD_WITH_CUDA
-#include "cuda/check.h"
-#include "cuda/runtime.h"
+#include <ampgrad/cuda/check.h>
+#include <ampgrad/cuda/runtime.h>
 #endif
 
 namespace ampgrad::distributed {

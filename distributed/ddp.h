@@ -4,8 +4,8 @@
 
 #include <memory>
 
-#include "distributed/process_group.h"
-#include "nn/module.h"
+#include <ampgrad/distributed/process_group.h>
+#include <ampgrad/nn/module.h>
 
 namespace ampgrad::distributed {
 

@@ -1,5 +1,5 @@
 // One process per GPU on this host (distributed/launch.h).
-#include "distributed/launch.h"
+#include <ampgrad/distributed/launch.h>
 
 #include <netinet/in.h>
 #include <signal.h>
@@ -16,7 +16,7 @@
 #include <map>
 #include <thread>
 
-#include "core/error.h"
+#include <ampgrad/core/error.h>
 
 extern char** environ;
 

@@ -1,5 +1,5 @@
 // The NCCL process group (distributed/process_group.h), NCCL loaded at run time.
-#include "distributed/process_group.h"
+#include <ampgrad/distributed/process_group.h>
 
 #include <dlfcn.h>
 
@@ -8,13 +8,13 @@
 #include <mutex>
 #include <string>
 
-#include "amp/grad_scaler.h"
+#include <ampgrad/amp/grad_scaler.h>
 
 #if AMPGRAD_WITH_CUDA
 #include <nccl.h>
 
-#include "cuda/check.h"
-#include "cuda/runtime.h"
+#include <ampgrad/cuda/check.h>
+#include <ampgrad/cuda/runtime.h>
 #endif
 
 namespace ampgrad::distributed {

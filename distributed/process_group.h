@@ -5,8 +5,8 @@
 #include <memory>
 #include <optional>
 
-#include "core/tensor.h"
-#include "distributed/store.h"
+#include <ampgrad/core/tensor.h>
+#include <ampgrad/distributed/store.h>
 
 namespace ampgrad::distributed {
 

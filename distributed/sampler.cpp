@@ -1,7 +1,7 @@
 // DistributedSampler (distributed/sampler.h).
-#include "distributed/sampler.h"
+#include <ampgrad/distributed/sampler.h>
 
-#include "core/error.h"
+#include <ampgrad/core/error.h>
 
 namespace ampgrad::distributed {
 

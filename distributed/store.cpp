@@ -1,5 +1,5 @@
 // Rendezvous over TCP for the process group (Note [Rendezvous]).
-#include "distributed/store.h"
+#include <ampgrad/distributed/store.h>
 
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -18,7 +18,7 @@
 #include <set>
 #include <thread>
 
-#include "core/error.h"
+#include <ampgrad/core/error.h>
 
 namespace ampgrad::distributed {
 

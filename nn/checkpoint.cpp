@@ -1,9 +1,9 @@
 // Checkpoints as one safetensors file with "section/" prefixes (Note [Checkpoint layout]).
-#include "nn/checkpoint.h"
+#include <ampgrad/nn/checkpoint.h>
 
 #include <algorithm>
 
-#include "autograd/node.h"
+#include <ampgrad/autograd/node.h>
 
 namespace ampgrad::nn {
 

@@ -5,8 +5,8 @@
 #include <map>
 #include <string>
 
-#include "nn/safetensors.h"
-#include "optim/optimizer.h"
+#include <ampgrad/nn/safetensors.h>
+#include <ampgrad/optim/optimizer.h>
 
 namespace ampgrad::nn {
 

@@ -1,10 +1,10 @@
 // The convolution layers: construction with PyTorch's initialization, and forward.
-#include "nn/conv.h"
+#include <ampgrad/nn/conv.h>
 
 #include <cmath>
 
-#include "nn/init.h"
-#include "ops/nn_ops.h"
+#include <ampgrad/nn/init.h>
+#include <ampgrad/ops/nn_ops.h>
 
 namespace ampgrad::nn {
 

@@ -5,8 +5,8 @@
 
 #include <array>
 
-#include "core/tensor.h"
-#include "nn/module.h"
+#include <ampgrad/core/tensor.h>
+#include <ampgrad/nn/module.h>
 
 namespace ampgrad::nn {
 

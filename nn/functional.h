@@ -1,8 +1,8 @@
 // ag::nn::functional: the stateless forms of the layers, as torch.nn.functional.
 #pragma once
 
-#include "ops/nn_ops.h"
-#include "ops/ops.h"
+#include <ampgrad/ops/nn_ops.h>
+#include <ampgrad/ops/ops.h>
 
 namespace ampgrad::nn::functional {
 

@@ -1,10 +1,10 @@
 // Initializers: draws on the CPU from the default generator, then one copy into the tensor.
-#include "nn/init.h"
+#include <ampgrad/nn/init.h>
 
 #include <cmath>
 
-#include "autograd/node.h"
-#include "ops/ops.h"
+#include <ampgrad/autograd/node.h>
+#include <ampgrad/ops/ops.h>
 
 namespace ampgrad::nn::init {
 

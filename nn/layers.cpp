@@ -1,12 +1,12 @@
 // Layer construction (PyTorch's default initialization) and forward passes.
-#include "nn/layers.h"
+#include <ampgrad/nn/layers.h>
 
 #include <cmath>
 
-#include "autograd/node.h"
-#include "nn/init.h"
-#include "ops/nn_ops.h"
-#include "ops/ops.h"
+#include <ampgrad/autograd/node.h>
+#include <ampgrad/nn/init.h>
+#include <ampgrad/ops/nn_ops.h>
+#include <ampgrad/ops/ops.h>
 
 namespace ampgrad::nn {
 

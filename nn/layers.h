@@ -5,8 +5,8 @@
 
 #include <array>
 
-#include "nn/conv.h"  // Conv1d, Conv2d, Conv3d, ConvTranspose1d/2d/3d
-#include "nn/module.h"
+#include <ampgrad/nn/conv.h>  // Conv1d, Conv2d, Conv3d, ConvTranspose1d/2d/3d
+#include <ampgrad/nn/module.h>
 
 namespace ampgrad::nn {
 

@@ -3,8 +3,8 @@
 // moves with the module and is saved in its state_dict.
 #pragma once
 
-#include "nn/module.h"
-#include "ops/nn_ops.h"
+#include <ampgrad/nn/module.h>
+#include <ampgrad/ops/nn_ops.h>
 
 namespace ampgrad::nn {
 

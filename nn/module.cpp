@@ -1,11 +1,11 @@
 // Module bookkeeping: parameter and buffer trees, moves, and state_dict.
-#include "nn/module.h"
+#include <ampgrad/nn/module.h>
 
 #include <typeinfo>
 
-#include "autograd/node.h"
-#include "nn/layers.h"
-#include "ops/ops.h"
+#include <ampgrad/autograd/node.h>
+#include <ampgrad/nn/layers.h>
+#include <ampgrad/ops/ops.h>
 
 namespace ampgrad::nn {
 

@@ -1,13 +1,13 @@
 // The recurrent layers (Note [Sequence modules] in nn/rnn.h): PyTorch's init and the time loop.
-#include "nn/rnn.h"
+#include <ampgrad/nn/rnn.h>
 
 #include <cmath>
 
 #include <fmt/format.h>
 
-#include "nn/init.h"
-#include "ops/nn_ops.h"
-#include "ops/ops.h"
+#include <ampgrad/nn/init.h>
+#include <ampgrad/ops/nn_ops.h>
+#include <ampgrad/ops/ops.h>
 
 namespace ampgrad::nn {
 

@@ -5,8 +5,8 @@
 #include <utility>
 #include <vector>
 
-#include "nn/module.h"
-#include "ops/rnn_ops.h"
+#include <ampgrad/nn/module.h>
+#include <ampgrad/ops/rnn_ops.h>
 
 namespace ampgrad::nn {
 

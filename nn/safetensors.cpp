@@ -1,6 +1,6 @@
 // safetensors: the writer (atomic, aligned) and the reader, which checks the header against
 // the file before it trusts a byte of it (Note [safetensors layout]).
-#include "nn/safetensors.h"
+#include <ampgrad/nn/safetensors.h>
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -19,8 +19,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "autograd/node.h"
-#include "ops/ops.h"
+#include <ampgrad/autograd/node.h>
+#include <ampgrad/ops/ops.h>
 
 namespace ampgrad::nn {
 

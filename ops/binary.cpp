@@ -1,10 +1,10 @@
 // Binary elementwise ops with broadcasting and type promotion: add, sub, mul, div, pow, the rows
 // of ops/binary_ops.def (maximum, minimum, the comparisons), their scalar forms, and where.
-#include "autograd/node.h"
-#include "core/kernels.h"
-#include "ops/internal.h"
-#include "ops/op_scope.h"
-#include "ops/ops.h"
+#include <ampgrad/autograd/node.h>
+#include <ampgrad/core/kernels.h>
+#include <ampgrad/ops/internal.h>
+#include <ampgrad/ops/op_scope.h>
+#include <ampgrad/ops/ops.h>
 
 namespace ampgrad {
 
@@ -233,7 +233,7 @@ Tensor pow(const Tensor& a, const Tensor& e) { return binary_elementwise(kPow, B
   }                                                                                                 \
   Tensor name(const Tensor& a, const Tensor& b) { return compare(k_##name, BinaryKind::Kind, a, b); } \
   Tensor name(const Tensor& a, const Scalar& b) { return name(a, scalar_like(a, b)); }
-#include "ops/binary_ops.def"
+#include <ampgrad/ops/binary_ops.def>
 
 // Scalar forms: add/mul/rsub/pow run as one unary kernel (no broadcast operand); a float
 // scalar with an integer tensor gives float32, as a Python number does in PyTorch.

@@ -1,12 +1,12 @@
 // dlopen of OpenBLAS's cblas_sgemm/cblas_dgemm (Note [CPU BLAS]).
-#include "ops/cpu_blas.h"
+#include <ampgrad/ops/cpu_blas.h>
 
 #include <dlfcn.h>
 
 #include <cstdlib>
 #include <mutex>
 
-#include "core/error.h"
+#include <ampgrad/core/error.h>
 
 namespace ampgrad::cpu {
 

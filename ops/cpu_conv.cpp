@@ -1,9 +1,9 @@
 // CPU reference kernels for convolution geometry (im2col, col2im) and dropout masks.
 #include <type_traits>
 
-#include "core/kernels.h"
-#include "ops/cpu_loop.h"
-#include "ops/cpu_values.h"
+#include <ampgrad/core/kernels.h>
+#include <ampgrad/ops/cpu_loop.h>
+#include <ampgrad/ops/cpu_values.h>
 
 namespace ampgrad::cpu {
 

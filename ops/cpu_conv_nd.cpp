@@ -5,10 +5,10 @@
 #include <array>
 #include <vector>
 
-#include "autograd/node.h"
-#include "core/kernels.h"
-#include "ops/cpu_values.h"
-#include "ops/ops.h"
+#include <ampgrad/autograd/node.h>
+#include <ampgrad/core/kernels.h>
+#include <ampgrad/ops/cpu_values.h>
+#include <ampgrad/ops/ops.h>
 
 namespace ampgrad::cpu {
 

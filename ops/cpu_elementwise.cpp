@@ -2,9 +2,9 @@
 // and fill over strided operands.
 #include <type_traits>
 
-#include "core/kernels.h"
-#include "ops/cpu_loop.h"
-#include "ops/cpu_values.h"
+#include <ampgrad/core/kernels.h>
+#include <ampgrad/ops/cpu_loop.h>
+#include <ampgrad/ops/cpu_values.h>
 
 namespace ampgrad::cpu {
 
@@ -103,7 +103,7 @@ void unary(UnaryKind k, const Tensor& x, const Tensor& out, double a, double b) 
   switch (k) {
 #define AG_UNARY(Kind, ...) \
   case UnaryKind::Kind: return unary_kind<UnaryKind::Kind>(x, out, a, b);
-#include "core/elementwise_kinds.def"
+#include <ampgrad/core/elementwise_kinds.def>
   }
 }
 
@@ -113,7 +113,7 @@ void unary_backward(UnaryKind k, const Tensor& g, const Tensor& s, const Tensor&
     switch (k) {
 #define AG_UNARY(Kind, ...) \
   case UnaryKind::Kind: return unary_backward_typed<UnaryKind::Kind, T>(g, s, gx, a, b);
-#include "core/elementwise_kinds.def"
+#include <ampgrad/core/elementwise_kinds.def>
     }
   });
 }
@@ -122,7 +122,7 @@ void binary(BinaryKind k, const Tensor& x, const Tensor& y, const Tensor& out) {
   switch (k) {
 #define AG_BINARY(Kind, ...) \
   case BinaryKind::Kind: return binary_kind<BinaryKind::Kind>(x, y, out);
-#include "core/elementwise_kinds.def"
+#include <ampgrad/core/elementwise_kinds.def>
   }
 }
 
@@ -132,7 +132,7 @@ void binary_backward(BinaryKind k, const Tensor& g, const Tensor& x, const Tenso
     switch (k) {
 #define AG_BINARY(Kind, ...) \
   case BinaryKind::Kind: return binary_backward_typed<BinaryKind::Kind, T>(g, x, y, gx, gy);
-#include "core/elementwise_kinds.def"
+#include <ampgrad/core/elementwise_kinds.def>
     }
   });
 }
@@ -142,7 +142,7 @@ template <class F> void visit_ternary_kind(TernaryKind k, F&& f) {
   switch (k) {
 #define AG_TERNARY(Kind, ...) \
   case TernaryKind::Kind: return f(std::integral_constant<TernaryKind, TernaryKind::Kind>{});
-#include "core/elementwise_kinds.def"
+#include <ampgrad/core/elementwise_kinds.def>
   }
 }
 // The dtypes a ternary kind runs in: floating ones, and integers too for arith kinds.

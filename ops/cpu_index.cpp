@@ -2,8 +2,8 @@
 // against its dim's size before these run).
 #include <cstring>
 
-#include "core/kernels.h"
-#include "ops/cpu_loop.h"
+#include <ampgrad/core/kernels.h>
+#include <ampgrad/ops/cpu_loop.h>
 
 namespace ampgrad::cpu {
 

@@ -6,8 +6,8 @@
 #include <array>
 #include <cstdint>
 
-#include "core/conv_params.h"
-#include "core/shape.h"
+#include <ampgrad/core/conv_params.h>
+#include <ampgrad/core/shape.h>
 
 namespace ampgrad::cpu {
 

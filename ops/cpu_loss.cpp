@@ -5,8 +5,8 @@
 #include <limits>
 #include <vector>
 
-#include "core/kernels.h"
-#include "ops/cpu_values.h"
+#include <ampgrad/core/kernels.h>
+#include <ampgrad/ops/cpu_values.h>
 
 namespace ampgrad::cpu {
 
@@ -91,7 +91,7 @@ template <class F> void visit_loss_kind(LossKind k, F&& f) {
   switch (k) {
 #define AG_LOSS(Kind, ...) \
   case LossKind::Kind: return f(std::integral_constant<LossKind, LossKind::Kind>{});
-#include "core/loss_kinds.def"
+#include <ampgrad/core/loss_kinds.def>
   }
   AG_INTERNAL_ASSERT(false, "pointwise loss: unknown kind {}", static_cast<int>(k));
 }

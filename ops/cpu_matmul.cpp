@@ -3,8 +3,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "core/kernels.h"
-#include "ops/cpu_blas.h"
+#include <ampgrad/core/kernels.h>
+#include <ampgrad/ops/cpu_blas.h>
 
 namespace ampgrad::cpu {
 

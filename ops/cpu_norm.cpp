@@ -4,8 +4,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "core/kernels.h"
-#include "ops/cpu_values.h"
+#include <ampgrad/core/kernels.h>
+#include <ampgrad/ops/cpu_values.h>
 
 namespace ampgrad::cpu {
 

@@ -1,9 +1,9 @@
 // CPU reference kernels of max pooling (core/kernels.h; Note [Max pooling] in ops/pool.cpp).
 #include <cmath>
 
-#include "core/kernels.h"
-#include "ops/cpu_loop.h"
-#include "ops/cpu_values.h"
+#include <ampgrad/core/kernels.h>
+#include <ampgrad/ops/cpu_loop.h>
+#include <ampgrad/ops/cpu_values.h>
 
 namespace ampgrad::cpu {
 

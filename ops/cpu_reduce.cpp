@@ -3,8 +3,8 @@
 #include <limits>
 #include <type_traits>
 
-#include "core/kernels.h"
-#include "ops/cpu_values.h"
+#include <ampgrad/core/kernels.h>
+#include <ampgrad/ops/cpu_values.h>
 
 namespace ampgrad::cpu {
 

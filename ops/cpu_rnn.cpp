@@ -1,9 +1,9 @@
 // CPU reference kernels of the recurrent cells' fused pointwise parts (core/kernels.h,
 // Note [Fused recurrent cells] in ops/rnn_cells.cpp): a loop over B rows and H units that
 // evaluates core/rnn_formulas.h in each dtype's accumulation type, rounding on store.
-#include "core/kernels.h"
-#include "core/rnn_formulas.h"
-#include "ops/cpu_values.h"
+#include <ampgrad/core/kernels.h>
+#include <ampgrad/core/rnn_formulas.h>
+#include <ampgrad/ops/cpu_values.h>
 
 namespace ampgrad::cpu {
 

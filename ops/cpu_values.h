@@ -10,8 +10,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "core/error.h"
-#include "core/tensor.h"
+#include <ampgrad/core/error.h>
+#include <ampgrad/core/tensor.h>
 
 namespace ampgrad::cpu {
 

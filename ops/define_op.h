@@ -5,12 +5,12 @@
 
 #include <string_view>
 
-#include "amp/category.h"
-#include "autograd/node.h"
-#include "core/dispatch.h"
-#include "core/tensor.h"
-#include "ops/op.h"
-#include "ops/op_scope.h"
+#include <ampgrad/amp/category.h>
+#include <ampgrad/autograd/node.h>
+#include <ampgrad/core/dispatch.h>
+#include <ampgrad/core/tensor.h>
+#include <ampgrad/ops/op.h>
+#include <ampgrad/ops/op_scope.h>
 
 namespace ampgrad {
 

@@ -2,9 +2,9 @@
 #include <cmath>
 #include <cstring>
 
-#include "core/kernels.h"
-#include "ops/internal.h"
-#include "ops/ops.h"
+#include <ampgrad/core/kernels.h>
+#include <ampgrad/ops/internal.h>
+#include <ampgrad/ops/ops.h>
 
 namespace ampgrad {
 

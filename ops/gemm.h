@@ -2,8 +2,8 @@
 // uses them too). Internal to ops/.
 #pragma once
 
-#include "core/tensor.h"
-#include "ops/op.h"
+#include <ampgrad/core/tensor.h>
+#include <ampgrad/ops/op.h>
 
 namespace ampgrad {
 

@@ -3,11 +3,11 @@
 // padding, as torch.nn.functional.grid_sample. Composed of ops: the four corners are gathers
 // from the flattened image, weighted by the fractional parts, so autograd gives the input's
 // gradient (gather's adjoint, a scatter-add) and the grid's (through the weights).
-#include "autograd/node.h"
-#include "ops/internal.h"
-#include "ops/nn_ops.h"
-#include "ops/op_scope.h"
-#include "ops/ops.h"
+#include <ampgrad/autograd/node.h>
+#include <ampgrad/ops/internal.h>
+#include <ampgrad/ops/nn_ops.h>
+#include <ampgrad/ops/op_scope.h>
+#include <ampgrad/ops/ops.h>
 
 namespace ampgrad {
 

@@ -1,12 +1,12 @@
 // Indexing ops that write: index_add, index_copy, index_put, scatter_add, and gather (their
 // adjoint). Index tensors are int64; on the CPU every index is checked against its dim (a
 // CUDA index is not read back: Note [CUDA index bounds] in cuda/index.cu).
-#include "autograd/node.h"
-#include "core/kernels.h"
-#include "ops/internal.h"
-#include "ops/op_scope.h"
-#include "ops/ops.h"
-#include "ops/reduce_geometry.h"
+#include <ampgrad/autograd/node.h>
+#include <ampgrad/core/kernels.h>
+#include <ampgrad/ops/internal.h>
+#include <ampgrad/ops/op_scope.h>
+#include <ampgrad/ops/ops.h>
+#include <ampgrad/ops/reduce_geometry.h>
 
 namespace ampgrad {
 

@@ -6,10 +6,10 @@
 #include <initializer_list>
 #include <string_view>
 
-#include "core/kernel_kinds.h"
-#include "core/scalar.h"
-#include "core/tensor.h"
-#include "ops/define_op.h"
+#include <ampgrad/core/kernel_kinds.h>
+#include <ampgrad/core/scalar.h>
+#include <ampgrad/core/tensor.h>
+#include <ampgrad/ops/define_op.h>
 
 namespace ampgrad {
 

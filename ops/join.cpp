@@ -1,9 +1,9 @@
 // cat, stack and index_select: ops that gather data from several places.
-#include "autograd/node.h"
-#include "core/kernels.h"
-#include "ops/internal.h"
-#include "ops/op_scope.h"
-#include "ops/ops.h"
+#include <ampgrad/autograd/node.h>
+#include <ampgrad/core/kernels.h>
+#include <ampgrad/ops/internal.h>
+#include <ampgrad/ops/op_scope.h>
+#include <ampgrad/ops/ops.h>
 
 namespace ampgrad {
 

@@ -1,11 +1,11 @@
 // linear, and linear_relu: the same layer with its relu in the GEMM's epilogue (nn::Sequential
 // runs each Linear followed by a ReLU as one, Note [Linear + ReLU]).
-#include "autograd/node.h"
-#include "core/kernels.h"
-#include "ops/gemm.h"
-#include "ops/internal.h"
-#include "ops/op_scope.h"
-#include "ops/ops.h"
+#include <ampgrad/autograd/node.h>
+#include <ampgrad/core/kernels.h>
+#include <ampgrad/ops/gemm.h>
+#include <ampgrad/ops/internal.h>
+#include <ampgrad/ops/op_scope.h>
+#include <ampgrad/ops/ops.h>
 
 namespace ampgrad {
 

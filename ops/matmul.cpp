@@ -1,11 +1,11 @@
 // The matmul family: mm, bmm, matmul (batch dims broadcast), addmm, and the GEMM helpers that
 // linear (ops/linear.cpp) shares (ops/gemm.h).
-#include "autograd/node.h"
-#include "core/kernels.h"
-#include "ops/gemm.h"
-#include "ops/internal.h"
-#include "ops/op_scope.h"
-#include "ops/ops.h"
+#include <ampgrad/autograd/node.h>
+#include <ampgrad/core/kernels.h>
+#include <ampgrad/ops/gemm.h>
+#include <ampgrad/ops/internal.h>
+#include <ampgrad/ops/op_scope.h>
+#include <ampgrad/ops/ops.h>
 
 namespace ampgrad {
 

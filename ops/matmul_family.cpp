@@ -4,11 +4,11 @@
 // operands, baddbmm one batched GEMM with beta, multi_dot a chain of mm in the cheapest order.
 #include <limits>
 
-#include "autograd/node.h"
-#include "ops/gemm.h"
-#include "ops/internal.h"
-#include "ops/op_scope.h"
-#include "ops/ops.h"
+#include <ampgrad/autograd/node.h>
+#include <ampgrad/ops/gemm.h>
+#include <ampgrad/ops/internal.h>
+#include <ampgrad/ops/op_scope.h>
+#include <ampgrad/ops/ops.h>
 
 namespace ampgrad {
 

@@ -1,7 +1,7 @@
 // Channels-last (NHWC) layout: detection, allocation and conversion of 4-D tensors.
-#include "ops/internal.h"
-#include "ops/nn_ops.h"
-#include "ops/ops.h"
+#include <ampgrad/ops/internal.h>
+#include <ampgrad/ops/nn_ops.h>
+#include <ampgrad/ops/ops.h>
 
 namespace ampgrad {
 

@@ -5,8 +5,8 @@
 #include <optional>
 #include <string>
 
-#include "core/conv_params.h"
-#include "core/tensor.h"
+#include <ampgrad/core/conv_params.h>
+#include <ampgrad/core/tensor.h>
 
 namespace ampgrad {
 

@@ -1,11 +1,11 @@
 // Normalization and dropout: batch_norm, layer_norm (composites of differentiable ops).
-#include "autograd/node.h"
-#include "core/generator.h"
-#include "core/kernels.h"
-#include "ops/internal.h"
-#include "ops/nn_ops.h"
-#include "ops/op_scope.h"
-#include "ops/ops.h"
+#include <ampgrad/autograd/node.h>
+#include <ampgrad/core/generator.h>
+#include <ampgrad/core/kernels.h>
+#include <ampgrad/ops/internal.h>
+#include <ampgrad/ops/nn_ops.h>
+#include <ampgrad/ops/op_scope.h>
+#include <ampgrad/ops/ops.h>
 
 namespace ampgrad {
 

@@ -6,9 +6,9 @@
 #include <array>
 #include <optional>
 
-#include "amp/autocast.h"
-#include "core/dispatch.h"
-#include "ops/op.h"
+#include <ampgrad/amp/autocast.h>
+#include <ampgrad/core/dispatch.h>
+#include <ampgrad/ops/op.h>
 
 namespace ampgrad {
 

@@ -7,8 +7,8 @@
 #include <utility>
 #include <vector>
 
-#include "core/generator.h"
-#include "core/tensor.h"
+#include <ampgrad/core/generator.h>
+#include <ampgrad/core/tensor.h>
 
 namespace ampgrad {
 
@@ -49,7 +49,7 @@ Tensor randn(const Shape& shape, Generator& gen, TensorOptions options = {});
 #define AG_UNARY_OP1(name, Kind, category, reason, p, p0) Tensor name(const Tensor& x, double p = p0);
 #define AG_UNARY_OP2(name, Kind, category, reason, p, p0, q, q0) \
   Tensor name(const Tensor& x, double p = p0, double q = q0);
-#include "ops/unary_ops.def"
+#include <ampgrad/ops/unary_ops.def>
 #define AG_BINARY_OP(name, Kind, category, reason) Tensor name(const Tensor& a, const Tensor& b);
 #define AG_BINARY_OP_S(name, Kind, category, reason) \
   Tensor name(const Tensor& a, const Tensor& b);    \
@@ -57,7 +57,7 @@ Tensor randn(const Shape& shape, Generator& gen, TensorOptions options = {});
 #define AG_COMPARE_OP(name, Kind)                 \
   Tensor name(const Tensor& a, const Tensor& b); \
   Tensor name(const Tensor& a, const Scalar& b);
-#include "ops/binary_ops.def"
+#include <ampgrad/ops/binary_ops.def>
 Tensor add(const Tensor& a, const Tensor& b, const Scalar& alpha = 1);
 Tensor add(const Tensor& a, const Scalar& b);
 Tensor sub(const Tensor& a, const Tensor& b, const Scalar& alpha = 1);

@@ -1,10 +1,10 @@
 // The losses composed of ops: margin_ranking, cosine_embedding, triplet_margin, multi_margin
 // and multilabel_margin. Each is one record (its autocast category applies once, at the
 // outer op) whose body is PyTorch's formula in ops, so autograd differentiates it.
-#include "ops/internal.h"
-#include "ops/nn_ops.h"
-#include "ops/op_scope.h"
-#include "ops/ops.h"
+#include <ampgrad/ops/internal.h>
+#include <ampgrad/ops/nn_ops.h>
+#include <ampgrad/ops/op_scope.h>
+#include <ampgrad/ops/ops.h>
 
 namespace ampgrad {
 

@@ -1,10 +1,10 @@
 // prelu: x where x > 0, weight * x elsewhere, with one weight or one per channel (dim 1), as
 // torch.nn.functional.prelu. Composed of ops (where, mul); autograd gives weight's gradient
 // summed over everything but the channel dim.
-#include "ops/internal.h"
-#include "ops/nn_ops.h"
-#include "ops/op_scope.h"
-#include "ops/ops.h"
+#include <ampgrad/ops/internal.h>
+#include <ampgrad/ops/nn_ops.h>
+#include <ampgrad/ops/op_scope.h>
+#include <ampgrad/ops/ops.h>
 
 namespace ampgrad {
 

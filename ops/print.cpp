@@ -3,8 +3,8 @@
 #include <cmath>
 #include <ostream>
 
-#include "autograd/node.h"
-#include "ops/ops.h"
+#include <ampgrad/autograd/node.h>
+#include <ampgrad/ops/ops.h>
 
 namespace ampgrad {
 

@@ -2,12 +2,12 @@
 #include <algorithm>
 #include <cmath>
 
-#include "autograd/node.h"
-#include "core/kernels.h"
-#include "ops/internal.h"
-#include "ops/op_scope.h"
-#include "ops/ops.h"
-#include "ops/reduce_geometry.h"
+#include <ampgrad/autograd/node.h>
+#include <ampgrad/core/kernels.h>
+#include <ampgrad/ops/internal.h>
+#include <ampgrad/ops/op_scope.h>
+#include <ampgrad/ops/ops.h>
+#include <ampgrad/ops/reduce_geometry.h>
 
 namespace ampgrad {
 

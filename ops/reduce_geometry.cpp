@@ -1,10 +1,10 @@
 // Maps a reduction to [outer, r, inner] without copying when the reduced dims are adjacent.
-#include "ops/reduce_geometry.h"
+#include <ampgrad/ops/reduce_geometry.h>
 
 #include <algorithm>
 
-#include "autograd/node.h"
-#include "ops/ops.h"
+#include <ampgrad/autograd/node.h>
+#include <ampgrad/ops/ops.h>
 
 namespace ampgrad {
 

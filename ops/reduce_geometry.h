@@ -4,8 +4,8 @@
 
 #include <string_view>
 
-#include "core/kernel_kinds.h"
-#include "core/tensor.h"
+#include <ampgrad/core/kernel_kinds.h>
+#include <ampgrad/core/tensor.h>
 
 namespace ampgrad {
 

@@ -1,9 +1,9 @@
 // The op registry (Note [Op registry]), loading a library of ops, and the shared op checks.
 #include <dlfcn.h>
 
-#include "ops/internal.h"
-#include "ops/op.h"
-#include "ops/op_scope.h"
+#include <ampgrad/ops/internal.h>
+#include <ampgrad/ops/op.h>
+#include <ampgrad/ops/op_scope.h>
 
 namespace ampgrad {
 

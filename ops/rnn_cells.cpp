@@ -1,12 +1,12 @@
 // The recurrent cells rnn_tanh_cell, rnn_relu_cell, lstm_cell and gru_cell, as PyTorch's, and
 // their fused pointwise parts _fused_rnn_cell, _thnn_fused_lstm_cell and _thnn_fused_gru_cell.
-#include "autograd/multi_output.h"
-#include "autograd/node.h"
-#include "core/kernels.h"
-#include "ops/internal.h"
-#include "ops/op_scope.h"
-#include "ops/ops.h"
-#include "ops/rnn_ops.h"
+#include <ampgrad/autograd/multi_output.h>
+#include <ampgrad/autograd/node.h>
+#include <ampgrad/core/kernels.h>
+#include <ampgrad/ops/internal.h>
+#include <ampgrad/ops/op_scope.h>
+#include <ampgrad/ops/ops.h>
+#include <ampgrad/ops/rnn_ops.h>
 
 namespace ampgrad {
 

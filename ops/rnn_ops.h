@@ -5,7 +5,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/tensor.h"
+#include <ampgrad/core/tensor.h>
 
 namespace ampgrad {
 

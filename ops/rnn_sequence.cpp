@@ -1,12 +1,12 @@
 // _lstm_layer: one direction of one LSTM layer over a whole sequence, the time loop of
 // nn::LSTM as one op with one backward node (Note [LSTM layer]).
-#include "autograd/multi_output.h"
-#include "autograd/node.h"
-#include "core/kernels.h"
-#include "ops/internal.h"
-#include "ops/op_scope.h"
-#include "ops/ops.h"
-#include "ops/rnn_ops.h"
+#include <ampgrad/autograd/multi_output.h>
+#include <ampgrad/autograd/node.h>
+#include <ampgrad/core/kernels.h>
+#include <ampgrad/ops/internal.h>
+#include <ampgrad/ops/op_scope.h>
+#include <ampgrad/ops/ops.h>
+#include <ampgrad/ops/rnn_ops.h>
 
 namespace ampgrad {
 

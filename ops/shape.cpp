@@ -1,11 +1,11 @@
 // View ops: they share storage with their input and only change sizes, strides and offset.
 #include <numeric>
 
-#include "autograd/node.h"
-#include "core/kernels.h"
-#include "ops/internal.h"
-#include "ops/op_scope.h"
-#include "ops/ops.h"
+#include <ampgrad/autograd/node.h>
+#include <ampgrad/core/kernels.h>
+#include <ampgrad/ops/internal.h>
+#include <ampgrad/ops/op_scope.h>
+#include <ampgrad/ops/ops.h>
 
 namespace ampgrad {
 

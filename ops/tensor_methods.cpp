@@ -1,7 +1,7 @@
 // Tensor's computing methods and operators, each a thin call into an op.
-#include "autograd/node.h"
-#include "ops/internal.h"
-#include "ops/ops.h"
+#include <ampgrad/autograd/node.h>
+#include <ampgrad/ops/internal.h>
+#include <ampgrad/ops/ops.h>
 
 namespace ampgrad {
 

@@ -1,10 +1,10 @@
 // Ternary elementwise ops: addcmul, addcdiv and lerp, one kernel of core/elementwise_kinds.def
 // each way, with broadcasting and type promotion over all three inputs.
-#include "autograd/node.h"
-#include "core/kernels.h"
-#include "ops/internal.h"
-#include "ops/op_scope.h"
-#include "ops/ops.h"
+#include <ampgrad/autograd/node.h>
+#include <ampgrad/core/kernels.h>
+#include <ampgrad/ops/internal.h>
+#include <ampgrad/ops/op_scope.h>
+#include <ampgrad/ops/ops.h>
 
 namespace ampgrad {
 

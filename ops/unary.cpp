@@ -2,11 +2,11 @@
 // of add, sub, rsub, mul and pow, all one kernel of core/elementwise_kinds.def each way.
 #include <cmath>
 
-#include "autograd/node.h"
-#include "core/kernels.h"
-#include "ops/internal.h"
-#include "ops/op_scope.h"
-#include "ops/ops.h"
+#include <ampgrad/autograd/node.h>
+#include <ampgrad/core/kernels.h>
+#include <ampgrad/ops/internal.h>
+#include <ampgrad/ops/op_scope.h>
+#include <ampgrad/ops/ops.h>
 
 namespace ampgrad {
 
@@ -84,7 +84,7 @@ Tensor unary_elementwise(const OpInfo& op, UnaryKind k, const Tensor& a0, double
   Tensor name(const Tensor& x, double p, double q) {                                                      \
     return unary_elementwise(k_##name, UnaryKind::Kind, x, p, q, true);                                   \
   }
-#include "ops/unary_ops.def"
+#include <ampgrad/ops/unary_ops.def>
 
 namespace {
 const OpInfo kClamp{"clamp", Category::passthrough, true, "exact in any dtype"};

@@ -1,10 +1,10 @@
 // unbind: the slices of a tensor along a dim as views, with one backward node for all of them
 // (a select each would make each slice's gradient a zeroed full-size tensor: T slices of a
 // sequence cost O(T^2)).
-#include "autograd/multi_output.h"
-#include "ops/internal.h"
-#include "ops/op_scope.h"
-#include "ops/ops.h"
+#include <ampgrad/autograd/multi_output.h>
+#include <ampgrad/ops/internal.h>
+#include <ampgrad/ops/op_scope.h>
+#include <ampgrad/ops/ops.h>
 
 namespace ampgrad {
 

@@ -3,13 +3,13 @@
 // composed of ops inside their own record, so autocast acts once, at the outer op.
 #include <cmath>
 
-#include "autograd/node.h"
-#include "core/kernels.h"
-#include "ops/internal.h"
-#include "ops/nn_ops.h"
-#include "ops/op_scope.h"
-#include "ops/ops.h"
-#include "ops/reduce_geometry.h"
+#include <ampgrad/autograd/node.h>
+#include <ampgrad/core/kernels.h>
+#include <ampgrad/ops/internal.h>
+#include <ampgrad/ops/nn_ops.h>
+#include <ampgrad/ops/op_scope.h>
+#include <ampgrad/ops/ops.h>
+#include <ampgrad/ops/reduce_geometry.h>
 
 namespace ampgrad {
 

@@ -1,5 +1,5 @@
 // Adam and AdamW: options per group, and the step through the fused kernel of the device.
-#include "optim/adam.h"
+#include <ampgrad/optim/adam.h>
 
 
 namespace ampgrad::optim {

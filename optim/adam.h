@@ -3,7 +3,7 @@
 
 #include <utility>
 
-#include "optim/optimizer.h"
+#include <ampgrad/optim/optimizer.h>
 
 namespace ampgrad::optim {
 

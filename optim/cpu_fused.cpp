@@ -3,7 +3,7 @@
 #include <cmath>
 #include <type_traits>
 
-#include "core/fused_kernels.h"
+#include <ampgrad/core/fused_kernels.h>
 
 namespace ampgrad::cpu {
 

@@ -1,14 +1,14 @@
 // Optimizer base: groups, state, zero_grad, master weights and state_dict.
-#include "optim/optimizer.h"
+#include <ampgrad/optim/optimizer.h>
 
 #include <algorithm>
 
-#include "amp/working_copy.h"
-#include "autograd/node.h"
-#include "core/fused_kernels.h"
-#include "ops/ops.h"
+#include <ampgrad/amp/working_copy.h>
+#include <ampgrad/autograd/node.h>
+#include <ampgrad/core/fused_kernels.h>
+#include <ampgrad/ops/ops.h>
 #if AMPGRAD_WITH_CUDA
-#include "cuda/call_graph.h"
+#include <ampgrad/cuda/call_graph.h>
 #endif
 
 namespace ampgrad::optim {

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "core/fused_kernels.h"
-#include "core/tensor.h"
+#include <ampgrad/core/fused_kernels.h>
+#include <ampgrad/core/tensor.h>
 
 namespace ampgrad::optim {
 

@@ -1,5 +1,5 @@
 // SGD: options per group, and the step through the fused kernel of the params' device.
-#include "optim/sgd.h"
+#include <ampgrad/optim/sgd.h>
 
 
 namespace ampgrad::optim {

@@ -1,7 +1,7 @@
 // SGD with momentum, dampening, Nesterov and weight decay, as torch.optim.SGD.
 #pragma once
 
-#include "optim/optimizer.h"
+#include <ampgrad/optim/optimizer.h>
 
 namespace ampgrad::optim {
 

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "common.h"
-#include "core/kernels.h"
+#include <ampgrad/core/kernels.h>
 
 namespace {
 

@@ -7,7 +7,7 @@
 #include <random>
 
 #include "common.h"
-#include "core/kernels.h"
+#include <ampgrad/core/kernels.h>
 
 namespace {
 

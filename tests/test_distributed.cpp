@@ -7,7 +7,7 @@
 #include <thread>
 
 #include "common.h"
-#include "distributed/launch.h"
+#include <ampgrad/distributed/launch.h>
 
 namespace dist = ag::distributed;
 

@@ -3,6 +3,8 @@
 
 #include <cstdio>
 
+#include "core/tensor.h"  // the consumer's own (own/core/tensor.h), not ampgrad's
+
 namespace ag = ampgrad;
 
 int main() {
@@ -14,6 +16,6 @@ int main() {
   r.backward();
   std::printf("consumer: r = %g, p.grad = %g, (b@b)[1][1] = %g\n", r.item<float>(), p.grad().item<float>(),
               c.to_vector<float>()[3]);
-  const bool ok = r.item<float>() == 7.f && p.grad().item<float>() == 4.f && c.to_vector<float>()[3] == 22.f;
+  const bool ok = ConsumerOwnTensor{}.value == 42 && r.item<float>() == 7.f && p.grad().item<float>() == 4.f && c.to_vector<float>()[3] == 22.f;
   return ok ? 0 : 1;
 }
