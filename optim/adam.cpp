@@ -5,19 +5,13 @@
 namespace ampgrad::optim {
 
 namespace {
-std::map<std::string, double> adam_defaults(const AdamOptions& o, bool decoupled) {
+AdamOptions checked(AdamOptions o, bool decoupled) {
   AG_CHECK(o.lr_ >= 0, "Adam: invalid learning rate {}", o.lr_);
   AG_CHECK(o.beta1_ >= 0 && o.beta1_ < 1 && o.beta2_ >= 0 && o.beta2_ < 1, "Adam: invalid betas ({}, {})", o.beta1_,
            o.beta2_);
   AG_CHECK(o.eps_ >= 0, "Adam: invalid eps {}", o.eps_);
-  return {{"lr", o.lr_},
-          {"beta1", o.beta1_},
-          {"beta2", o.beta2_},
-          {"eps", o.eps_},
-          {"weight_decay", o.weight_decay_},
-          {"amsgrad", o.amsgrad_ ? 1.0 : 0.0},
-          {"maximize", o.maximize_ ? 1.0 : 0.0},
-          {"decoupled_weight_decay", decoupled ? 1.0 : 0.0}};
+  o.decoupled_weight_decay_ = o.decoupled_weight_decay_ || decoupled;
+  return o;
 }
 std::vector<std::string> adam_state(const AdamOptions& o) {
   if (o.amsgrad_) return {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
@@ -30,10 +24,10 @@ Adam::Adam(std::vector<Tensor> params, AdamOptions options)
 Adam::Adam(std::vector<std::vector<Tensor>> groups, AdamOptions options, std::vector<double> group_lrs)
     : Adam(std::move(groups), options, std::move(group_lrs), false) {}
 Adam::Adam(std::vector<std::vector<Tensor>> groups, AdamOptions options, std::vector<double> group_lrs, bool decoupled)
-    : Optimizer(std::move(groups), adam_defaults(options, decoupled), adam_state(options)) {
+    : Optimizer(std::move(groups), checked(options, decoupled), adam_state(options)) {
   AG_CHECK(group_lrs.empty() || group_lrs.size() == groups_.size(), "Adam: {} group learning rates for {} groups",
            group_lrs.size(), groups_.size());
-  for (size_t i = 0; i < group_lrs.size(); ++i) groups_[i].options["lr"] = group_lrs[i];
+  for (size_t i = 0; i < group_lrs.size(); ++i) groups_[i].options->set_lr(group_lrs[i]);
 }
 
 AdamW::AdamW(std::vector<Tensor> params, AdamWOptions options)
@@ -41,16 +35,40 @@ AdamW::AdamW(std::vector<Tensor> params, AdamWOptions options)
 AdamW::AdamW(std::vector<std::vector<Tensor>> groups, AdamWOptions options, std::vector<double> group_lrs)
     : Adam(std::move(groups), options, std::move(group_lrs), true) {}
 
+std::vector<std::pair<std::string, double>> AdamOptions::values() const {
+  return {{"lr", lr_},
+          {"beta1", beta1_},
+          {"beta2", beta2_},
+          {"eps", eps_},
+          {"weight_decay", weight_decay_},
+          {"amsgrad", amsgrad_ ? 1.0 : 0.0},
+          {"maximize", maximize_ ? 1.0 : 0.0},
+          {"decoupled_weight_decay", decoupled_weight_decay_ ? 1.0 : 0.0}};
+}
+
+void AdamOptions::set_value(const std::string& name, double v) {
+  if (name == "lr") lr_ = v;
+  else if (name == "beta1") beta1_ = v;
+  else if (name == "beta2") beta2_ = v;
+  else if (name == "eps") eps_ = v;
+  else if (name == "weight_decay") weight_decay_ = v;
+  else if (name == "amsgrad") amsgrad_ = v != 0;
+  else if (name == "maximize") maximize_ = v != 0;
+  else if (name == "decoupled_weight_decay") decoupled_weight_decay_ = v != 0;
+  else AG_CHECK(false, "AdamOptions: no option named '{}'", name);
+}
+
 void Adam::fused_step(Group& g, const FusedStep& s, const std::vector<size_t>& idx) {
+  const AdamOptions& o = options_of<AdamOptions>(g);
   AdamHyper h;
-  h.lr = g.options["lr"];
-  h.beta1 = g.options["beta1"];
-  h.beta2 = g.options["beta2"];
-  h.eps = g.options["eps"];
-  h.weight_decay = g.options["weight_decay"];
-  h.amsgrad = g.options["amsgrad"] != 0;
-  h.maximize = g.options["maximize"] != 0;
-  h.decoupled_weight_decay = g.options["decoupled_weight_decay"] != 0;
+  h.lr = o.lr_;
+  h.beta1 = o.beta1_;
+  h.beta2 = o.beta2_;
+  h.eps = o.eps_;
+  h.weight_decay = o.weight_decay_;
+  h.amsgrad = o.amsgrad_;
+  h.maximize = o.maximize_;
+  h.decoupled_weight_decay = o.decoupled_weight_decay_;
   std::vector<Tensor> m = state_at(g, "exp_avg", idx), v = state_at(g, "exp_avg_sq", idx);
   std::vector<Tensor> vmax = h.amsgrad ? state_at(g, "max_exp_avg_sq", idx) : std::vector<Tensor>{};
   std::vector<Tensor> steps = steps_at(g, idx);

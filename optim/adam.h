@@ -7,20 +7,30 @@
 
 namespace ampgrad::optim {
 
-struct AdamOptions {
+struct AdamOptions : OptionsBase<AdamOptions> {
   explicit AdamOptions(double lr = 1e-3) : lr_(lr) {}
+  std::vector<std::pair<std::string, double>> values() const override;
+  void set_value(const std::string& name, double v) override;
+  double get_lr() const override { return lr_; }
+  void set_lr(double lr) override { lr_ = lr; }
+  const char* kind() const override { return "AdamOptions"; }
+  // AdamW's weight decay (decoupled from the gradient), as torch.optim.Adam's argument.
+  AdamOptions& decoupled_weight_decay(bool v) { decoupled_weight_decay_ = v; return *this; }
   AdamOptions& betas(std::pair<double, double> b) { beta1_ = b.first; beta2_ = b.second; return *this; }
   AdamOptions& eps(double v) { eps_ = v; return *this; }
   AdamOptions& weight_decay(double v) { weight_decay_ = v; return *this; }
   AdamOptions& amsgrad(bool v) { amsgrad_ = v; return *this; }
   AdamOptions& maximize(bool v) { maximize_ = v; return *this; }
   double lr_, beta1_ = 0.9, beta2_ = 0.999, eps_ = 1e-8, weight_decay_ = 0;
-  bool amsgrad_ = false, maximize_ = false;
+  bool amsgrad_ = false, maximize_ = false, decoupled_weight_decay_ = false;
 };
 
 // AdamW's default weight decay is 0.01, as in PyTorch.
 struct AdamWOptions : AdamOptions {
-  explicit AdamWOptions(double lr = 1e-3) : AdamOptions(lr) { weight_decay_ = 1e-2; }
+  explicit AdamWOptions(double lr = 1e-3) : AdamOptions(lr) {
+    weight_decay_ = 1e-2;
+    decoupled_weight_decay_ = true;
+  }
 };
 
 class Adam : public Optimizer {

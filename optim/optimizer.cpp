@@ -13,7 +13,7 @@
 
 namespace ampgrad::optim {
 
-Optimizer::Optimizer(std::vector<std::vector<Tensor>> groups, std::map<std::string, double> defaults,
+Optimizer::Optimizer(std::vector<std::vector<Tensor>> groups, const OptimizerOptions& defaults,
                      std::vector<std::string> state_names)
     : state_names_(std::move(state_names)) {
   AG_CHECK(!groups.empty(), "optimizer: got no parameter groups");
@@ -26,7 +26,7 @@ Optimizer::Optimizer(std::vector<std::vector<Tensor>> groups, std::map<std::stri
       AG_CHECK(p.is_contiguous(), "optimizer: parameters must be contiguous, got {}", p.desc());
     }
     g.params = std::move(params);
-    g.options = defaults;
+    g.options = defaults.clone();
     groups_.push_back(std::move(g));
   }
 }
@@ -62,11 +62,11 @@ std::vector<Tensor> Optimizer::params() const {
   return all;
 }
 
-double Optimizer::lr(size_t group) const { return groups_.at(group).options.at("lr"); }
+double Optimizer::lr(size_t group) const { return groups_.at(group).options->get_lr(); }
 void Optimizer::set_lr(double lr) {
-  for (Group& g : groups_) g.options["lr"] = lr;
+  for (Group& g : groups_) g.options->set_lr(lr);
 }
-void Optimizer::set_lr(size_t group, double lr) { groups_.at(group).options["lr"] = lr; }
+void Optimizer::set_lr(size_t group, double lr) { groups_.at(group).options->set_lr(lr); }
 
 void Optimizer::use_master_weights() {
   master_weights_ = true;
@@ -175,7 +175,8 @@ StateDict Optimizer::state_dict() const {
   size_t base = 0;
   for (size_t gi = 0; gi < groups_.size(); ++gi) {
     const Group& g = groups_[gi];
-    for (const auto& [k, v] : g.options) sd[fmt::format("param_groups.{}.{}", gi, k)] = tensor(std::vector<double>{v}, {});
+    for (const auto& [k, v] : g.options->values())
+      sd[fmt::format("param_groups.{}.{}", gi, k)] = tensor(std::vector<double>{v}, {});
     sd[fmt::format("param_groups.{}.size", gi)] = tensor(std::vector<double>{static_cast<double>(g.params.size())}, {});
     for (size_t i = 0; i < g.params.size(); ++i) {
       const size_t id = base + i;
@@ -199,7 +200,7 @@ void Optimizer::load_state_dict(const StateDict& sd) {
     AG_CHECK(static_cast<size_t>(it->second.item<double>()) == groups_[gi].params.size(),
              "optimizer.load_state_dict: group {} holds {} parameters but the state dict has {}", gi,
              groups_[gi].params.size(), it->second.item<double>());
-    for (const auto& [k, v] : groups_[gi].options)
+    for (const auto& [k, v] : groups_[gi].options->values())
       AG_CHECK(sd.count(fmt::format("param_groups.{}.{}", gi, k)), "optimizer.load_state_dict: missing param_groups.{}.{}",
                gi, k);
     base += groups_[gi].params.size();
@@ -207,7 +208,7 @@ void Optimizer::load_state_dict(const StateDict& sd) {
   base = 0;
   for (size_t gi = 0; gi < groups_.size(); ++gi) {
     Group& g = groups_[gi];
-    for (auto& [k, v] : g.options) v = sd.at(fmt::format("param_groups.{}.{}", gi, k)).item<double>();
+    for (const auto& [k, v] : g.options->values()) g.options->set_value(k, sd.at(fmt::format("param_groups.{}.{}", gi, k)).item<double>());
     for (size_t i = 0; i < g.params.size(); ++i) {
       const size_t id = base + i;
       const Device dev = g.params[i].device();

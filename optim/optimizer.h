@@ -4,7 +4,9 @@
 #pragma once
 
 #include <map>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <ampgrad/core/fused_kernels.h>
@@ -14,6 +16,33 @@ namespace ampgrad::optim {
 
 // Flat, ordered name -> tensor map: the form checkpoints store (scalars are 0-dim float64).
 using StateDict = std::map<std::string, Tensor>;
+
+// Note [Typed options]
+// A parameter group holds its optimizer's own options struct (SGDOptions, AdamOptions), as
+// libtorch's param groups do: a misspelt option is a compile error, not a silent 0 from a map.
+// state_dict stores each option as "param_groups.G.NAME" (booleans 0 or 1), by the names
+// values() gives; load_state_dict sets them back through set_value(), which refuses a name the
+// options do not have.
+class OptimizerOptions {
+ public:
+  virtual ~OptimizerOptions() = default;
+  virtual std::unique_ptr<OptimizerOptions> clone() const = 0;
+  // Every option by its state_dict name, in a fixed order.
+  virtual std::vector<std::pair<std::string, double>> values() const = 0;
+  virtual void set_value(const std::string& name, double v) = 0;
+  virtual double get_lr() const = 0;
+  virtual void set_lr(double lr) = 0;
+  virtual const char* kind() const = 0;  // "SGDOptions", "AdamOptions", ...
+};
+
+// Options of concrete type O, with clone() and kind() written once.
+template <class O>
+class OptionsBase : public OptimizerOptions {
+ public:
+  std::unique_ptr<OptimizerOptions> clone() const override {
+    return std::make_unique<O>(static_cast<const O&>(*this));
+  }
+};
 
 class Optimizer {
  public:
@@ -33,6 +62,17 @@ class Optimizer {
   void zero_grad(bool set_to_none = true);
 
   size_t num_groups() const { return groups_.size(); }
+  // Group g's options; options<AdamOptions>(g) as the optimizer's own type (an ag::Error
+  // naming both types if they differ).
+  OptimizerOptions& options(size_t g) { return *groups_.at(g).options; }
+  const OptimizerOptions& options(size_t g) const { return *groups_.at(g).options; }
+  template <class O>
+  O& options(size_t g) {
+    auto* o = dynamic_cast<O*>(groups_.at(g).options.get());
+    AG_CHECK(o != nullptr, "optimizer: group {} holds {}, not the options type asked for", g,
+             groups_.at(g).options->kind());
+    return *o;
+  }
   const std::vector<Tensor>& group_params(size_t g) const { return groups_.at(g).params; }
   std::vector<Tensor> params() const;
   double lr(size_t group = 0) const;
@@ -54,13 +94,18 @@ class Optimizer {
   struct Group {
     std::vector<Tensor> params;
     std::vector<Tensor> masters;  // aligned with params when master weights are on
-    std::map<std::string, double> options;
+    std::unique_ptr<OptimizerOptions> options;  // the optimizer's own type (Note [Typed options])
     // Per-param state, aligned with params: name -> tensors (e.g. "exp_avg").
     std::map<std::string, std::vector<Tensor>> state;
     std::vector<Tensor> steps;  // float32 [1] per param
   };
-  Optimizer(std::vector<std::vector<Tensor>> groups, std::map<std::string, double> defaults,
+  Optimizer(std::vector<std::vector<Tensor>> groups, const OptimizerOptions& defaults,
             std::vector<std::string> state_names);
+  // Group g's options as the type the optimizer put there.
+  template <class O>
+  static const O& options_of(const Group& g) {
+    return static_cast<const O&>(*g.options);
+  }
   // Runs this optimizer's fused kernel (core/fused_kernels.h) on `s`, the step of group g (the
   // params at positions idx of it), on their device.
   virtual void fused_step(Group& g, const FusedStep& s, const std::vector<size_t>& idx) = 0;

@@ -714,3 +714,36 @@ TEST_CASE("a step that throws after the inf check leaves no stale flag behind", 
   CHECK(scaler.get_scale() == 2);
   CHECK_FALSE(scaler.last_decision().found_inf);
 }
+
+TEST_CASE("optimizer groups hold their optimizer's typed options; state_dict keeps PyTorch's names", "[optim]") {
+  // Note [Typed options].
+  ag::Tensor w = ag::full({3}, 1.0).requires_grad_(), v = ag::full({2}, 1.0).requires_grad_();
+  using Groups = std::vector<std::vector<ag::Tensor>>;
+  ag::optim::Adam adam(Groups{{w}, {v}}, ag::optim::AdamOptions(0.01).betas({0.8, 0.95}).amsgrad(true), {0.01, 0.002});
+  CHECK(adam.options<ag::optim::AdamOptions>(0).beta1_ == 0.8);
+  CHECK(adam.options<ag::optim::AdamOptions>(1).lr_ == 0.002);
+  CHECK(adam.options(1).get_lr() == 0.002);
+  CHECK_THAT(error_message([&] { (void)adam.options<ag::optim::SGDOptions>(0); }),
+             Catch::Contains("group 0 holds AdamOptions"));
+  // A change through the typed options is what the next step uses and what state_dict stores.
+  adam.options<ag::optim::AdamOptions>(1).eps_ = 1e-6;
+  const ag::optim::StateDict sd = adam.state_dict();
+  for (const char* k : {"lr", "beta1", "beta2", "eps", "weight_decay", "amsgrad", "maximize", "decoupled_weight_decay"})
+    CHECK(sd.count(std::string("param_groups.1.") + k) == 1);
+  CHECK(sd.at("param_groups.1.eps").item<double>() == 1e-6);
+  CHECK(sd.at("param_groups.0.amsgrad").item<double>() == 1.0);
+  CHECK(sd.at("param_groups.0.decoupled_weight_decay").item<double>() == 0.0);
+  ag::optim::Adam other(Groups{{w}, {v}}, ag::optim::AdamOptions(0.5).amsgrad(true));
+  other.load_state_dict(sd);
+  CHECK(other.options<ag::optim::AdamOptions>(1).eps_ == 1e-6);
+  CHECK(other.lr(0) == 0.01);
+  CHECK(other.options<ag::optim::AdamOptions>(0).beta2_ == 0.95);
+  // AdamW's options decouple the weight decay; SGD's keep their own names.
+  ag::optim::AdamW adamw(std::vector<ag::Tensor>{w});
+  CHECK(adamw.options<ag::optim::AdamOptions>(0).decoupled_weight_decay_);
+  CHECK(adamw.options<ag::optim::AdamOptions>(0).weight_decay_ == 0.01);
+  ag::optim::SGD sgd(std::vector<ag::Tensor>{w}, ag::optim::SGDOptions(0.1).momentum(0.9).nesterov(true));
+  CHECK(sgd.state_dict().at("param_groups.0.nesterov").item<double>() == 1.0);
+  CHECK_THAT(error_message([&] { sgd.options(0).set_value("momentun", 0.5); }),
+             Catch::Contains("SGDOptions: no option named 'momentun'"));
+}
