@@ -6,9 +6,7 @@
 #include <mutex>
 #include <unordered_map>
 
-#if AMPGRAD_WITH_CUDA
-#include <ampgrad/cuda/graph.h>
-#endif
+#include <ampgrad/core/device_hooks.h>
 
 namespace ampgrad::amp {
 
@@ -35,25 +33,12 @@ Registry& registry() {
   return *r;
 }
 
-uint64_t replays() {
-#if AMPGRAD_WITH_CUDA
-  return cuda::graph_replays();
-#else
-  return 0;
-#endif
-}
+uint64_t replays() { return graph_replays(DeviceType::CUDA); }
 
 // While a CUDA graph captures, copies are neither served, kept nor written: a captured step
 // casts inside the graph, as it would without kept copies, so its replays never read a copy
 // that eager code changes behind them, and no copy lives in graph memory.
-bool capturing(const Tensor& t) {
-#if AMPGRAD_WITH_CUDA
-  return t.is_cuda() && cuda::capturing(t.device().index);
-#else
-  (void)t;
-  return false;
-#endif
-}
+bool capturing(const Tensor& t) { return graph_capturing(t.device()); }
 
 // Whether e still holds param's values: same object, memory, shape and version, no replay since.
 bool current(const Entry& e, const Tensor& param, uint64_t now) {

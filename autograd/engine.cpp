@@ -5,10 +5,7 @@
 #include <ampgrad/amp/autocast.h>
 #include <ampgrad/autograd/node.h>
 #include <ampgrad/ops/ops.h>
-#if AMPGRAD_WITH_CUDA
-#include <ampgrad/cuda/call_graph.h>
-#include <ampgrad/cuda/graph.h>
-#endif
+#include <ampgrad/core/device_hooks.h>
 
 namespace ampgrad::autograd {
 
@@ -39,9 +36,7 @@ std::vector<Seed>& seeds() {
 }
 
 Tensor implicit_seed(const Tensor& root) {
-#if AMPGRAD_WITH_CUDA
-  if (root.is_cuda() && cuda::capturing(root.device().index)) return ones_like(root);
-#endif
+  if (graph_capturing(root.device())) return ones_like(root);
   std::vector<Seed>& list = seeds();
   for (auto it = list.begin(); it != list.end(); ++it) {
     Tensor& t = it->t;
@@ -91,11 +86,9 @@ void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph) {
   }
   NoGradGuard no_grad;  // formulas build no graph of their own (no double backward)
   amp::AutocastSuspend no_autocast;  // nor are they recast
-#if AMPGRAD_WITH_CUDA
   // The forward's calls go to the device now, while the host works out the backward's (Note
-  // [Launch batches] in cuda/call_graph.h).
-  if (root.is_cuda()) cuda::submit_launches(root.device().index);
-#endif
+  // [Device hooks] in core/device_hooks.h).
+  end_phase(root.device());
 
   Edge start = gradient_edge(root);
   // Count, for each node, how many edges lead into it from nodes reachable from the root.

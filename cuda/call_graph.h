@@ -62,7 +62,8 @@ namespace ampgrad::cuda {
 //     a block freed to the host cache is only handed to later work on the same stream;
 //   - synchronize();
 //   - the phases of a step: backward() submits the forward's calls before it starts, and an
-//     optimizer's step() submits the backward's and its own when it ends;
+//     optimizer's step() submits the backward's and its own when it ends (end_phase(), Note
+//     [Device hooks] in core/device_hooks.h);
 //   - kMaxHeldCalls calls held, or a cut: after at least 8 calls, a call whose id (mixed) falls
 //     in one of 32 buckets ends the batch (cuts_batch() in cuda/call_graph.cpp). The cuts depend
 //     on the calls alone, as content-defined chunks do, so a step's batches are the same

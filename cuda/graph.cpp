@@ -3,6 +3,8 @@
 
 #include <atomic>
 
+#include <ampgrad/core/device_hooks.h>
+#include <ampgrad/cuda/call_graph.h>
 #include <ampgrad/cuda/check.h>
 
 namespace ampgrad::cuda {
@@ -51,6 +53,22 @@ std::atomic<uint64_t> g_replays{0};
 
 bool capturing(int device) { return allocator_capturing(device); }
 uint64_t graph_replays() { return g_replays.load(std::memory_order_relaxed); }
+
+namespace {
+// What autograd, the optimizers and working copies ask of CUDA (Note [Device hooks] in
+// core/device_hooks.h): the end of a step's phase submits the held calls (Note [Launch
+// batches]). Registered at load; makes no CUDA call.
+struct RegisterCudaHooks {
+  RegisterCudaHooks() {
+    DeviceHooks h;
+    h.end_phase = &submit_launches;
+    h.capturing = &capturing;
+    h.graph_replays = &graph_replays;
+    set_device_hooks(DeviceType::CUDA, h);
+  }
+};
+const RegisterCudaHooks register_cuda_hooks;
+}  // namespace
 
 void CudaGraph::replay() {
   AG_CHECK(exec_ != nullptr, "CudaGraph.replay: nothing was captured");

@@ -7,9 +7,7 @@
 #include <ampgrad/autograd/node.h>
 #include <ampgrad/core/fused_kernels.h>
 #include <ampgrad/ops/ops.h>
-#if AMPGRAD_WITH_CUDA
-#include <ampgrad/cuda/call_graph.h>
-#endif
+#include <ampgrad/core/device_hooks.h>
 
 namespace ampgrad::optim {
 
@@ -99,11 +97,9 @@ void Optimizer::step_gated(const Tensor& found_inf, const Tensor& inv_scale, con
     s.check_grads = check_grads;
     fused_step(g, s, idx);
     step_written(s);
-#if AMPGRAD_WITH_CUDA
     // A phase of the step ends: its calls, and the backward's, go to the device now (Note
-    // [Launch batches] in cuda/call_graph.h).
-    if (s.params[0].is_cuda()) cuda::submit_launches(s.params[0].device().index);
-#endif
+    // [Device hooks] in core/device_hooks.h).
+    end_phase(s.params[0].device());
   }
 }
 
