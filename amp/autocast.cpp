@@ -1,11 +1,13 @@
 // Autocast state, guard, policy and cast cache (Note [Autocast] in amp/autocast.h).
 #include <ampgrad/amp/autocast.h>
+#include <ampgrad/amp/policy.h>
 
 #include <unordered_map>
 
 #include <ampgrad/amp/trace.h>
-#include <ampgrad/amp/working_copy.h>
+#include <ampgrad/amp/working_copy_detail.h>
 #include <ampgrad/ops/op.h>
+#include <ampgrad/ops/internal.h>
 #include <ampgrad/ops/ops.h>
 
 namespace ampgrad::amp {
@@ -117,12 +119,18 @@ void clear_cast_cache() { t_state.cache.clear(); }
 Trace::Trace() : prev_(t_state.trace) { t_state.trace = this; }
 Trace::~Trace() { t_state.trace = prev_; }
 
+// Appends to a Trace (its friend: the records are private to it).
+class TraceWriter {
+ public:
+  static void push(Trace& t, OpRecord&& rec) { t.records_.push_back(std::move(rec)); }
+};
+
 namespace detail {
 
 bool policy_active() { return t_state.enabled[0] || t_state.enabled[1] || t_state.trace != nullptr; }
 bool tracing() { return t_state.trace != nullptr; }
 void trace_push(OpRecord&& rec) {
-  if (t_state.trace) t_state.trace->records_.push_back(std::move(rec));
+  if (t_state.trace) TraceWriter::push(*t_state.trace, std::move(rec));
 }
 
 std::optional<DType> apply_policy(const OpInfo& op, Tensor* const* inputs, size_t n, OpRecord* rec) {

@@ -91,18 +91,5 @@ struct OpRecord {
   int64_t bytes_converted = 0;
 };
 
-namespace detail {
-// Whether this op call is the outermost on its thread; the policy runs only for those.
-struct OpDepth {
-  static inline thread_local int depth = 0;
-};
-// True while autocast is enabled for some device type or a trace is recording.
-bool policy_active();
-// Applies the policy to the inputs (replacing them with casts); fills `rec` when tracing.
-// Returns the dtype the policy chose (nothing when it did not act).
-std::optional<DType> apply_policy(const OpInfo& op, Tensor* const* inputs, size_t n, OpRecord* rec);
-bool tracing();
-void trace_push(OpRecord&& rec);
-}  // namespace detail
 
 }  // namespace ampgrad::amp

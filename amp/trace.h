@@ -19,7 +19,7 @@ class Trace {
   const std::vector<OpRecord>& records() const { return records_; }
 
  private:
-  friend void detail::trace_push(OpRecord&& rec);
+  friend class TraceWriter;  // amp/autocast.cpp
   std::vector<OpRecord> records_;
   Trace* prev_;
 };

@@ -1,5 +1,5 @@
 // Working copies kept across autocast regions (Note [Working copies] in amp/working_copy.h).
-#include <ampgrad/amp/working_copy.h>
+#include <ampgrad/amp/working_copy_detail.h>
 
 #include <atomic>
 #include <memory>

@@ -39,16 +39,5 @@ void clear_working_copies();
 // How many copies are kept (for tests and `ampgrad explain`).
 int64_t working_copy_count();
 
-namespace detail {
-// The kept copy of `param` in `dtype` when it matches the parameter's current version, else
-// an undefined tensor.
-Tensor current_working_copy(const Tensor& param, DType dtype);
-// Keeps `copy` (param's values cast to copy's dtype, just computed) as param's copy.
-void keep_working_copy(const Tensor& param, const Tensor& copy);
-// For a fused optimizer step: the current copy of each param (undefined where none).
-std::vector<Tensor> current_working_copies(const std::vector<Tensor>& params);
-// After the step wrote params[i] and copies[i] (and bumped both versions): they match again.
-void working_copies_written(const std::vector<Tensor>& params, const std::vector<Tensor>& copies);
-}  // namespace detail
 
 }  // namespace ampgrad::amp

@@ -6,6 +6,7 @@
 #include <string_view>
 #include <vector>
 
+#include <ampgrad/autograd/grad_mode.h>
 #include <ampgrad/core/tensor.h>
 
 namespace ampgrad {
@@ -112,9 +113,6 @@ class AccumulateGrad final : public Node {
   std::shared_ptr<TensorImpl> leaf_;
 };
 
-// Grad mode: whether ops record history. Thread-local, as in PyTorch.
-bool grad_mode_enabled();
-void set_grad_mode(bool enabled);
 
 // True when grad mode is on and any defined input requires grad.
 bool any_requires_grad(std::initializer_list<const Tensor*> inputs);
@@ -144,17 +142,3 @@ bool is_implicit_seed(const Tensor& t);
 void queue_callback(std::function<void()> fn);
 
 }  // namespace ampgrad::autograd
-
-namespace ampgrad {
-// Disables recording in its scope, like torch::NoGradGuard.
-class NoGradGuard {
- public:
-  NoGradGuard() : prev_(autograd::grad_mode_enabled()) { autograd::set_grad_mode(false); }
-  ~NoGradGuard() { autograd::set_grad_mode(prev_); }
-  NoGradGuard(const NoGradGuard&) = delete;
-  NoGradGuard& operator=(const NoGradGuard&) = delete;
-
- private:
-  bool prev_;
-};
-}  // namespace ampgrad

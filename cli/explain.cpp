@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <ampgrad/amp/working_copy_detail.h>
 #include <ampgrad/ampgrad.h>
 #include "cli/commands.h"
 #include "cli/models.h"

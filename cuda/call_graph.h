@@ -6,6 +6,8 @@
 #include <type_traits>
 #include <vector>
 
+#include <ampgrad/cuda/graph.h>
+
 struct CUstream_st;
 
 namespace ampgrad::cuda {
@@ -160,27 +162,6 @@ void run_call(int device, CUstream_st* stream, const CallKey& key, F&& enqueue) 
            const_cast<void*>(static_cast<const void*>(&enqueue)));
 }
 
-struct CallGraphStats {
-  int64_t direct = 0;     // calls run directly (first sightings, failed keys, captures, disabled)
-  int64_t captured = 0;   // graphs captured
-  int64_t launched = 0;   // calls run as a graph launch (captures included)
-  int64_t failed = 0;     // captures, compositions or graph launches that failed; their keys run directly from then on
-  int64_t entries = 0;    // keys in the table now
-  int64_t batches = 0;    // batch graphs launched (Note [Launch batches])
-  int64_t batched = 0;    // calls that ran inside them (counted in launched when they were held)
-  int64_t batches_composed = 0;
-};
-CallGraphStats call_graph_stats();
-// On by default; AMPGRAD_CALL_GRAPHS=0 turns it off at start. Turning it off destroys the graphs.
-void set_call_graphs_enabled(bool enabled);
-bool call_graphs_enabled();
-// When ampgrad's own kernels launch through run_call (Note [Kernel graphs] in cuda/launch.cuh),
-// while call graphs are on: never, only while the device keeps up with the host (the
-// default), or always. AMPGRAD_KERNEL_GRAPHS=0, =auto or =1 sets it at start. Changing it
-// keeps the table.
-enum class KernelGraphs { off, when_host_bound, always };
-void set_kernel_graphs(KernelGraphs mode);
-KernelGraphs kernel_graphs();
 // Whether a kernel launched now on `stream` of `device` should go through run_call: the mode,
 // call graphs on, no CudaGraph capturing, and (when_host_bound) the device not far behind
 // the host (Note [Kernel graphs]). Cheap: it looks at the device every kProbeLaunches calls.
@@ -193,8 +174,5 @@ void submit_launches(int device);
 // next run_call or submit_launches() (the held calls after the one that failed are dropped;
 // the device's error is what a later call would report anyway).
 void try_submit_launches(int device) noexcept;
-// On by default; AMPGRAD_LAUNCH_BATCHES=0 turns it off at start. Turning it off submits what is held.
-void set_launch_batches(bool enabled);
-bool launch_batches();
 
 }  // namespace ampgrad::cuda

@@ -17,6 +17,34 @@ bool capturing(int device);
 // (amp's kept working copies, Note [Working copies]) stop trusting what they hold.
 uint64_t graph_replays();
 
+// The switches and counters of the per-call graphs that keep eager steps fast (Note [Call
+// graphs], Note [Kernel graphs] and Note [Launch batches] in cuda/call_graph.h, the machinery's
+// internals).
+struct CallGraphStats {
+  int64_t direct = 0;     // calls run directly (first sightings, failed keys, captures, disabled)
+  int64_t captured = 0;   // graphs captured
+  int64_t launched = 0;   // calls run as a graph launch (captures included)
+  int64_t failed = 0;     // captures, compositions or graph launches that failed; their keys run directly from then on
+  int64_t entries = 0;    // keys in the table now
+  int64_t batches = 0;    // batch graphs launched (Note [Launch batches])
+  int64_t batched = 0;    // calls that ran inside them (counted in launched when they were held)
+  int64_t batches_composed = 0;
+};
+CallGraphStats call_graph_stats();
+// On by default; AMPGRAD_CALL_GRAPHS=0 turns it off at start. Turning it off destroys the graphs.
+void set_call_graphs_enabled(bool enabled);
+bool call_graphs_enabled();
+// When ampgrad's own kernels launch through run_call (Note [Kernel graphs] in cuda/launch.cuh),
+// while call graphs are on: never, only while the device keeps up with the host (the
+// default), or always. AMPGRAD_KERNEL_GRAPHS=0, =auto or =1 sets it at start. Changing it
+// keeps the table.
+enum class KernelGraphs { off, when_host_bound, always };
+void set_kernel_graphs(KernelGraphs mode);
+KernelGraphs kernel_graphs();
+// On by default; AMPGRAD_LAUNCH_BATCHES=0 turns it off at start. Turning it off submits what is held.
+void set_launch_batches(bool enabled);
+bool launch_batches();
+
 // Note [CUDA graphs]
 // capture(fn) runs fn while the library stream (Note [CUDA stream]) records instead of
 // executing, in cudaStreamCaptureModeGlobal: any call that would wait for the device

@@ -8,6 +8,7 @@
 //
 //   ./custom_op [cpu|cuda]     exits 1 if the gradient check fails or the net does not learn
 #include <ampgrad/ampgrad.h>
+#include <ampgrad/ops/define_op.h>  // defining an op of our own
 
 #include <cmath>
 #include <cstdio>

@@ -26,6 +26,11 @@ Tensor cast_quietly(const Tensor& t, DType dt);
 // A view of `t` with out's shape: broadcast dims get stride 0 (no copy).
 Tensor broadcast_to(const Tensor& t, const Shape& shape);
 
+// The result of casting `a` to `copy`'s dtype when `copy` already holds exactly that (a
+// working copy, Note [Working copies] in amp/working_copy.h): a new handle on copy's memory
+// with the cast's autograd edge to `a`, and no kernel.
+Tensor to_reusing(const Tensor& a, const Tensor& copy);
+
 Tensor clone_op(const Tensor& a);
 Tensor& copy_into(Tensor& dst, const Tensor& src);
 void fill_into(const Tensor& dst, double value);

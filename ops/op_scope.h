@@ -6,7 +6,7 @@
 #include <array>
 #include <optional>
 
-#include <ampgrad/amp/autocast.h>
+#include <ampgrad/amp/policy.h>
 #include <ampgrad/core/dispatch.h>
 #include <ampgrad/ops/op.h>
 

@@ -183,10 +183,6 @@ Tensor linear_relu(const Tensor& x, const Tensor& weight, const Tensor& bias = T
 // Casts and copies (ops/copy.cpp). `to` is differentiable: gradients flow back in the
 // source dtype.
 Tensor to(const Tensor& a, Device device, DType dtype);
-// The result of casting `a` to `copy`'s dtype when `copy` already holds exactly that (a
-// working copy, Note [Working copies] in amp/working_copy.h): a new handle on copy's memory
-// with the cast's autograd edge to `a`, and no kernel.
-Tensor to_reusing(const Tensor& a, const Tensor& copy);
 
 // Operators with tensors and scalars.
 Tensor operator+(const Tensor& a, const Tensor& b);

@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-#include <ampgrad/amp/working_copy.h>
+#include <ampgrad/amp/working_copy_detail.h>
 #include <ampgrad/autograd/node.h>
 #include <ampgrad/core/fused_kernels.h>
 #include <ampgrad/ops/ops.h>

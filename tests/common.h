@@ -12,6 +12,8 @@
 #include <fmt/format.h>
 
 #include <ampgrad/ampgrad.h>
+#include <ampgrad/autograd/node.h>  // tests look at autograd's nodes and the op machinery
+#include <ampgrad/ops/define_op.h>
 
 namespace ag = ampgrad;
 

@@ -4,6 +4,9 @@
 #include <cstring>
 #include <set>
 
+#include <ampgrad/amp/working_copy_detail.h>
+#include <ampgrad/ops/define_op.h>
+
 #include "common.h"
 #include "data/torch_autocast_lists.h"
 #include "op_table.h"

@@ -12,6 +12,7 @@
 
 #include "common.h"
 #include <ampgrad/core/kernels.h>
+#include <ampgrad/cuda/call_graph.h>
 
 namespace {
 

@@ -1,5 +1,7 @@
 // Bad input throws ag::Error whose message names the op, the shapes, dtypes and devices,
 // and the library keeps working afterwards.
+#include <ampgrad/ops/define_op.h>
+
 #include "common.h"
 
 namespace {

@@ -1,4 +1,6 @@
-// ampgrad: the one header a program includes. `namespace ag = ampgrad;`
+// ampgrad: the one header a program includes. `namespace ag = ampgrad;` It gives the public
+// API; a program that defines ops or kernels of its own also includes <ampgrad/ops/define_op.h>
+// (OpInfo records, OpScope, autograd::record, kernel stubs: Note [Defining an op]).
 #pragma once
 
 #include <ampgrad/amp/autocast.h>
@@ -8,14 +10,13 @@
 #include <ampgrad/amp/op_table.h>
 #include <ampgrad/amp/trace.h>
 #include <ampgrad/autograd/gradcheck.h>
-#include <ampgrad/autograd/node.h>
+#include <ampgrad/autograd/grad_mode.h>
 #include <ampgrad/core/config.h>
 #include <ampgrad/core/generator.h>
 #include <ampgrad/core/tensor.h>
 #include <ampgrad/data/fashion_mnist.h>
 #include <ampgrad/data/idx.h>
 #include <ampgrad/data/loader.h>
-#include <ampgrad/ops/define_op.h>
 #include <ampgrad/ops/op.h>
 #include <ampgrad/nn/functional.h>
 #include <ampgrad/nn/init.h>
@@ -32,7 +33,6 @@
 #include <ampgrad/optim/sgd.h>
 #include <ampgrad/cuda/runtime.h>
 #if AMPGRAD_WITH_CUDA
-#include <ampgrad/cuda/call_graph.h>
 #include <ampgrad/cuda/graph.h>
 #endif
 #include <ampgrad/distributed/ddp.h>

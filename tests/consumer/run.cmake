@@ -12,3 +12,22 @@ string(REGEX MATCH "INTERFACE_INCLUDE_DIRECTORIES \"[^\"]*\"" dirs "${exported}"
 if(NOT dirs STREQUAL "INTERFACE_INCLUDE_DIRECTORIES \"\${_IMPORT_PREFIX}/include\"")
   message(FATAL_ERROR "the exported target's include path is ${dirs}, expected only <prefix>/include")
 endif()
+# The umbrella header gives the public API, not the internals (issue #21): none of these is
+# declared by what <ampgrad/ampgrad.h> pulls in.
+set(defs)
+if(WITH_CUDA)
+  set(defs -DAMPGRAD_WITH_CUDA=1)
+endif()
+file(WRITE ${WORK_DIR}/umbrella.cpp "#include <ampgrad/ampgrad.h>\n")
+execute_process(COMMAND ${CXX_COMPILER} -std=c++20 -E ${defs} -I${WORK_DIR}/prefix/include ${WORK_DIR}/umbrella.cpp
+                OUTPUT_VARIABLE pre RESULT_VARIABLE rc ERROR_VARIABLE err)
+if(rc)
+  message(FATAL_ERROR "preprocessing <ampgrad/ampgrad.h> failed: ${err}")
+endif()
+foreach(internal "class FunctionNode" "class CallKey" "void run_call(" "to_reusing(" "apply_policy("
+                 "current_working_copy(" "void submit_launches(")
+  string(FIND "${pre}" "${internal}" at)
+  if(NOT at EQUAL -1)
+    message(FATAL_ERROR "<ampgrad/ampgrad.h> declares an internal: '${internal}'")
+  endif()
+endforeach()
