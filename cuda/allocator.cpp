@@ -67,12 +67,8 @@ static_assert(kCachedBlock < (size_t{1} << 32));
 
 // The pool a thread's allocations come from now (Note [Memory pools]): 0, the shared lists,
 // unless a MemPoolGuard names one of `device`.
-struct CurrentPool {
-  int device = -1;
-  uint32_t id = 0;
-};
-thread_local CurrentPool t_pool;
-uint32_t current_pool(int device) { return t_pool.device == device ? t_pool.id : 0; }
+thread_local uint32_t t_pool[kMaxDevices] = {};  // per device: 0, or the guard's pool
+uint32_t current_pool(int device) { return device >= 0 && device < kMaxDevices ? t_pool[device] : 0; }
 std::atomic<uint32_t> next_pool_id{1};
 
 struct DeviceCounters {
@@ -170,6 +166,7 @@ void* take_cached(int dev, uint32_t pool, size_t nbytes) {
 
 // Returns every block of the host cache to the pool.
 // Returns every block of the host cache to the pool; with `only`, those of that MemPool only.
+// While a graph captures, the blocks are freed when it ends (Note [Frees during capture]).
 void release_cached(int dev, std::optional<uint32_t> only = std::nullopt) {
   std::vector<void*> blocks;
   {
@@ -184,10 +181,22 @@ void release_cached(int dev, std::optional<uint32_t> only = std::nullopt) {
       blocks.insert(blocks.end(), it->second.begin(), it->second.end());
       it = cs.cached_free.erase(it);
     }
+    if (cs.capturing) {
+      cs.deferred.insert(cs.deferred.end(), blocks.begin(), blocks.end());
+      return;
+    }
   }
   if (blocks.empty()) return;
   DeviceGuard guard(dev);
-  for (void* p : blocks) AG_CUDA_CHECK(cudaFreeAsync(p, current_stream(dev)));
+  cudaStream_t stream = current_stream(dev);
+  // Every block is given back even if one fails; the first failure is reported after.
+  cudaError_t first = cudaSuccess;
+  for (void* p : blocks) {
+    const cudaError_t e = cudaFreeAsync(p, stream);
+    if (e != cudaSuccess && first == cudaSuccess) first = e;
+  }
+  if (first != cudaSuccess) (void)cudaGetLastError();
+  AG_CUDA_CHECK(first);
 }
 
 class CudaAllocator final : public Allocator {
@@ -242,6 +251,7 @@ class CudaAllocator final : public Allocator {
         cs.graph_owned.insert(p);
       }
       if (pool != 0) cs.block_pool[p] = pool;
+      else if (!cs.block_pool.empty()) cs.block_pool.erase(p);
     }
     count_allocation(dev, nbytes);
     return p;
@@ -256,12 +266,8 @@ class CudaAllocator final : public Allocator {
     {
       CaptureState& cs = capture_state(dev);
       std::lock_guard<std::mutex> lock(cs.mu);
-      if (cs.capturing && !cs.graph_allocs.count(ptr)) {
-        cs.deferred.push_back(ptr);
-        return;
-      }
-      const bool graph_owned = !cs.graph_owned.empty() && cs.graph_owned.erase(ptr) > 0;
-      // Back to the pool it came from while that pool lives (Note [Memory pools]).
+      // Back to the pool it came from while that pool lives (Note [Memory pools]); the block
+      // leaves the map in every case, so an address the driver hands out again starts clean.
       uint32_t pool = 0;
       if (!cs.block_pool.empty()) {
         auto it = cs.block_pool.find(ptr);
@@ -270,6 +276,11 @@ class CudaAllocator final : public Allocator {
           cs.block_pool.erase(it);
         }
       }
+      if (cs.capturing && !cs.graph_allocs.count(ptr)) {
+        cs.deferred.push_back(ptr);
+        return;
+      }
+      const bool graph_owned = !cs.graph_owned.empty() && cs.graph_owned.erase(ptr) > 0;
       if (cached && !cs.capturing && !graph_owned && cs.cached_bytes + nbytes <= kHostCacheBytes) {
         try {
           std::vector<void*>& free = cs.cached_free[cache_key(pool, nbytes)];
@@ -365,15 +376,15 @@ MemPool::~MemPool() {
   }
   try {
     release_cached(device_, id_);
-  } catch (...) {  // a destructor must not throw: the blocks stay with the driver's pool
+  } catch (...) {  // a destructor must not throw; every block was handed back, the error is the device's
   }
 }
 
-MemPoolGuard::MemPoolGuard(MemPool& pool) : prev_device_(t_pool.device), prev_id_(t_pool.id) {
-  t_pool = {pool.device(), pool.id()};
+MemPoolGuard::MemPoolGuard(MemPool& pool) : device_(pool.device()), prev_id_(t_pool[pool.device()]) {
+  t_pool[device_] = pool.id();
 }
 
-MemPoolGuard::~MemPoolGuard() { t_pool = {prev_device_, prev_id_}; }
+MemPoolGuard::~MemPoolGuard() { t_pool[device_] = prev_id_; }
 
 void empty_cache(int device) {
   if (device >= device_count()) return;

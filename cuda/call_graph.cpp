@@ -284,8 +284,8 @@ void submit_locked(Table& t, int device) {
   HeldCalls& h = t.held[device];
   if (h.calls.empty()) return;
   std::vector<Held> calls;
+  calls.reserve(kMaxHeldCalls);  // h.calls gets this buffer: no regrowth while the next batch is held
   calls.swap(h.calls);
-  h.calls.reserve(kMaxHeldCalls);  // no regrowth while the next batch is held
   t.held_count[device].store(0, std::memory_order_relaxed);
   struct Bury {
     Table& t;

@@ -93,8 +93,11 @@ void empty_cache(int device = 0);
 // `ampgrad bench step`: ~90 calls a step re-captured). A MemPool is a set of free lists of its
 // own, as PyTorch's torch.cuda.MemPool: while a MemPoolGuard names it, the calling thread's
 // allocations on its device take blocks from it, and blocks allocated so go back to it when
-// freed, whatever is current then. Destroying the pool returns its free blocks to the device;
-// its blocks still in use go to the shared lists when they are freed.
+// freed, whatever is current then; guards of different devices are independent. Destroying
+// the pool gives its free blocks back to the driver's memory pool (which keeps them reserved
+// until empty_cache()); its blocks still in use go to the shared lists when they are freed.
+// The pools share the host cache's cap (1 GiB of free blocks in all), and empty_cache() and
+// the out-of-memory retry empty every pool's lists, live ones included.
 class MemPool {
  public:
   explicit MemPool(int device = 0);
@@ -119,7 +122,7 @@ class MemPoolGuard {
   MemPoolGuard& operator=(const MemPoolGuard&) = delete;
 
  private:
-  int prev_device_;
+  int device_;
   uint32_t prev_id_;
 };
 
