@@ -1,16 +1,17 @@
 // Adam and AdamW: options per group, and the step through the fused kernel of the device.
 #include <ampgrad/optim/adam.h>
 
+#include <algorithm>
+
 
 namespace ampgrad::optim {
 
 namespace {
-AdamOptions checked(AdamOptions o, bool decoupled) {
+const AdamOptions& checked(const AdamOptions& o) {
   AG_CHECK(o.lr_ >= 0, "Adam: invalid learning rate {}", o.lr_);
   AG_CHECK(o.beta1_ >= 0 && o.beta1_ < 1 && o.beta2_ >= 0 && o.beta2_ < 1, "Adam: invalid betas ({}, {})", o.beta1_,
            o.beta2_);
   AG_CHECK(o.eps_ >= 0, "Adam: invalid eps {}", o.eps_);
-  o.decoupled_weight_decay_ = o.decoupled_weight_decay_ || decoupled;
   return o;
 }
 std::vector<std::string> adam_state(const AdamOptions& o) {
@@ -19,21 +20,19 @@ std::vector<std::string> adam_state(const AdamOptions& o) {
 }
 }  // namespace
 
-Adam::Adam(std::vector<Tensor> params, AdamOptions options)
-    : Adam(std::vector<std::vector<Tensor>>{std::move(params)}, options, {}, false) {}
-Adam::Adam(std::vector<std::vector<Tensor>> groups, AdamOptions options, std::vector<double> group_lrs)
-    : Adam(std::move(groups), options, std::move(group_lrs), false) {}
-Adam::Adam(std::vector<std::vector<Tensor>> groups, AdamOptions options, std::vector<double> group_lrs, bool decoupled)
-    : Optimizer(std::move(groups), checked(options, decoupled), adam_state(options)) {
+Adam::Adam(std::vector<Tensor> params, const AdamOptions& options)
+    : Adam(std::vector<std::vector<Tensor>>{std::move(params)}, options) {}
+Adam::Adam(std::vector<std::vector<Tensor>> groups, const AdamOptions& options, std::vector<double> group_lrs)
+    : Optimizer(std::move(groups), checked(options), adam_state(options)) {
   AG_CHECK(group_lrs.empty() || group_lrs.size() == groups_.size(), "Adam: {} group learning rates for {} groups",
            group_lrs.size(), groups_.size());
   for (size_t i = 0; i < group_lrs.size(); ++i) groups_[i].options->set_lr(group_lrs[i]);
 }
 
-AdamW::AdamW(std::vector<Tensor> params, AdamWOptions options)
-    : Adam(std::vector<std::vector<Tensor>>{std::move(params)}, options, {}, true) {}
-AdamW::AdamW(std::vector<std::vector<Tensor>> groups, AdamWOptions options, std::vector<double> group_lrs)
-    : Adam(std::move(groups), options, std::move(group_lrs), true) {}
+AdamW::AdamW(std::vector<Tensor> params, const AdamWOptions& options)
+    : Adam(std::vector<std::vector<Tensor>>{std::move(params)}, options) {}
+AdamW::AdamW(std::vector<std::vector<Tensor>> groups, const AdamWOptions& options, std::vector<double> group_lrs)
+    : Adam(std::move(groups), options, std::move(group_lrs)) {}
 
 std::vector<std::pair<std::string, double>> AdamOptions::values() const {
   return {{"lr", lr_},
@@ -69,6 +68,10 @@ void Adam::fused_step(Group& g, const FusedStep& s, const std::vector<size_t>& i
   h.amsgrad = o.amsgrad_;
   h.maximize = o.maximize_;
   h.decoupled_weight_decay = o.decoupled_weight_decay_;
+  // The state is made for the amsgrad the optimizer was built with (Note [Typed options]).
+  AG_CHECK(!h.amsgrad || std::find(state_names_.begin(), state_names_.end(), "max_exp_avg_sq") != state_names_.end(),
+           "Adam: amsgrad was turned on after the optimizer was built (by its options or a state dict); build it "
+           "with AdamOptions().amsgrad(true)");
   std::vector<Tensor> m = state_at(g, "exp_avg", idx), v = state_at(g, "exp_avg_sq", idx);
   std::vector<Tensor> vmax = h.amsgrad ? state_at(g, "max_exp_avg_sq", idx) : std::vector<Tensor>{};
   std::vector<Tensor> steps = steps_at(g, idx);

@@ -31,22 +31,24 @@ struct AdamWOptions : AdamOptions {
     weight_decay_ = 1e-2;
     decoupled_weight_decay_ = true;
   }
+  std::unique_ptr<OptimizerOptions> clone() const override { return std::make_unique<AdamWOptions>(*this); }
+  const char* kind() const override { return "AdamWOptions"; }
 };
 
 class Adam : public Optimizer {
  public:
-  Adam(std::vector<Tensor> params, AdamOptions options = AdamOptions());
-  Adam(std::vector<std::vector<Tensor>> groups, AdamOptions options, std::vector<double> group_lrs = {});
+  // The options are copied as their own type (an AdamWOptions stays one).
+  Adam(std::vector<Tensor> params, const AdamOptions& options = AdamOptions());
+  Adam(std::vector<std::vector<Tensor>> groups, const AdamOptions& options, std::vector<double> group_lrs = {});
 
  protected:
-  Adam(std::vector<std::vector<Tensor>> groups, AdamOptions options, std::vector<double> group_lrs, bool decoupled);
   void fused_step(Group& g, const FusedStep& s, const std::vector<size_t>& idx) override;
 };
 
 class AdamW final : public Adam {
  public:
-  AdamW(std::vector<Tensor> params, AdamWOptions options = AdamWOptions());
-  AdamW(std::vector<std::vector<Tensor>> groups, AdamWOptions options, std::vector<double> group_lrs = {});
+  AdamW(std::vector<Tensor> params, const AdamWOptions& options = AdamWOptions());
+  AdamW(std::vector<std::vector<Tensor>> groups, const AdamWOptions& options, std::vector<double> group_lrs = {});
 };
 
 }  // namespace ampgrad::optim

@@ -741,7 +741,13 @@ TEST_CASE("optimizer groups hold their optimizer's typed options; state_dict kee
   // AdamW's options decouple the weight decay; SGD's keep their own names.
   ag::optim::AdamW adamw(std::vector<ag::Tensor>{w});
   CHECK(adamw.options<ag::optim::AdamOptions>(0).decoupled_weight_decay_);
-  CHECK(adamw.options<ag::optim::AdamOptions>(0).weight_decay_ == 0.01);
+  CHECK(adamw.options<ag::optim::AdamWOptions>(0).weight_decay_ == 0.01);
+  CHECK(std::string(adamw.options(0).kind()) == "AdamWOptions");
+  // amsgrad needs state made when the optimizer is built: turning it on later is an error.
+  ag::optim::Adam plain(std::vector<ag::Tensor>{v}, ag::optim::AdamOptions(0.1));
+  plain.options<ag::optim::AdamOptions>(0).amsgrad_ = true;
+  v.set_grad(ag::full({2}, 0.5));
+  CHECK_THAT(error_message([&] { plain.step(); }), Catch::Contains("amsgrad was turned on after the optimizer was built"));
   ag::optim::SGD sgd(std::vector<ag::Tensor>{w}, ag::optim::SGDOptions(0.1).momentum(0.9).nesterov(true));
   CHECK(sgd.state_dict().at("param_groups.0.nesterov").item<double>() == 1.0);
   CHECK_THAT(error_message([&] { sgd.options(0).set_value("momentun", 0.5); }),
