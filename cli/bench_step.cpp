@@ -56,13 +56,16 @@ nlohmann::json bench_step(const BenchOptions& o) {
   if (!o.models.empty())
     std::erase_if(cases, [&](const StepCase& c) { return std::ranges::find(o.models, c.model) == o.models.end(); });
   nlohmann::json rows = nlohmann::json::array();
-  std::printf("\n## Training step: forward, backward, SGD(momentum 0.9) step (Adam for the LSTM models); AMP = fp16 "
-              "autocast + GradScaler\n\n"
+  // AMP as each device's autocast does it: float16 with a GradScaler on CUDA, bfloat16 (no
+  // scaler: its range is float32's) on the CPU, as PyTorch's CPU autocast.
+  const bool cpu = o.device.is_cpu();
+  const DType amp_dtype = cpu ? kBFloat16 : kFloat16;
+  std::printf("\n## Training step: forward, backward, SGD(momentum 0.9) step (Adam for the LSTM models); AMP = %s\n\n"
               "ms/step: the mean of %d back-to-back steps, as a training loop runs them (median of the samples);\n"
               "host ms/step: the host's time to queue a step (at ms/step: host-bound, the device waits);\n"
               "one step: a single step between two synchronizations (its latency, host time included);\n"
               "fp32 and AMP samples are taken in turns (Note [Interleaved samples] in cli/bench_timer.h).\n\n",
-              kStepCalls);
+              cpu ? "bf16 autocast" : "fp16 autocast + GradScaler", kStepCalls);
   std::printf("| model | batch | precision | mode | ms/step | host ms/step | images/s | ms, one step |\n"
               "|---|---|---|---|---|---|---|---|\n");
   // One setup per precision; fp32 and AMP are timed in turns (Note [Interleaved samples] in
@@ -106,9 +109,10 @@ nlohmann::json bench_step(const BenchOptions& o) {
       s.y = (rand({c.batch}, on) * static_cast<double>(classes)).to(kInt64);
       s.opt = std::make_unique<optim::SGD>(s.net->parameters(), optim::SGDOptions(0.01).momentum(0.9));
     }
-    s.scaler = std::make_unique<amp::GradScaler>(amp::GradScalerOptions().enabled(amp_on).fold_into_step(fold));
+    s.scaler = std::make_unique<amp::GradScaler>(
+        amp::GradScalerOptions().enabled(amp_on && amp_dtype == kFloat16).fold_into_step(fold));
     const DeviceType type = o.device.type;
-    s.step = [&s, type, amp_on, graphed] {
+    s.step = [&s, type, amp_on, graphed, amp_dtype] {
       std::optional<cuda::MemPoolGuard> in_pool;
       if (s.pool) in_pool.emplace(*s.pool);
       // Eager: the default, set_to_none (as PyTorch 2), so each gradient comes out of its GEMM
@@ -116,7 +120,7 @@ nlohmann::json bench_step(const BenchOptions& o) {
       // (Note [CUDA graphs]). benchmarks/compare_torch.py does the same on PyTorch's side.
       s.opt->zero_grad(/*set_to_none=*/!graphed);
       {
-        amp::AutocastGuard autocast(type, kFloat16, amp_on);
+        amp::AutocastGuard autocast(type, amp_dtype, amp_on);
         s.loss = cross_entropy((*s.net)(s.x), s.y);
       }
       s.scaler->scale(s.loss).backward();
@@ -144,7 +148,7 @@ nlohmann::json bench_step(const BenchOptions& o) {
     int shares = -1;  // the variant whose setup this one steps, or -1 for its own
     bool batches = true;
   };
-  std::vector<Variant> variants = {{"fp32", false}, {"AMP fp16", true}};
+  std::vector<Variant> variants = {{"fp32", false}, {cpu ? "AMP bf16" : "AMP fp16", true}};
   if (o.fold_ab) variants.push_back({"AMP fp16, scaler apart", true, false, true, true});
   if (o.kernel_graphs_ab && o.device.is_cuda()) {
     variants.push_back({"fp32, kernels launched directly", false, true, false, true, 0});
