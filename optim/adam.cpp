@@ -23,38 +23,24 @@ std::vector<std::string> adam_state(const AdamOptions& o) {
 Adam::Adam(std::vector<Tensor> params, const AdamOptions& options)
     : Adam(std::vector<std::vector<Tensor>>{std::move(params)}, options) {}
 Adam::Adam(std::vector<std::vector<Tensor>> groups, const AdamOptions& options, std::vector<double> group_lrs)
-    : Optimizer(std::move(groups), checked(options), adam_state(options)) {
-  AG_CHECK(group_lrs.empty() || group_lrs.size() == groups_.size(), "Adam: {} group learning rates for {} groups",
-           group_lrs.size(), groups_.size());
-  for (size_t i = 0; i < group_lrs.size(); ++i) groups_[i].options->set_lr(group_lrs[i]);
-}
+    : Optimizer("Adam", std::move(groups), checked(options), adam_state(options), group_lrs) {}
 
 AdamW::AdamW(std::vector<Tensor> params, const AdamWOptions& options)
     : Adam(std::vector<std::vector<Tensor>>{std::move(params)}, options) {}
 AdamW::AdamW(std::vector<std::vector<Tensor>> groups, const AdamWOptions& options, std::vector<double> group_lrs)
     : Adam(std::move(groups), options, std::move(group_lrs)) {}
 
-std::vector<std::pair<std::string, double>> AdamOptions::values() const {
-  return {{"lr", lr_},
-          {"beta1", beta1_},
-          {"beta2", beta2_},
-          {"eps", eps_},
-          {"weight_decay", weight_decay_},
-          {"amsgrad", amsgrad_ ? 1.0 : 0.0},
-          {"maximize", maximize_ ? 1.0 : 0.0},
-          {"decoupled_weight_decay", decoupled_weight_decay_ ? 1.0 : 0.0}};
-}
-
-void AdamOptions::set_value(const std::string& name, double v) {
-  if (name == "lr") lr_ = v;
-  else if (name == "beta1") beta1_ = v;
-  else if (name == "beta2") beta2_ = v;
-  else if (name == "eps") eps_ = v;
-  else if (name == "weight_decay") weight_decay_ = v;
-  else if (name == "amsgrad") amsgrad_ = v != 0;
-  else if (name == "maximize") maximize_ = v != 0;
-  else if (name == "decoupled_weight_decay") decoupled_weight_decay_ = v != 0;
-  else AG_CHECK(false, "AdamOptions: no option named '{}'", name);
+const std::vector<OptionField<AdamOptions>>& AdamOptions::fields() {
+  static const std::vector<OptionField<AdamOptions>> f = {{"lr", &AdamOptions::lr_},
+                                                          {"beta1", &AdamOptions::beta1_},
+                                                          {"beta2", &AdamOptions::beta2_},
+                                                          {"eps", &AdamOptions::eps_},
+                                                          {"weight_decay", &AdamOptions::weight_decay_},
+                                                          {"amsgrad", nullptr, &AdamOptions::amsgrad_},
+                                                          {"maximize", nullptr, &AdamOptions::maximize_},
+                                                          {"decoupled_weight_decay", nullptr,
+                                                           &AdamOptions::decoupled_weight_decay_}};
+  return f;
 }
 
 void Adam::fused_step(Group& g, const FusedStep& s, const std::vector<size_t>& idx) {

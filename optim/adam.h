@@ -9,10 +9,7 @@ namespace ampgrad::optim {
 
 struct AdamOptions : OptionsBase<AdamOptions> {
   explicit AdamOptions(double lr = 1e-3) : lr_(lr) {}
-  std::vector<std::pair<std::string, double>> values() const override;
-  void set_value(const std::string& name, double v) override;
-  double get_lr() const override { return lr_; }
-  void set_lr(double lr) override { lr_ = lr; }
+  static const std::vector<OptionField<AdamOptions>>& fields();
   const char* kind() const override { return "AdamOptions"; }
   // AdamW's weight decay (decoupled from the gradient), as torch.optim.Adam's argument.
   AdamOptions& decoupled_weight_decay(bool v) { decoupled_weight_decay_ = v; return *this; }

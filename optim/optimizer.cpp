@@ -11,9 +11,11 @@
 
 namespace ampgrad::optim {
 
-Optimizer::Optimizer(std::vector<std::vector<Tensor>> groups, const OptimizerOptions& defaults,
-                     std::vector<std::string> state_names)
+Optimizer::Optimizer(const char* name, std::vector<std::vector<Tensor>> groups, const OptimizerOptions& defaults,
+                     std::vector<std::string> state_names, const std::vector<double>& group_lrs)
     : state_names_(std::move(state_names)) {
+  AG_CHECK(group_lrs.empty() || group_lrs.size() == groups.size(), "{}: {} group learning rates for {} groups", name,
+           group_lrs.size(), groups.size());
   AG_CHECK(!groups.empty(), "optimizer: got no parameter groups");
   for (auto& params : groups) {
     AG_CHECK(!params.empty(), "optimizer: a parameter group is empty");
@@ -25,6 +27,7 @@ Optimizer::Optimizer(std::vector<std::vector<Tensor>> groups, const OptimizerOpt
     }
     g.params = std::move(params);
     g.options = defaults.clone();
+    if (!group_lrs.empty()) g.options->set_lr(group_lrs[groups_.size()]);
     groups_.push_back(std::move(g));
   }
 }

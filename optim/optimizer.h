@@ -22,7 +22,8 @@ using StateDict = std::map<std::string, Tensor>;
 // libtorch's param groups do: a misspelt option is a compile error, not a silent 0 from a map.
 // state_dict stores each option as "param_groups.G.NAME" (booleans 0 or 1), by the names
 // values() gives; load_state_dict sets them back through set_value(), which refuses a name the
-// options do not have.
+// options do not have. Each struct lists its fields once (fields(): name and member), and
+// OptionsBase derives values(), set_value() and the learning rate from that list.
 class OptimizerOptions {
  public:
   virtual ~OptimizerOptions() = default;
@@ -35,13 +36,41 @@ class OptimizerOptions {
   virtual const char* kind() const = 0;  // "SGDOptions", "AdamOptions", ...
 };
 
-// Options of concrete type O, with clone() and kind() written once.
+// One option of O: its state_dict name and its member (a number, or a flag stored as 0 or 1).
+template <class O>
+struct OptionField {
+  const char* name;
+  double O::*number = nullptr;
+  bool O::*flag = nullptr;
+};
+
+// Options of concrete type O (which has `double lr_` and a static fields() list): everything
+// OptimizerOptions asks, written once.
 template <class O>
 class OptionsBase : public OptimizerOptions {
  public:
-  std::unique_ptr<OptimizerOptions> clone() const override {
-    return std::make_unique<O>(static_cast<const O&>(*this));
+  std::unique_ptr<OptimizerOptions> clone() const override { return std::make_unique<O>(self()); }
+  std::vector<std::pair<std::string, double>> values() const override {
+    std::vector<std::pair<std::string, double>> out;
+    for (const OptionField<O>& f : O::fields())
+      out.emplace_back(f.name, f.number ? self().*f.number : (self().*f.flag ? 1.0 : 0.0));
+    return out;
   }
+  void set_value(const std::string& name, double v) override {
+    for (const OptionField<O>& f : O::fields()) {
+      if (name != f.name) continue;
+      if (f.number) self().*f.number = v;
+      else self().*f.flag = v != 0;
+      return;
+    }
+    AG_CHECK(false, "{}: no option named '{}'", kind(), name);
+  }
+  double get_lr() const override { return self().lr_; }
+  void set_lr(double lr) override { self().lr_ = lr; }
+
+ private:
+  const O& self() const { return static_cast<const O&>(*this); }
+  O& self() { return static_cast<O&>(*this); }
 };
 
 class Optimizer {
@@ -99,8 +128,9 @@ class Optimizer {
     std::map<std::string, std::vector<Tensor>> state;
     std::vector<Tensor> steps;  // float32 [1] per param
   };
-  Optimizer(std::vector<std::vector<Tensor>> groups, const OptimizerOptions& defaults,
-            std::vector<std::string> state_names);
+  // Every group gets a copy of `defaults`; `group_lrs` (empty, or one per group) overrides lr.
+  Optimizer(const char* name, std::vector<std::vector<Tensor>> groups, const OptimizerOptions& defaults,
+            std::vector<std::string> state_names, const std::vector<double>& group_lrs = {});
   // Group g's options as the type the optimizer put there.
   template <class O>
   static const O& options_of(const Group& g) {

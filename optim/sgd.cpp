@@ -14,33 +14,20 @@ const SGDOptions& checked(const SGDOptions& o) {
 }
 }  // namespace
 
-std::vector<std::pair<std::string, double>> SGDOptions::values() const {
-  return {{"lr", lr_},
-          {"momentum", momentum_},
-          {"dampening", dampening_},
-          {"weight_decay", weight_decay_},
-          {"nesterov", nesterov_ ? 1.0 : 0.0},
-          {"maximize", maximize_ ? 1.0 : 0.0}};
-}
-
-void SGDOptions::set_value(const std::string& name, double v) {
-  if (name == "lr") lr_ = v;
-  else if (name == "momentum") momentum_ = v;
-  else if (name == "dampening") dampening_ = v;
-  else if (name == "weight_decay") weight_decay_ = v;
-  else if (name == "nesterov") nesterov_ = v != 0;
-  else if (name == "maximize") maximize_ = v != 0;
-  else AG_CHECK(false, "SGDOptions: no option named '{}'", name);
+const std::vector<OptionField<SGDOptions>>& SGDOptions::fields() {
+  static const std::vector<OptionField<SGDOptions>> f = {{"lr", &SGDOptions::lr_},
+                                                         {"momentum", &SGDOptions::momentum_},
+                                                         {"dampening", &SGDOptions::dampening_},
+                                                         {"weight_decay", &SGDOptions::weight_decay_},
+                                                         {"nesterov", nullptr, &SGDOptions::nesterov_},
+                                                         {"maximize", nullptr, &SGDOptions::maximize_}};
+  return f;
 }
 
 SGD::SGD(std::vector<Tensor> params, SGDOptions options) : SGD(std::vector<std::vector<Tensor>>{std::move(params)}, options) {}
 
 SGD::SGD(std::vector<std::vector<Tensor>> groups, SGDOptions options, std::vector<double> group_lrs)
-    : Optimizer(std::move(groups), checked(options), {"momentum_buffer"}) {
-  AG_CHECK(group_lrs.empty() || group_lrs.size() == groups_.size(), "SGD: {} group learning rates for {} groups",
-           group_lrs.size(), groups_.size());
-  for (size_t i = 0; i < group_lrs.size(); ++i) groups_[i].options->set_lr(group_lrs[i]);
-}
+    : Optimizer("SGD", std::move(groups), checked(options), {"momentum_buffer"}, group_lrs) {}
 
 void SGD::fused_step(Group& g, const FusedStep& s, const std::vector<size_t>& idx) {
   const SGDOptions& o = options_of<SGDOptions>(g);

@@ -7,10 +7,7 @@ namespace ampgrad::optim {
 
 struct SGDOptions : OptionsBase<SGDOptions> {
   explicit SGDOptions(double lr) : lr_(lr) {}
-  std::vector<std::pair<std::string, double>> values() const override;
-  void set_value(const std::string& name, double v) override;
-  double get_lr() const override { return lr_; }
-  void set_lr(double lr) override { lr_ = lr; }
+  static const std::vector<OptionField<SGDOptions>>& fields();
   const char* kind() const override { return "SGDOptions"; }
   SGDOptions& momentum(double v) { momentum_ = v; return *this; }
   SGDOptions& dampening(double v) { dampening_ = v; return *this; }

@@ -4,8 +4,9 @@
     python3 scripts/check_layers.py [REPO_ROOT]
 
 A file may include the headers of its own layer and of the layers below it, never above; and
-no file outside cuda/ includes a header of cuda/ except the ones listed in CUDA_CALLERS (the
-exceptions docs/architecture.md would name; there are none). Exits 1, listing every violation, otherwise 0.
+no file below nn/ outside cuda/ includes a header of cuda/ (kernels dispatch through
+core/dispatch.h, everything else goes through core/device_hooks.h). Exits 1, listing every
+violation, otherwise 0.
 """
 import os
 import re
@@ -15,9 +16,6 @@ import sys
 LAYERS = {"core": 1, "cuda": 2, "ops": 3, "autograd": 3, "amp": 3, "optim": 4, "amp/high": 5,
           "nn": 6, "data": 6, "distributed": 7, "cli": 8}
 AMP_HIGH = ("amp/grad_scaler", "amp/grad_health")
-# Files below nn/ outside cuda/ that include cuda/ headers, each for a reason
-# docs/architecture.md gives: none now (autograd, optim and amp ask through core/device_hooks.h).
-CUDA_CALLERS = set()
 # Outside the library's layers: anything may use anything (tests, benchmarks, examples, scripts).
 FREE = ("tests/", "benchmarks/", "examples/", "scripts/", "include/")
 INCLUDE = re.compile(r'^\s*#\s*include\s+[<"](?:ampgrad/)?([a-z_]+)/([^>"]+)[>"]', re.M)
@@ -32,7 +30,7 @@ def layer_of(path):
 
 def main():
     root = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    bad, seen, callers = [], 0, set()
+    bad, seen = [], 0
     for folder in LAYERS:
         if "/" in folder:
             continue
@@ -55,14 +53,9 @@ def main():
                     if LAYERS[theirs] > LAYERS[mine]:
                         bad.append(f"{rel}:{line}: {mine} (layer {LAYERS[mine]}) includes {top}/{rest} "
                                    f"({theirs}, layer {LAYERS[theirs]}), a layer above it")
-                    if top == "cuda" and rel in CUDA_CALLERS:
-                        callers.add(rel)
                     elif top == "cuda" and mine != "cuda" and LAYERS[mine] <= 5:
-                        bad.append(f"{rel}:{line}: includes {top}/{rest}; below nn/ only cuda/ itself and "
-                                   f"{sorted(CUDA_CALLERS)} name cuda/ (kernels dispatch through core/dispatch.h)")
-    for stale in sorted(CUDA_CALLERS - callers):
-        bad.append(f"{stale}: listed in CUDA_CALLERS but includes nothing of cuda/ (take it off the list and "
-                   "docs/architecture.md)")
+                        bad.append(f"{rel}:{line}: includes {top}/{rest}; below nn/ only cuda/ itself names cuda/ "
+                                   "(kernels dispatch through core/dispatch.h, the rest through core/device_hooks.h)")
     for b in bad:
         print(b)
     print(f"check_layers: {seen} includes of the library's folders read, {len(bad)} against the layers of "
