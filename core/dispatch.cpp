@@ -1,6 +1,8 @@
 // Kernel registrations and the error of a kernel missing on a device (Note [Kernel dispatch]).
 #include <ampgrad/core/dispatch.h>
 
+#include <cstdlib>
+
 #include <ampgrad/core/error.h>
 
 namespace ampgrad {
@@ -24,9 +26,14 @@ bool kernels_registered(DeviceType type) { return registrations(type) > 0; }
 
 namespace detail {
 
-void kernel_registered(const char* kernel, DeviceType type, bool again) {
-  ++registrations(type);
-  if (again) clashes().push_back(fmt::format("{} on {}", kernel, type_name(type)));
+bool fast_cpu_kernels_default() {
+  const char* ref = std::getenv("AMPGRAD_CPU_REFERENCE");
+  return !(ref && ref[0] == '1');
+}
+
+void kernel_registered(const char* kernel, DeviceType type, bool again, bool fast) {
+  if (!fast) ++registrations(type);
+  if (again) clashes().push_back(fmt::format("{} on {}{}", kernel, type_name(type), fast ? " (fast)" : ""));
 }
 
 void kernel_missing(const char* kernel, Device device) {

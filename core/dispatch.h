@@ -26,6 +26,15 @@ namespace ampgrad {
 // initialized, so registrations running at load time, in any order, always find them.
 // Programs outside the library declare and register their own kernels the same way.
 
+// Note [Fast CPU kernels]
+// A CPU kernel may have two implementations. The reference loop (ops/cpu_*.cpp, registered
+// with AG_REGISTER_KERNEL) is plain and obviously right; it is the ground truth. The fast one
+// (cpu/, registered with AG_REGISTER_FAST_KERNEL: oneDNN, vectorized loops, threads) handles
+// the cases it was built for and calls kernel.reference(args...) for every other one, so both
+// always give an answer. A CPU call runs the fast one while fast_cpu_kernels() is on (the
+// default; AMPGRAD_CPU_REFERENCE=1 in the environment turns it off at start-up), and the
+// tests run the two on the same inputs (tests/test_cpu_fast.cpp).
+
 // The op running on this thread, innermost first: OpScope sets it (ops/op_scope.h), and a
 // missing kernel's error names it.
 class CurrentOp {
@@ -43,8 +52,10 @@ class CurrentOp {
 
 namespace detail {
 inline constexpr int kDeviceTypes = 2;  // DeviceType::CPU, DeviceType::CUDA
+bool fast_cpu_kernels_default();
+inline bool fast_cpu = fast_cpu_kernels_default();
 [[noreturn]] void kernel_missing(const char* kernel, Device device);
-void kernel_registered(const char* kernel, DeviceType type, bool again);
+void kernel_registered(const char* kernel, DeviceType type, bool again, bool fast = false);
 }  // namespace detail
 
 template <class Signature> class Kernel;
@@ -57,13 +68,22 @@ template <class R, class... Args> class Kernel<R(Args...)> {
   Kernel(const Kernel&) = delete;
   Kernel& operator=(const Kernel&) = delete;
 
-  // Runs the implementation registered for `device`'s type.
+  // Runs the implementation registered for `device`'s type (the fast CPU one when there is
+  // one and fast_cpu_kernels() is on).
   R operator()(Device device, Args... args) const {
-    const Fn f = fns_[static_cast<int>(device.type)];
+    Fn f = fns_[static_cast<int>(device.type)];
+    if (device.type == DeviceType::CPU && fast_ != nullptr && detail::fast_cpu) f = fast_;
     if (f == nullptr) [[unlikely]] detail::kernel_missing(name_, device);
     return f(static_cast<Args&&>(args)...);
   }
+  // The CPU reference loop, for a fast kernel's cases it does not take.
+  R reference(Args... args) const {
+    const Fn f = fns_[static_cast<int>(DeviceType::CPU)];
+    if (f == nullptr) [[unlikely]] detail::kernel_missing(name_, Device(DeviceType::CPU));
+    return f(static_cast<Args&&>(args)...);
+  }
   bool has(Device device) const { return fns_[static_cast<int>(device.type)] != nullptr; }
+  bool has_fast_cpu() const { return fast_ != nullptr; }
   const char* name() const { return name_; }
 
   // Used by AG_REGISTER_KERNEL; a second registration for one device type replaces the
@@ -73,11 +93,22 @@ template <class R, class... Args> class Kernel<R(Args...)> {
     fns_[static_cast<int>(type)] = f;
     return true;
   }
+  bool set_fast(Fn f) {
+    detail::kernel_registered(name_, DeviceType::CPU, fast_ != nullptr, true);
+    fast_ = f;
+    return true;
+  }
 
  private:
   const char* name_;
   Fn fns_[detail::kDeviceTypes] = {};
+  Fn fast_ = nullptr;
 };
+
+// Whether CPU kernels run their fast implementations (Note [Fast CPU kernels]); set it off to
+// run the reference loops. Not a per-thread setting: switch it while no op runs.
+inline bool fast_cpu_kernels() { return detail::fast_cpu; }
+inline void set_fast_cpu_kernels(bool on) { detail::fast_cpu = on; }
 
 // Kernels registered twice for one device type (a bug), for the tests: "name on cuda".
 const std::vector<std::string>& kernel_registration_clashes();
@@ -92,5 +123,8 @@ bool kernels_registered(DeviceType type);
 // In the device's file, at namespace scope: `fn` implements `kernel` for `type` (kCPU, kCUDA).
 #define AG_REGISTER_KERNEL(kernel, type, fn) \
   [[maybe_unused]] static const bool AG_KERNEL_CONCAT(ag_kernel_registered_, __LINE__) = (kernel).set(type, fn)
+// In cpu/, at namespace scope: `fn` is `kernel`'s fast CPU implementation (Note [Fast CPU kernels]).
+#define AG_REGISTER_FAST_KERNEL(kernel, fn) \
+  [[maybe_unused]] static const bool AG_KERNEL_CONCAT(ag_fast_kernel_registered_, __LINE__) = (kernel).set_fast(fn)
 #define AG_KERNEL_CONCAT(a, b) AG_KERNEL_CONCAT_(a, b)
 #define AG_KERNEL_CONCAT_(a, b) a##b

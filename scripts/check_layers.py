@@ -13,7 +13,7 @@ import re
 import sys
 
 # Folder (or file stem for amp's two halves) -> layer, as the table in docs/architecture.md.
-LAYERS = {"core": 1, "cuda": 2, "ops": 3, "autograd": 3, "amp": 3, "optim": 4, "amp/high": 5,
+LAYERS = {"core": 1, "cpu": 2, "cuda": 2, "ops": 3, "autograd": 3, "amp": 3, "optim": 4, "amp/high": 5,
           "nn": 6, "data": 6, "distributed": 7, "cli": 8}
 AMP_HIGH = ("amp/grad_scaler", "amp/grad_health")
 # Outside the library's layers: anything may use anything (tests, benchmarks, examples, scripts).

@@ -1,0 +1,104 @@
+// Fast CPU max pooling (Note [Max pooling] in ops/pool.cpp): contiguous NCHW planes of float32,
+// bfloat16 or float16, one plane per task on the thread team, values compared in float (exact:
+// every 16-bit value is a float). Other layouts and dtypes run the reference (ops/cpu_pool.cpp).
+#include <cmath>
+#include <vector>
+
+#include <ampgrad/core/dispatch.h>
+#include <ampgrad/core/kernels.h>
+#include <ampgrad/cpu/parallel.h>
+
+namespace ampgrad::cpu {
+
+namespace {
+
+bool fast(const Tensor& t) {
+  return t.is_contiguous() && (t.dtype() == kFloat32 || t.dtype() == kBFloat16 || t.dtype() == kFloat16);
+}
+
+template <class F> void visit_fast(DType d, F&& f) {
+  if (d == kFloat32) f(float{});
+  else if (d == kBFloat16) f(BFloat16{});
+  else f(Half{});
+}
+
+void max_pool2d_forward(const Tensor& x, const Window2d& w, const Tensor& out, const Tensor& indices) {
+  if (!fast(x) || !out.is_contiguous() || !indices.is_contiguous() || out.dtype() != x.dtype())
+    return kernel::max_pool2d_forward.reference(x, w, out, indices);
+  const int64_t planes = x.size(0) * x.size(1), h = x.size(2), wd = x.size(3), oh = out.size(2), ow = out.size(3);
+  int32_t* pi = static_cast<int32_t*>(indices.data_ptr());
+  visit_fast(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* px = static_cast<const T*>(x.data_ptr());
+    T* po = static_cast<T*>(out.data_ptr());
+    parallel_for(planes, 4, [&](int64_t p0, int64_t p1) {
+      for (int64_t p = p0; p < p1; ++p) {
+        const T* xp = px + p * h * wd;
+        T* op = po + p * oh * ow;
+        int32_t* ip = pi + p * oh * ow;
+        for (int64_t oy = 0; oy < oh; ++oy)
+          for (int64_t ox = 0; ox < ow; ++ox) {
+            float best = -INFINITY;
+            int64_t arg = -1;
+            for (int64_t i = 0; i < w.kh; ++i) {
+              const int64_t iy = oy * w.sh - w.ph + i * w.dh;
+              if (iy < 0 || iy >= h) continue;
+              for (int64_t j = 0; j < w.kw; ++j) {
+                const int64_t ix = ox * w.sw - w.pw + j * w.dw;
+                if (ix < 0 || ix >= wd) continue;
+                const float v = static_cast<float>(xp[iy * wd + ix]);
+                if (arg < 0 || v > best || (std::isnan(v) && !std::isnan(best))) {
+                  best = v;
+                  arg = iy * wd + ix;
+                }
+              }
+            }
+            op[oy * ow + ox] = static_cast<T>(best);
+            ip[oy * ow + ox] = static_cast<int32_t>(arg);
+          }
+      }
+    });
+  });
+}
+
+// Each output's gradient goes to the input its index names. Windows that cannot overlap (the
+// stride at least the dilated kernel) leave one gradient per input, stored as is; overlapping
+// ones sum into a float plane in output order, rounded once.
+void max_pool2d_backward(const Tensor& g, const Tensor& indices, const Window2d& w, const Tensor& grad_x) {
+  if (!fast(g) || !indices.is_contiguous() || !grad_x.is_contiguous() || grad_x.dtype() != g.dtype())
+    return kernel::max_pool2d_backward.reference(g, indices, w, grad_x);
+  const int64_t planes = grad_x.size(0) * grad_x.size(1), hw = grad_x.size(2) * grad_x.size(3);
+  const int64_t ohw = g.size(2) * g.size(3);
+  const bool disjoint = w.sh >= (w.kh - 1) * w.dh + 1 && w.sw >= (w.kw - 1) * w.dw + 1;
+  const int32_t* pi = static_cast<const int32_t*>(indices.data_ptr());
+  visit_fast(g.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* pg = static_cast<const T*>(g.data_ptr());
+    T* px = static_cast<T*>(grad_x.data_ptr());
+    parallel_for(planes, 4, [&](int64_t p0, int64_t p1) {
+      std::vector<float> acc;
+      for (int64_t p = p0; p < p1; ++p) {
+        const T* gp = pg + p * ohw;
+        const int32_t* ip = pi + p * ohw;
+        T* xp = px + p * hw;
+        if (disjoint) {
+          for (int64_t i = 0; i < hw; ++i) xp[i] = static_cast<T>(0.0f);
+          for (int64_t o = 0; o < ohw; ++o)
+            if (ip[o] >= 0) xp[ip[o]] = gp[o];
+        } else {
+          acc.assign(static_cast<size_t>(hw), 0.0f);
+          for (int64_t o = 0; o < ohw; ++o)
+            if (ip[o] >= 0) acc[ip[o]] += static_cast<float>(gp[o]);
+          for (int64_t i = 0; i < hw; ++i) xp[i] = static_cast<T>(acc[i]);
+        }
+      }
+    });
+  });
+}
+
+}  // namespace
+
+AG_REGISTER_FAST_KERNEL(kernel::max_pool2d_forward, max_pool2d_forward);
+AG_REGISTER_FAST_KERNEL(kernel::max_pool2d_backward, max_pool2d_backward);
+
+}  // namespace ampgrad::cpu
