@@ -244,6 +244,8 @@ void add_bench(CLI::App& app) {
   auto kernel_graphs_ab = std::make_shared<bool>(false);
   auto launch_batches_ab = std::make_shared<bool>(false);
   auto models = std::make_shared<std::vector<std::string>>();
+  auto batch = std::make_shared<int64_t>(0);
+  auto threads = std::make_shared<int>(0);
   CLI::App* cmd = app.add_subcommand("bench", "Measure each precision's speed and accuracy (matmul, conv, step, optim)");
   cmd->add_option("suite", *suite, "matmul, conv, step, optim or all")
       ->check(CLI::IsMember({"matmul", "conv", "step", "optim", "all"}))->capture_default_str();
@@ -264,9 +266,16 @@ void add_bench(CLI::App& app) {
   cmd->add_option("--models", *models, "step: only these models (mlp, cnn, wide, lstm, lstm_cells; default all)")
       ->delimiter(',')
       ->check(CLI::IsMember({"mlp", "cnn", "wide", "lstm", "lstm_cells"}));
+  cmd->add_option("--batch", *batch, "step: every model at this batch size (default: each model's own)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--threads", *threads,
+                  "CPU threads of the fast CPU kernels (default: OMP_NUM_THREADS, else every core)")
+      ->check(CLI::PositiveNumber);
   cmd->callback([=] {
     BenchOptions o;
     o.models = *models;
+    o.batch = *batch;
+    if (*threads > 0) set_num_threads(*threads);
     o.fold_ab = *fold_ab;
     o.kernel_graphs_ab = *kernel_graphs_ab;
     o.launch_batches_ab = *launch_batches_ab;
@@ -275,8 +284,8 @@ void add_bench(CLI::App& app) {
     o.reps = *reps;
     manual_seed(0);
     if (o.device.is_cpu())
-      std::printf("bench: running on the CPU (no CUDA device%s): small sizes, wall-clock timing\n",
-                  cuda::is_available() ? " chosen" : " found");
+      std::printf("bench: running on the CPU (no CUDA device%s): %d threads, small sizes, wall-clock timing\n",
+                  cuda::is_available() ? " chosen" : " found", get_num_threads());
     else
       std::printf("bench: %s (%d SMs), CUDA-event timing\n", cuda::device_properties(o.device.index).name.c_str(),
                   cuda::device_properties(o.device.index).sm_count);

@@ -26,6 +26,8 @@ struct BenchOptions {
   bool launch_batches_ab = false;
   // step: only these models (mlp, cnn, wide, lstm, lstm_cells); empty: all of them (--models).
   std::vector<std::string> models;
+  // step: every model at this batch instead of its own (--batch); 0: their own.
+  int64_t batch = 0;
 };
 
 // Each suite prints its table and returns its rows as JSON objects.

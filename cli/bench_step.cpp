@@ -52,7 +52,9 @@ nlohmann::json bench_step(const BenchOptions& o) {
                                                                 {"4x Linear(4096)", "wide", 4096},
                                                                 {"char LSTM 2x256, seq 64", "lstm", 32},
                                                                 {"char LSTMCell loop 2x256, seq 64", "lstm_cells", 32}};
-  if (o.device.is_cpu() && !o.quick) cases = {{"MLP 784-512-512-10", "mlp", 64}, {"Fashion-MNIST CNN", "cnn", 32}};
+  if (o.device.is_cpu() && !o.quick) cases = {{"MLP 784-512-512-10", "mlp", 64}, {"Fashion-MNIST CNN", "cnn", 128}};
+  if (o.batch > 0)
+    for (StepCase& c : cases) c.batch = o.batch;
   if (!o.models.empty())
     std::erase_if(cases, [&](const StepCase& c) { return std::ranges::find(o.models, c.model) == o.models.end(); });
   nlohmann::json rows = nlohmann::json::array();

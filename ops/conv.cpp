@@ -161,7 +161,8 @@ Tensor empty_like_format(const Tensor& like, const Shape& shape) {
 
 // g in the layout the kernels like best for x's format.
 Tensor grad_layout(const Tensor& g, const Tensor& x) {
-  return g.dim() == 4 && is_channels_last(x) ? g.to_channels_last() : g.contiguous();
+  // A contiguous x of one channel (or 1x1 planes) has NHWC strides too: it stays NCHW.
+  return g.dim() == 4 && is_channels_last(x) && !x.is_contiguous() ? g.to_channels_last() : g.contiguous();
 }
 
 // out += bias over the channel dim.

@@ -114,6 +114,22 @@ std::pair<Tensor, Tensor> reduce_forward(const OpInfo& op, ReduceKind k, const T
     fill_into(out, k == ReduceKind::Prod ? 1.0 : (k == ReduceKind::Mean ? NAN : 0.0));  // Norm: 0
     return {out, idx};
   }
+  if (geo.around && (k == ReduceKind::Sum || k == ReduceKind::Mean)) {
+    // Two passes (Note [Reductions around a kept block]): over trail into [lead, kept] and over
+    // lead into [kept], partial results in float32 (float64 for float64, int64 for integers)
+    // and the result rounded to out_dtype once.
+    NoGradGuard no_grad;
+    const DType mid = out_dtype == kFloat64 || !is_floating(out_dtype) ? out_dtype : kFloat32;
+    const int64_t lead = geo.x3.size(0), kept = geo.x3.size(1), trail = geo.x3.size(2);
+    Tensor x = geo.x3.dtype() == mid ? geo.x3 : to(geo.x3, geo.x3.device(), mid);
+    Tensor part = empty_as({lead * kept}, mid, a);
+    kernel::reduce(part.device(), k, x.view({lead * kept, trail, 1}), part, Tensor(), param);
+    Tensor total = mid == out_dtype ? out : empty_as(out_shape, mid, a);
+    kernel::reduce(total.device(), k, part.view({1, lead, kept}), total, Tensor(), param);
+    if (mid != out_dtype) kernel::copy(out.device(), out, total);
+    return {out, idx};
+  }
+  if (geo.around) geo.x3 = contiguous(geo.permuted).view({geo.permuted.numel() / geo.r, geo.r, 1});
   Tensor x = geo.x3;
   if (x.dtype() != out_dtype && k != ReduceKind::Argmax && k != ReduceKind::Argmin) {
     NoGradGuard no_grad;

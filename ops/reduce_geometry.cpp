@@ -68,6 +68,21 @@ ReduceGeometry reduce_geometry(std::string_view op, const Tensor& a, const Shape
     for (int64_t i = last + 1; i < n; ++i) inner *= a.shape()[i];
     g.x3 = contiguous(a).view({outer, r, inner});
   } else {
+    // Reduced, then kept, then reduced dims (Note [Reductions around a kept block]).
+    int64_t kept_first = -1, kept_last = -1;
+    for (int64_t i = 0; i < n; ++i)
+      if (!mask[i]) {
+        if (kept_first < 0) kept_first = i;
+        kept_last = i;
+      }
+    bool block = a.is_contiguous() && kept_first > 0 && kept_last < n - 1;
+    for (int64_t i = kept_first; block && i <= kept_last; ++i) block = !mask[i];
+    if (block) {
+      int64_t lead = 1, kept = 1, trail = 1;
+      for (int64_t i = 0; i < n; ++i) (i < kept_first ? lead : i > kept_last ? trail : kept) *= a.shape()[i];
+      g.around = true;
+      g.x3 = a.view({lead, kept, trail});
+    }
     Shape perm;
     for (int64_t i = 0; i < n; ++i)
       if (!mask[i]) {
@@ -76,7 +91,11 @@ ReduceGeometry reduce_geometry(std::string_view op, const Tensor& a, const Shape
       }
     for (int64_t i = 0; i < n; ++i)
       if (mask[i]) perm.push_back(i);
-    g.x3 = contiguous(permute(a, perm)).view({outer, r, 1});
+    if (g.around) {
+      g.permuted = permute(a, perm);  // a view; contiguous(...).view({outer, r, 1}) when asked
+    } else {
+      g.x3 = contiguous(permute(a, perm)).view({outer, r, 1});
+    }
   }
   return g;
 }

@@ -12,6 +12,13 @@ namespace ampgrad {
 struct ReduceGeometry {
   Tensor x3;         // contiguous [outer, r, inner] (a view when possible, else a permuted copy)
   int64_t r = 0;     // elements reduced per output
+  // Note [Reductions around a kept block]: reduced leading and trailing dims of a contiguous
+  // tensor around kept ones (a convolution's bias gradient, a sum over N, H and W). A sum or
+  // mean of them is two passes over the view, not a permuted copy: x3 is then the view [lead,
+  // kept, trail] and reduce_forward sums over trail, then over lead. Other kinds take
+  // permuted() (the copy).
+  bool around = false;
+  Tensor permuted;   // around: the [outer, r, 1] copy the other kinds reduce
   Shape out_shape;   // without the reduced dims
   Shape keep_shape;  // reduced dims kept as 1
 };

@@ -14,6 +14,7 @@
 #include <ampgrad/core/config.h>
 #include <ampgrad/core/generator.h>
 #include <ampgrad/core/tensor.h>
+#include <ampgrad/cpu/parallel.h>
 #include <ampgrad/data/fashion_mnist.h>
 #include <ampgrad/data/idx.h>
 #include <ampgrad/data/loader.h>
