@@ -18,6 +18,7 @@ namespace ampgrad::cpu::onednn {
 #if !AMPGRAD_WITH_ONEDNN
 
 bool available() { return false; }
+size_t primitives_built() { return 0; }
 
 #else
 
@@ -82,6 +83,13 @@ Cache& cache() {
 }  // namespace
 
 bool available() { return library().ok; }
+size_t primitives_built() {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  size_t n = 0;
+  for (const auto& [key, p] : c.prims) n += p != nullptr;
+  return n;
+}
 const Api& api() { return library().api; }
 
 dnnl_data_type_t data_type(DType d) {

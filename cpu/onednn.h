@@ -31,6 +31,9 @@ namespace ampgrad::cpu::onednn {
 // problem oneDNN cannot build (a dtype it lacks here, a shape its kernels refuse) is cached
 // as such, and its kernel runs the reference loop.
 bool available();
+// Primitives built so far (refused problems not counted): the tests' proof that a case ran
+// oneDNN.
+size_t primitives_built();
 
 #if AMPGRAD_WITH_ONEDNN
 

@@ -1,0 +1,291 @@
+// The fast CPU kernels (cpu/, Note [Fast CPU kernels] in core/dispatch.h) against the
+// reference loops they stand in for: the same inputs through the same ops, forward and
+// backward, once with each, in float32, bfloat16 and float16 (float64 where it matters), odd
+// sizes, non-contiguous views and the layouts the fast path hands back to the reference.
+#include "common.h"
+
+#include <functional>
+
+#include <ampgrad/core/kernels.h>
+#include <ampgrad/cpu/onednn.h>
+#include <ampgrad/cpu/parallel.h>
+
+namespace {
+
+using Outputs = std::vector<ag::Tensor>;
+
+// Restores the fast kernels however a case ends.
+struct FastOn {
+  ~FastOn() { ag::set_fast_cpu_kernels(true); }
+};
+
+// fn(), once with the fast kernels and once with the reference loops.
+std::pair<Outputs, Outputs> fast_and_reference(const std::function<Outputs()>& fn) {
+  FastOn restore;
+  ag::set_fast_cpu_kernels(true);
+  Outputs fast = fn();
+  ag::set_fast_cpu_kernels(false);
+  Outputs ref = fn();
+  return {fast, ref};
+}
+
+// Relative error of the worst element against the largest reference value: the fast path
+// sums in another order (and oneDNN in blocks), so agreement is to rounding, not bits.
+double tolerance(ag::DType d) {
+  switch (d) {
+    case ag::kFloat32: return 2e-5;
+    case ag::kFloat64: return 1e-12;
+    case ag::kFloat16: return 4e-3;
+    default: return 2.5e-2;  // bfloat16: a couple of its ulps
+  }
+}
+
+void check_agree(const Outputs& fast, const Outputs& ref, double tol, const std::string& what) {
+  REQUIRE(fast.size() == ref.size());
+  for (size_t i = 0; i < fast.size(); ++i) {
+    INFO(what << ", output " << i);
+    REQUIRE(fast[i].defined() == ref[i].defined());
+    if (!fast[i].defined()) continue;
+    REQUIRE(fast[i].shape() == ref[i].shape());
+    REQUIRE(fast[i].dtype() == ref[i].dtype());
+    const std::vector<double> f = fast[i].to_vector<double>(), r = ref[i].to_vector<double>();
+    double scale = 0, worst = 0;
+    size_t at = 0;
+    for (double v : r) scale = std::max(scale, std::abs(v));
+    REQUIRE(scale > 0);  // never compare zeros
+    for (size_t j = 0; j < f.size(); ++j) {
+      const double e = std::isnan(r[j]) ? (std::isnan(f[j]) ? 0.0 : INFINITY) : std::abs(f[j] - r[j]);
+      if (e > worst) {
+        worst = e;
+        at = j;
+      }
+    }
+    INFO("worst element " << at << ": fast " << f[at] << ", reference " << r[at] << ", scale " << scale);
+    CHECK(worst <= tol * scale);
+  }
+}
+
+// A leaf of `shape` from a fixed seed, so both runs see the same values.
+ag::Tensor input(const ag::Shape& shape, ag::DType d, uint64_t seed, bool grad = true) {
+  ag::Generator gen(seed);
+  ag::Tensor t = ag::randn(shape, gen).to(d);
+  if (grad) t.requires_grad_(true);
+  return t;
+}
+
+// Runs out = f(leaves...) and out.backward(g) for a fixed random g; returns out and the grads.
+Outputs forward_backward(const std::vector<ag::Tensor>& leaves, const std::function<ag::Tensor()>& f, uint64_t seed) {
+  ag::Tensor out = f();
+  ag::Generator gen(seed);
+  out.backward(ag::randn(out.shape(), gen).to(out.dtype()));
+  Outputs o = {out.detach()};
+  for (const ag::Tensor& l : leaves) o.push_back(l.grad());
+  return o;
+}
+
+const ag::DType kDtypes[] = {ag::kFloat32, ag::kBFloat16, ag::kFloat16};
+
+}  // namespace
+
+TEST_CASE("fast CPU kernels are registered and the switch reaches them", "[cpu_fast]") {
+  CHECK(ag::fast_cpu_kernels());
+  for (const char* name : {"conv_forward", "gemm", "batch_norm_stats", "max_pool2d_forward", "unary", "reduce"}) {
+    INFO(name);
+    bool has = false;
+    if (std::string(name) == "conv_forward") has = ag::kernel::conv_forward.has_fast_cpu();
+    if (std::string(name) == "gemm") has = ag::kernel::gemm.has_fast_cpu();
+    if (std::string(name) == "batch_norm_stats") has = ag::kernel::batch_norm_stats.has_fast_cpu();
+    if (std::string(name) == "max_pool2d_forward") has = ag::kernel::max_pool2d_forward.has_fast_cpu();
+    if (std::string(name) == "unary") has = ag::kernel::unary.has_fast_cpu();
+    if (std::string(name) == "reduce") has = ag::kernel::reduce.has_fast_cpu();
+    CHECK(has);
+  }
+  CHECK(ag::kernel_registration_clashes().empty());
+  CHECK(ag::get_num_threads() >= 1);
+  CHECK_THROWS_WITH_SUBSTR(ag::set_num_threads(0), "set_num_threads");
+}
+
+TEST_CASE("oneDNN convolutions match the reference", "[cpu_fast]") {
+  if (!ag::cpu::onednn::available())
+    WARN("oneDNN (libdnnl.so.2) is not installed here: the convolutions compare the reference with itself");
+  struct Case {
+    const char* name;
+    ag::Shape x, w;
+    std::array<int64_t, 2> stride, padding, dilation;
+    int64_t groups;
+    bool bias;
+  };
+  const Case cases[] = {{"3x3 same, bias", {3, 5, 11, 9}, {7, 5, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1, true},
+                        {"stride 2, dilation 2", {2, 4, 13, 10}, {6, 4, 3, 2}, {2, 2}, {0, 1}, {2, 2}, 1, false},
+                        {"groups 2", {2, 6, 9, 9}, {4, 3, 3, 3}, {1, 2}, {1, 0}, {1, 1}, 2, true},
+                        {"one channel (the CNN's first layer)", {4, 1, 12, 12}, {8, 1, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1, true}};
+  for (ag::DType d : kDtypes)
+    for (const Case& c : cases)
+      for (int layout = 0; layout < 3; ++layout) {  // contiguous, channels-last, a transposed view
+        const std::string what = fmt::format("{} {} layout {}", c.name, ag::dtype_name(d), layout);
+        const size_t built = ag::cpu::onednn::primitives_built();
+        auto [fast, ref] = fast_and_reference([&] {
+          ag::Tensor x = input(c.x, d, 1), w = input(c.w, d, 2), b = c.bias ? input({c.w[0]}, d, 3) : ag::Tensor();
+          ag::Tensor xin = x;
+          if (layout == 1) xin = x.to_channels_last();
+          if (layout == 2) xin = x.transpose(2, 3).contiguous().transpose(2, 3);
+          std::vector<ag::Tensor> leaves = {x, w};
+          if (b.defined()) leaves.push_back(b);
+          return forward_backward(leaves, [&] { return ag::conv2d(xin, w, b, c.stride, c.padding, c.dilation, c.groups); }, 4);
+        });
+        check_agree(fast, ref, tolerance(d) * 2, what);
+        if (ag::cpu::onednn::available() && d != ag::kFloat16 && layout == 0) {
+          INFO(what << ": built no oneDNN primitive");
+          CHECK(ag::cpu::onednn::primitives_built() > built);
+        }
+      }
+}
+
+TEST_CASE("fast convolutions: 3-D, transposed (the reference's cases) and float64", "[cpu_fast]") {
+  for (ag::DType d : {ag::kFloat32, ag::kBFloat16}) {
+    auto [fast, ref] = fast_and_reference([&] {
+      ag::Tensor x = input({2, 3, 5, 6, 7}, d, 11), w = input({4, 3, 3, 3, 2}, d, 12), b = input({4}, d, 13);
+      return forward_backward({x, w, b}, [&] { return ag::conv3d(x, w, b, {1, 2, 1}, {1, 0, 1}); }, 14);
+    });
+    check_agree(fast, ref, tolerance(d) * 2, "conv3d");
+    for (int64_t out_pad : {0, 1}) {
+      auto [f2, r2] = fast_and_reference([&] {
+        ag::Tensor x = input({2, 4, 7, 6}, d, 21), w = input({4, 3, 3, 3}, d, 22), b = input({3}, d, 23);
+        return forward_backward(
+            {x, w, b}, [&] { return ag::conv_transpose2d(x, w, b, {2, 2}, {1, 1}, {out_pad, out_pad}); }, 24);
+      });
+      check_agree(f2, r2, tolerance(d) * 2, fmt::format("conv_transpose2d output_padding {}", out_pad));
+    }
+  }
+  auto [fast, ref] = fast_and_reference([&] {
+    ag::Tensor x = input({2, 3, 8, 8}, ag::kFloat64, 31), w = input({5, 3, 3, 3}, ag::kFloat64, 32);
+    return forward_backward({x, w}, [&] { return ag::conv2d(x, w, ag::Tensor(), {1, 1}, {1, 1}); }, 33);
+  });
+  check_agree(fast, ref, tolerance(ag::kFloat64), "conv2d float64");
+}
+
+TEST_CASE("oneDNN GEMMs match the reference", "[cpu_fast]") {
+  for (ag::DType d : kDtypes) {
+    const std::string dn(ag::dtype_name(d));
+    auto [f1, r1] = fast_and_reference([&] {
+      ag::Tensor x = input({7, 13}, d, 41), w = input({5, 13}, d, 42), b = input({5}, d, 43);
+      return forward_backward({x, w, b}, [&] { return ag::linear(x, w, b); }, 44);
+    });
+    check_agree(f1, r1, tolerance(d) * 2, "linear " + dn);
+    auto [f2, r2] = fast_and_reference([&] {
+      ag::Tensor a = input({3, 9, 7}, d, 51), b = input({3, 11, 9}, d, 52);
+      // b transposed: a strided operand
+      return forward_backward({a, b}, [&] { return ag::bmm(a.transpose(1, 2), b.transpose(1, 2)); }, 53);
+    });
+    check_agree(f2, r2, tolerance(d) * 2, "bmm of transposed views " + dn);
+    auto [f3, r3] = fast_and_reference([&] {
+      ag::Tensor a = input({4, 6, 10}, d, 61), b = input({10, 3}, d, 62);
+      return forward_backward({a, b}, [&] { return ag::matmul(a, b); }, 63);  // b broadcast over the batch
+    });
+    check_agree(f3, r3, tolerance(d) * 2, "broadcast matmul " + dn);
+  }
+}
+
+TEST_CASE("fast batch norm matches the reference, training and eval", "[cpu_fast]") {
+  for (ag::DType d : kDtypes)
+    for (bool training : {true, false}) {
+      Outputs stats_fast, stats_ref;
+      auto run = [&](Outputs& stats) {
+        ag::Tensor x = input({3, 5, 7, 6}, d, 71), w = input({5}, ag::kFloat32, 72), b = input({5}, ag::kFloat32, 73);
+        ag::Tensor rm = input({5}, ag::kFloat32, 74, false), rv = ag::exp(input({5}, ag::kFloat32, 75, false));
+        Outputs o = forward_backward({x, w, b}, [&] { return ag::batch_norm(x, rm, rv, w, b, training, 0.1, 1e-5); }, 76);
+        stats = {rm, rv};
+        return o;
+      };
+      FastOn restore;
+      ag::set_fast_cpu_kernels(true);
+      Outputs fast = run(stats_fast);
+      ag::set_fast_cpu_kernels(false);
+      Outputs ref = run(stats_ref);
+      const std::string what = fmt::format("batch_norm {} training {}", ag::dtype_name(d), training);
+      check_agree(fast, ref, tolerance(d) * 2, what);
+      check_agree(stats_fast, stats_ref, tolerance(ag::kFloat32), what + " running stats");
+    }
+}
+
+TEST_CASE("fast max pooling matches the reference, NaN and overlapping windows included", "[cpu_fast]") {
+  struct Case {
+    const char* name;
+    std::array<int64_t, 2> k, s, p, dil;
+  };
+  const Case cases[] = {{"2x2", {2, 2}, {2, 2}, {0, 0}, {1, 1}},
+                        {"3x3 stride 2 pad 1 (overlap)", {3, 3}, {2, 2}, {1, 1}, {1, 1}},
+                        {"3x2 stride 1 dilation 2", {3, 2}, {1, 1}, {0, 1}, {2, 1}},
+                        {"3x3 stride 2, no padding (overlap)", {3, 3}, {2, 2}, {0, 0}, {1, 1}}};
+  for (ag::DType d : kDtypes)
+    for (const Case& c : cases)
+      for (bool with_nan : {false, true}) {
+        auto [fast, ref] = fast_and_reference([&] {
+          ag::Tensor x = input({3, 4, 11, 10}, d, 81, false);
+          if (with_nan) {
+            x = x.clone();
+            ag::Tensor xf = x.to(ag::kFloat32);
+            static_cast<float*>(xf.data_ptr())[5] = NAN;
+            static_cast<float*>(xf.data_ptr())[123] = NAN;
+            x = xf.to(d);
+          }
+          x.requires_grad_(true);
+          return forward_backward({x}, [&] { return ag::max_pool2d(x, c.k, c.s, c.p, c.dil); }, 82);
+        });
+        check_agree(fast, ref, tolerance(d), fmt::format("max_pool2d {} {} nan {}", c.name, ag::dtype_name(d), with_nan));
+      }
+}
+
+TEST_CASE("fast elementwise kernels, copies and sums match the reference", "[cpu_fast]") {
+  for (ag::DType d : {ag::kFloat32, ag::kBFloat16, ag::kFloat16, ag::kFloat64}) {
+    const std::string dn(ag::dtype_name(d));
+    for (bool strided : {false, true}) {
+      auto [fast, ref] = fast_and_reference([&] {
+        ag::Tensor x = input({37, 29}, d, 91), y = input({37, 29}, d, 92);
+        ag::Tensor xv = strided ? x.transpose(0, 1) : x, yv = strided ? y.transpose(0, 1) : y;
+        return forward_backward({x, y}, [&] {
+          return ag::tanh(xv) * ag::sigmoid(yv) + ag::relu(xv) / (ag::exp(yv) + 1.0) - ag::gelu(xv) * 2.0;
+        }, 93);
+      });
+      check_agree(fast, ref, tolerance(d) * 4, fmt::format("pointwise {} strided {}", dn, strided));
+    }
+    auto [fs, rs] = fast_and_reference([&] {
+      ag::Tensor x = input({6, 5, 9, 7}, d, 101);
+      Outputs o = forward_backward({x}, [&] { return ag::sum(x, {0, 2, 3}); }, 102);  // a bias gradient's sum
+      o.push_back(ag::mean(x.detach(), {0, 2, 3}));
+      o.push_back(ag::sum(x.detach(), {1}));
+      o.push_back(ag::mean(x.detach(), {3}, true));
+      o.push_back(ag::sum(x.detach()));
+      return o;
+    });
+    check_agree(fs, rs, tolerance(d), "sums " + dn);
+    for (ag::DType to : {ag::kFloat32, ag::kBFloat16, ag::kFloat16, ag::kFloat64}) {
+      auto [fc, rc] = fast_and_reference([&] { return Outputs{input({1001}, d, 111, false).to(to)}; });
+      check_agree(fc, rc, 0.0, fmt::format("copy {} -> {}", dn, ag::dtype_name(to)));  // one rounding: exact
+    }
+  }
+  // Dropout's mask comes from a counter-based hash: the same bits on both paths.
+  auto [fd, rd] = fast_and_reference([&] {
+    ag::manual_seed(5);
+    return Outputs{ag::dropout(ag::ones({4, 1000}), 0.3, true)};
+  });
+  check_agree(fd, rd, 0.0, "dropout");
+}
+
+TEST_CASE("fast CPU kernels do not depend on the thread count where they sum themselves", "[cpu_fast]") {
+  const int threads = ag::get_num_threads();
+  auto run = [&](int n) {
+    ag::set_num_threads(n);
+    ag::Tensor x = input({8, 16, 14, 14}, ag::kFloat32, 121), w = input({16}, ag::kFloat32, 122),
+               b = input({16}, ag::kFloat32, 123);
+    ag::Tensor rm = ag::zeros({16}), rv = ag::ones({16});
+    Outputs o = forward_backward({x, w, b}, [&] {
+      return ag::max_pool2d(ag::relu(ag::batch_norm(x, rm, rv, w, b, true)), {2, 2}) * 1.5;
+    }, 124);
+    o.push_back(ag::sum(x.detach(), {0, 2, 3}));
+    return o;
+  };
+  const Outputs one = run(1), many = run(std::max(2, threads));
+  ag::set_num_threads(threads);
+  check_agree(one, many, 0.0, "1 thread against several");
+}
