@@ -1,0 +1,179 @@
+// Fast CPU optimizer steps and gradient checks (Note [Fused steps] in core/fused_kernels.h):
+// the reference's double math and rounding per element (optim/cpu_fused.cpp), with each
+// tensor's dtype resolved at compile time, a 16-bit working copy written in the same pass, and
+// every tensor's elements cut into chunks on the thread team (elements are independent, so
+// results do not depend on the thread count). Parameters and optimizer state in float32,
+// gradients and working copies in float32, bfloat16 or float16; anything else runs the reference.
+#include <atomic>
+#include <cmath>
+#include <type_traits>
+
+#include <ampgrad/core/dispatch.h>
+#include <ampgrad/core/fused_kernels.h>
+#include <ampgrad/cpu/parallel.h>
+
+namespace ampgrad::cpu {
+
+namespace {
+
+constexpr int64_t kGrain = 16384;
+
+float read1(const Tensor& t) { return *static_cast<const float*>(t.data_ptr()); }
+bool f32(const Tensor& t) { return !t.defined() || t.dtype() == kFloat32; }
+bool f32_or_16(const Tensor& t) {
+  return !t.defined() || t.dtype() == kFloat32 || t.dtype() == kBFloat16 || t.dtype() == kFloat16;
+}
+
+// Calls f(G{}, W{}) for a gradient dtype and a working-copy dtype (float for none: unused).
+template <class F> void visit_gw(const Tensor& g, const Tensor& w, F&& f) {
+  auto with_w = [&](auto gtag) {
+    if (!w.defined() || w.dtype() == kFloat32) f(gtag, float{});
+    else if (w.dtype() == kBFloat16) f(gtag, BFloat16{});
+    else f(gtag, Half{});
+  };
+  if (g.dtype() == kFloat32) with_w(float{});
+  else if (g.dtype() == kBFloat16) with_w(BFloat16{});
+  else with_w(Half{});
+}
+
+template <class T> T round_to(double v) {
+  return static_cast<T>(static_cast<float>(v));
+}
+
+// Whether every tensor of the step is one this file takes.
+bool takes(const FusedStep& s, std::initializer_list<const std::vector<Tensor>*> state) {
+  for (size_t k = 0; k < s.params.size(); ++k) {
+    if (!f32(s.params[k]) || !f32_or_16(s.grads[k]) || !s.params[k].is_contiguous() || !s.grads[k].is_contiguous())
+      return false;
+    if (!s.working.empty() && !f32_or_16(s.working[k])) return false;
+  }
+  for (const std::vector<Tensor>* v : state)
+    for (const Tensor& t : *v)
+      if (!f32(t)) return false;
+  return true;
+}
+
+const Tensor& working_of(const FusedStep& s, size_t k) {
+  static const Tensor none;
+  return s.working.empty() ? none : s.working[k];
+}
+
+// found_inf from s's own gradients when the step checks them (the reference's check).
+bool any_nonfinite(const std::vector<Tensor>& grads) {
+  std::atomic<bool> bad{false};
+  for (const Tensor& g : grads) {
+    if (bad) break;
+    visit_gw(g, Tensor(), [&](auto gtag, auto) {
+      using G = decltype(gtag);
+      const G* pg = static_cast<const G*>(g.data_ptr());
+      parallel_for(g.numel(), kGrain, [&](int64_t b, int64_t e) {
+        bool local = false;
+        for (int64_t i = b; i < e; ++i) local |= !std::isfinite(static_cast<float>(pg[i]));
+        if (local) bad = true;
+      });
+    });
+  }
+  return bad;
+}
+
+template <class F> bool scaled_step(const FusedStep& s, F&& update) {
+  if (s.check_grads && any_nonfinite(s.grads)) *static_cast<float*>(s.found_inf.data_ptr()) = 1.0f;
+  if (!(s.found_inf.defined() && read1(s.found_inf) != 0.0f)) update();
+  if (s.update) kernel::amp_update_scale(Device(kCPU), *s.update, s.found_inf);
+  return true;
+}
+
+void sgd_step(const FusedStep& s, const std::vector<Tensor>& momentum_bufs, const std::vector<Tensor>& steps,
+              const SgdHyper& h) {
+  if (!takes(s, {&momentum_bufs}) || (s.check_grads && !s.update))
+    return kernel::sgd_step.reference(s, momentum_bufs, steps, h);
+  scaled_step(s, [&] {
+    const double inv = s.inv_scale.defined() ? read1(s.inv_scale) : 1.0;
+    for (size_t k = 0; k < s.params.size(); ++k) {
+      const Tensor& w = working_of(s, k);
+      visit_gw(s.grads[k], w, [&](auto gtag, auto wtag) {
+        using G = decltype(gtag);
+        using W = decltype(wtag);
+        float* pp = static_cast<float*>(s.params[k].data_ptr());
+        const G* pg = static_cast<const G*>(s.grads[k].data_ptr());
+        float* pb = h.momentum != 0 ? static_cast<float*>(momentum_bufs[k].data_ptr()) : nullptr;
+        W* pw = w.defined() ? static_cast<W*>(w.data_ptr()) : nullptr;
+        const bool first = read1(steps[k]) == 0.0f;
+        parallel_for(s.params[k].numel(), kGrain, [&](int64_t b, int64_t e) {
+          for (int64_t i = b; i < e; ++i) {
+            double g = static_cast<double>(static_cast<float>(pg[i])) * inv;
+            if (h.maximize) g = -g;
+            const double x = pp[i];
+            if (h.weight_decay != 0) g += h.weight_decay * x;
+            if (pb) {
+              const float bf = static_cast<float>(first ? g : h.momentum * pb[i] + (1 - h.dampening) * g);
+              pb[i] = bf;
+              g = h.nesterov ? g + h.momentum * bf : bf;
+            }
+            const float xn = static_cast<float>(x - h.lr * g);
+            pp[i] = xn;
+            if (pw) pw[i] = round_to<W>(xn);
+          }
+        });
+      });
+    }
+    for (const Tensor& st : steps) *static_cast<float*>(st.data_ptr()) += 1.0f;
+  });
+}
+
+void adam_step(const FusedStep& s, const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
+               const std::vector<Tensor>& max_exp_avg_sqs, const std::vector<Tensor>& steps, const AdamHyper& h) {
+  if (!takes(s, {&exp_avgs, &exp_avg_sqs, &max_exp_avg_sqs}) || (s.check_grads && !s.update))
+    return kernel::adam_step.reference(s, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps, h);
+  scaled_step(s, [&] {
+    const double inv = s.inv_scale.defined() ? read1(s.inv_scale) : 1.0;
+    for (size_t k = 0; k < s.params.size(); ++k) {
+      const Tensor& w = working_of(s, k);
+      const double step = static_cast<double>(read1(steps[k])) + 1;
+      const double bc1 = 1 - std::pow(h.beta1, step), sqrt_bc2 = std::sqrt(1 - std::pow(h.beta2, step));
+      visit_gw(s.grads[k], w, [&](auto gtag, auto wtag) {
+        using G = decltype(gtag);
+        using W = decltype(wtag);
+        float* pp = static_cast<float*>(s.params[k].data_ptr());
+        const G* pg = static_cast<const G*>(s.grads[k].data_ptr());
+        float* pm = static_cast<float*>(exp_avgs[k].data_ptr());
+        float* pv = static_cast<float*>(exp_avg_sqs[k].data_ptr());
+        float* px = h.amsgrad ? static_cast<float*>(max_exp_avg_sqs[k].data_ptr()) : nullptr;
+        W* pw = w.defined() ? static_cast<W*>(w.data_ptr()) : nullptr;
+        parallel_for(s.params[k].numel(), kGrain, [&](int64_t b, int64_t e) {
+          for (int64_t i = b; i < e; ++i) {
+            double g = static_cast<double>(static_cast<float>(pg[i])) * inv;
+            if (h.maximize) g = -g;
+            double x = pp[i];
+            if (h.weight_decay != 0) {
+              if (h.decoupled_weight_decay) x *= 1 - h.lr * h.weight_decay;
+              else g += h.weight_decay * x;
+            }
+            // Stored rounded, used unrounded: the reference's order.
+            const double m = h.beta1 * pm[i] + (1 - h.beta1) * g;
+            const double v = h.beta2 * pv[i] + (1 - h.beta2) * g * g;
+            pm[i] = static_cast<float>(m);
+            pv[i] = static_cast<float>(v);
+            double vv = v;
+            if (px) {
+              vv = std::max(static_cast<double>(px[i]), vv);
+              px[i] = static_cast<float>(vv);
+            }
+            const double denom = std::sqrt(vv) / sqrt_bc2 + h.eps;
+            const float xn = static_cast<float>(x - (h.lr / bc1) * m / denom);
+            pp[i] = xn;
+            if (pw) pw[i] = round_to<W>(xn);
+          }
+        });
+      });
+    }
+    for (const Tensor& st : steps) *static_cast<float*>(st.data_ptr()) += 1.0f;
+  });
+}
+
+}  // namespace
+
+AG_REGISTER_FAST_KERNEL(kernel::sgd_step, sgd_step);
+AG_REGISTER_FAST_KERNEL(kernel::adam_step, adam_step);
+
+}  // namespace ampgrad::cpu
