@@ -166,7 +166,51 @@ void binary_backward(BinaryKind k, const Tensor& g, const Tensor& x, const Tenso
 
 // dst = src converted, both contiguous floating: each value widened to its accumulation type
 // and rounded once to dst's dtype, as the reference does.
+// dst contiguous, src of its shape whose last dim has unit stride (or size 1): the offset of
+// each of src's rows; other dims any strides (broadcast rows: a bias copied into a GEMM's
+// output before a beta = 1 product).
+bool rows_of(const Tensor& dst, const Tensor& src, std::vector<int64_t>& offsets) {
+  const int64_t nd = dst.dim();
+  if (nd < 2 || !dst.is_contiguous() || src.shape() != dst.shape() || (src.stride(nd - 1) != 1 && src.size(nd - 1) != 1))
+    return false;
+  const int64_t rows = dst.numel() / std::max<int64_t>(1, dst.size(nd - 1));
+  offsets.resize(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t rem = r, off = 0;
+    for (int64_t d = nd - 2; d >= 0; --d) {
+      off += (rem % src.size(d)) * src.stride(d);
+      rem /= src.size(d);
+    }
+    offsets[r] = off;
+  }
+  return true;
+}
+
+template <class D, class S> void convert(D* pd, const S* ps, int64_t n) {
+  using W = std::conditional_t<std::is_same_v<S, double> || std::is_same_v<D, double>, double, float>;
+  if constexpr (std::is_same_v<D, S>) std::memcpy(pd, ps, static_cast<size_t>(n) * sizeof(D));
+  else
+    for (int64_t i = 0; i < n; ++i) pd[i] = static_cast<D>(static_cast<W>(static_cast<acc_t<S>>(ps[i])));
+}
+
 void copy(const Tensor& dst, const Tensor& src) {
+  std::vector<int64_t> offsets;
+  if (floating(dst.dtype()) && floating(src.dtype()) && !flat(dst, {&src}) && dst.numel() > 0 &&
+      rows_of(dst, src, offsets)) {
+    const int64_t row = dst.size(dst.dim() - 1);
+    visit_float(dst.dtype(), [&](auto dtag) {
+      using D = decltype(dtag);
+      visit_float(src.dtype(), [&](auto stag) {
+        using S = decltype(stag);
+        const S* ps = ptr<const S>(src);
+        D* pd = ptr<D>(dst);
+        parallel_for(static_cast<int64_t>(offsets.size()), std::max<int64_t>(1, kGrain / row), [&](int64_t s, int64_t e) {
+          for (int64_t r = s; r < e; ++r) convert(pd + r * row, ps + offsets[r], row);
+        });
+      });
+    });
+    return;
+  }
   if (!floating(dst.dtype()) || !floating(src.dtype()) || !flat(dst, {&src})) return kernel::copy.reference(dst, src);
   if (dst.dtype() == src.dtype()) {
     const size_t es = dst.element_size();

@@ -1,28 +1,87 @@
-// Fast CPU GEMM: oneDNN's matmul primitive (Note [oneDNN]) for float32 and bfloat16 (float32
-// accumulation, rounded on store), any strides, a batch stride of 0 broadcast, alpha as an
-// output scale and beta as a sum post-op. Other dtypes and problems oneDNN refuses run the
-// reference (ops/cpu_matmul.cpp: OpenBLAS or loops).
+// Fast CPU GEMM: float32 through OpenBLAS on the operands as they lie (Note [CPU BLAS]),
+// bfloat16 (and float32 without OpenBLAS or with an operand of no unit stride) through
+// oneDNN's matmul primitive (Note [oneDNN]): float32 accumulation, rounded on store, any
+// strides, a batch stride of 0 broadcast, alpha as an output scale and beta as a sum post-op.
+// Other dtypes and problems oneDNN refuses run the reference (ops/cpu_matmul.cpp).
 #include <bit>
 #include <vector>
 
 #include <ampgrad/core/dispatch.h>
 #include <ampgrad/core/kernels.h>
+#include <ampgrad/cpu/blas.h>
 #include <ampgrad/cpu/onednn.h>
+#include <ampgrad/cpu/parallel.h>
 
 namespace ampgrad::cpu {
 
-#if AMPGRAD_WITH_ONEDNN
 namespace {
 
+#if AMPGRAD_WITH_ONEDNN
 // A [B, rows, cols] operand as oneDNN takes it: a batch of 1 when its batch stride is 0.
 dnnl_memory_desc_t operand(const Tensor& t, int64_t batch) {
   const bool broadcast = batch > 1 && t.stride(0) == 0;
   return onednn::plain_md({broadcast ? 1 : batch, t.size(1), t.size(2)},
                           {broadcast ? t.size(1) * t.size(2) : t.stride(0), t.stride(1), t.stride(2)}, t.dtype());
 }
+#endif
+
+// A [rows, cols] matrix as BLAS takes it: (transposed, leading dimension), or false when
+// neither of its dims has unit stride.
+bool blas_layout(int64_t rows, int64_t cols, int64_t rs, int64_t cs, bool& trans, int64_t& ld) {
+  if (cs == 1 && (rows == 1 || rs >= std::max<int64_t>(cols, 1))) {
+    trans = false;
+    ld = rows == 1 ? std::max<int64_t>(cols, 1) : rs;
+    return true;
+  }
+  if (rs == 1 && (cols == 1 || cs >= std::max<int64_t>(rows, 1))) {
+    trans = true;
+    ld = cols == 1 ? std::max<int64_t>(rows, 1) : cs;
+    return true;
+  }
+  return false;
+}
+
+// Float32 through OpenBLAS (Note [CPU BLAS] in cpu/blas.h), one sgemm per batch on the
+// operands as they lie; false when an operand has no unit stride.
+bool gemm_openblas(const Tensor& a, const Tensor& b, const Tensor& out, double alpha, double beta) {
+  const int64_t batch = out.size(0), m = out.size(1), n = out.size(2), k = a.size(2);
+  bool ta = false, tb = false;
+  int64_t lda = 0, ldb = 0;
+  if (!blas_layout(m, k, a.stride(1), a.stride(2), ta, lda) || !blas_layout(k, n, b.stride(1), b.stride(2), tb, ldb))
+    return false;
+  const float* pa = static_cast<const float*>(a.data_ptr());
+  const float* pb = static_cast<const float*>(b.data_ptr());
+  float* po = static_cast<float*>(out.data_ptr());
+  // OpenBLAS runs on one thread (its own pool would fight the OpenMP team for the cores):
+  // the team splits each product into blocks of out's rows or columns, whichever is longer,
+  // one sgemm each. Every output element is one dot product whatever the split.
+  const bool by_rows = m >= n;
+  const int64_t len = by_rows ? m : n;
+  const int64_t grain = std::max<int64_t>(32, (1 << 18) / std::max<int64_t>(1, (by_rows ? n : m) * k));
+  for (int64_t i = 0; i < batch; ++i) {
+    const float* ai = pa + i * a.stride(0);
+    const float* bi = pb + i * b.stride(0);
+    float* oi = po + i * out.stride(0);
+    parallel_for(len, grain, [&](int64_t s, int64_t e) {
+      if (by_rows)  // rows s..e of a and out
+        blas_sgemm(ta, tb, e - s, n, k, static_cast<float>(alpha), ai + s * (ta ? 1 : lda), lda, bi, ldb,
+                   static_cast<float>(beta), oi + s * n, n);
+      else  // columns s..e of b and out
+        blas_sgemm(ta, tb, m, e - s, k, static_cast<float>(alpha), ai, lda, bi + s * (tb ? ldb : 1), ldb,
+                   static_cast<float>(beta), oi + s, n);
+    });
+  }
+  return true;
+}
 
 void gemm(const Tensor& a, const Tensor& b, const Tensor& out, double alpha, double beta) {
   const DType d = out.dtype();
+  if (d == kFloat32 && a.dtype() == d && b.dtype() == d && a.dim() == 3 && b.dim() == 3 && out.numel() > 0 &&
+      a.size(2) > 0 && blas_available() && gemm_openblas(a, b, out, alpha, beta))
+    return;
+#if !AMPGRAD_WITH_ONEDNN
+  return kernel::gemm.reference(a, b, out, alpha, beta);
+#else
   if (!onednn::available() || (d != kFloat32 && d != kBFloat16) || a.dtype() != d || b.dtype() != d ||
       a.dim() != 3 || b.dim() != 3 || a.numel() == 0 || b.numel() == 0)
     return kernel::gemm.reference(a, b, out, alpha, beta);
@@ -50,11 +109,11 @@ void gemm(const Tensor& a, const Tensor& b, const Tensor& out, double alpha, dou
   }
   if (!prim) return kernel::gemm.reference(a, b, out, alpha, beta);
   prim->run({a.data_ptr(), b.data_ptr(), out.data_ptr()}, "gemm");
+#endif
 }
 
 }  // namespace
 
 AG_REGISTER_FAST_KERNEL(kernel::gemm, gemm);
-#endif
 
 }  // namespace ampgrad::cpu

@@ -17,7 +17,7 @@ namespace ampgrad::cpu::onednn {
 // Note [oneDNN]
 // The fast CPU convolutions and GEMMs are oneDNN's (the library PyTorch's CPU path uses; on
 // this machine its JIT kernels pick AVX-512, AVX512-BF16 or AMX at run time). Like OpenBLAS
-// (Note [CPU BLAS] in ops/cpu_blas.h) it is opened with dlopen on first use: libdnnl is 40 MB
+// (Note [CPU BLAS] in cpu/blas.h) it is opened with dlopen on first use: libdnnl is 40 MB
 // and pulls in OpenCL, and neither the library nor the binaries carried to another machine
 // should require it. Headers are needed at build time only (Debian's libdnnl-dev, installed by
 // scripts/setup.sh; without them AMPGRAD_WITH_ONEDNN is 0 and every CPU convolution and GEMM

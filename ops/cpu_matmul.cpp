@@ -4,7 +4,7 @@
 #include <vector>
 
 #include <ampgrad/core/kernels.h>
-#include <ampgrad/ops/cpu_blas.h>
+#include <ampgrad/cpu/blas.h>
 
 namespace ampgrad::cpu {
 

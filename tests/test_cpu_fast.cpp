@@ -262,7 +262,11 @@ TEST_CASE("fast elementwise kernels, copies and sums match the reference", "[cpu
     });
     check_agree(fs, rs, tolerance(d), "sums " + dn);
     for (ag::DType to : {ag::kFloat32, ag::kBFloat16, ag::kFloat16, ag::kFloat64}) {
-      auto [fc, rc] = fast_and_reference([&] { return Outputs{input({1001}, d, 111, false).to(to)}; });
+      auto [fc, rc] = fast_and_reference([&] {
+        const ag::Tensor rows = input({5, 1, 7}, d, 112, false), cols = input({4, 6}, d, 113, false);
+        return Outputs{input({1001}, d, 111, false).to(to), ag::expand(rows, {5, 3, 7}).contiguous().to(to),
+                       cols.transpose(0, 1).contiguous().to(to)};  // broadcast rows, a transposed copy
+      });
       check_agree(fc, rc, 0.0, fmt::format("copy {} -> {}", dn, ag::dtype_name(to)));  // one rounding: exact
     }
   }
@@ -292,7 +296,7 @@ TEST_CASE("fast CPU kernels do not depend on the thread count where they sum the
   check_agree(one, many, 0.0, "1 thread against several");
 }
 
-TEST_CASE("fast optimizer steps match the reference bit for bit", "[cpu_fast]") {
+TEST_CASE("fast optimizer steps match the reference", "[cpu_fast]") {
   // Each run: three steps on the same fixed gradients; float32 parameters, and bfloat16 ones
   // with float32 master weights (the step writes the 16-bit copies too).
   auto run = [](const std::string& which, ag::DType d) {
@@ -301,6 +305,8 @@ TEST_CASE("fast optimizer steps match the reference bit for bit", "[cpu_fast]") 
     std::unique_ptr<ag::optim::Optimizer> opt;
     if (which == "sgd")
       opt = std::make_unique<ag::optim::SGD>(ps, ag::optim::SGDOptions(0.1).momentum(0.9).nesterov(true).weight_decay(0.01));
+    else if (which == "sgd plain")  // the fast path's float-math loop
+      opt = std::make_unique<ag::optim::SGD>(ps, ag::optim::SGDOptions(0.1).momentum(0.9));
     else if (which == "adam")
       opt = std::make_unique<ag::optim::Adam>(ps, ag::optim::AdamOptions(0.01).amsgrad(true).weight_decay(0.01));
     else
@@ -313,9 +319,13 @@ TEST_CASE("fast optimizer steps match the reference bit for bit", "[cpu_fast]") 
     }
     return Outputs{ps[0].detach(), ps[1].detach()};
   };
-  for (const char* which : {"sgd", "adam", "adamw"})
+  // Equal bits, except plain SGD momentum in float math (one float rounding per operation
+  // against the reference's double; a 16-bit copy may then round the other way).
+  for (const char* which : {"sgd", "sgd plain", "adam", "adamw"})
     for (ag::DType d : {ag::kFloat32, ag::kBFloat16, ag::kFloat16}) {
       auto [fast, ref] = fast_and_reference([&] { return run(which, d); });
-      check_agree(fast, ref, 0.0, fmt::format("{} {}", which, ag::dtype_name(d)));
+      const bool plain = std::string(which) == "sgd plain";
+      check_agree(fast, ref, plain ? (d == ag::kFloat32 ? 1e-6 : eps_of(d)) : 0.0,
+                  fmt::format("{} {}", which, ag::dtype_name(d)));
     }
 }

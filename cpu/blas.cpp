@@ -1,5 +1,5 @@
-// dlopen of OpenBLAS's cblas_sgemm/cblas_dgemm (Note [CPU BLAS]).
-#include <ampgrad/ops/cpu_blas.h>
+// dlopen of OpenBLAS's cblas_sgemm/cblas_dgemm and its thread count (Note [CPU BLAS]).
+#include <ampgrad/cpu/blas.h>
 
 #include <dlfcn.h>
 
@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include <ampgrad/core/error.h>
+#include <ampgrad/cpu/parallel.h>
 
 namespace ampgrad::cpu {
 
@@ -16,9 +17,11 @@ constexpr int kRowMajor = 101, kNoTrans = 111, kTrans = 112;
 using SgemmFn = void (*)(int, int, int, int, int, int, float, const float*, int, const float*, int, float, float*, int);
 using DgemmFn = void (*)(int, int, int, int, int, int, double, const double*, int, const double*, int, double, double*,
                          int);
+using ThreadsFn = void (*)(int);
 struct Blas {
   SgemmFn sgemm = nullptr;
   DgemmFn dgemm = nullptr;
+  ThreadsFn set_threads = nullptr;
 };
 
 const Blas& blas() {
@@ -32,7 +35,11 @@ const Blas& blas() {
       if (!h) continue;
       b.sgemm = reinterpret_cast<SgemmFn>(dlsym(h, "cblas_sgemm"));
       b.dgemm = reinterpret_cast<DgemmFn>(dlsym(h, "cblas_dgemm"));
-      if (b.sgemm && b.dgemm) return;
+      b.set_threads = reinterpret_cast<ThreadsFn>(dlsym(h, "openblas_set_num_threads"));
+      if (b.sgemm && b.dgemm) {
+        if (b.set_threads) b.set_threads(1);  // the callers split the work (cpu/gemm.cpp)
+        return;
+      }
       b = Blas{};
     }
   });
@@ -41,6 +48,8 @@ const Blas& blas() {
 }  // namespace
 
 bool blas_available() { return blas().sgemm != nullptr; }
+
+
 
 void blas_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
                 const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
