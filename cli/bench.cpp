@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include <ampgrad/ampgrad.h>
+#include <ampgrad/cpu/peak.h>
 #include "cli/bench_timer.h"
 #include "cli/commands.h"
 #include "cli/models.h"
@@ -41,11 +42,15 @@ nlohmann::json bench_matmul(const BenchOptions& o) {
   NoGradGuard no_grad;
   std::vector<int64_t> sizes = o.quick ? std::vector<int64_t>{32, 64}
                                : o.device.is_cuda() ? std::vector<int64_t>{256, 512, 1024, 2048, 4096, 8192}
-                                                    : std::vector<int64_t>{128, 256, 512};
+                                                    : std::vector<int64_t>{128, 256, 512, 1024};
   nlohmann::json rows = nlohmann::json::array();
-  // The card's measured peak per precision: the best rate of the largest size in this sweep.
+  // The peak per precision: on CUDA the best rate of this sweep (the card's measured peak); on
+  // the CPU its measured FMA peak (Note [CPU peak] in cpu/peak.h).
+  const bool cpu = o.device.is_cpu();
+  const char* unit = cpu ? "GFLOP/s" : "TFLOP/s";
+  const double per_unit = cpu ? 1e9 : 1e12;
   std::printf("\n## matmul: C = A @ B, square n x n, A and B ~ N(0, 1) drawn in float32 (median of %d runs)\n\n", o.reps);
-  std::printf("| precision | n | ms | TFLOP/s | %% of peak | rel. error vs float64 |\n|---|---|---|---|---|---|\n");
+  std::printf("| precision | n | ms | %s | %% of peak | rel. error vs float64 |\n|---|---|---|---|---|---|\n", unit);
   for (const Precision& p : kPrecisions) {
     if (p.tf32 && o.device.is_cpu()) continue;  // TF32 is a tensor-core format
     std::vector<nlohmann::json> prow;
@@ -64,15 +69,25 @@ nlohmann::json bench_matmul(const BenchOptions& o) {
       prow.push_back({{"suite", "matmul"}, {"precision", p.name}, {"n", n}, {"ms", ms}, {"tflops", tflops},
                       {"rel_error", err}, {"device", o.device.str()}});
     }
+    if (cpu) peak = cpu::measured_peak_gflops(p.dtype) * 1e9 / 1e12;
     for (auto& r : prow) {
       r["pct_of_peak"] = 100.0 * r["tflops"].get<double>() / peak;
+      if (cpu) r["peak_gflops"] = peak * 1e3;
       std::printf("| %s | %lld | %.4f | %.1f | %.0f%% | %.2e |\n", p.name, static_cast<long long>(r["n"].get<int64_t>()),
-                  r["ms"].get<double>(), r["tflops"].get<double>(), r["pct_of_peak"].get<double>(),
+                  r["ms"].get<double>(), r["tflops"].get<double>() * 1e12 / per_unit, r["pct_of_peak"].get<double>(),
                   r["rel_error"].get<double>());
       rows.push_back(r);
     }
   }
-  std::printf("\n%% of peak: against the best rate this precision reached in the sweep (the card's measured peak).\n");
+  if (cpu) {
+    std::printf("\n%% of peak: against this CPU's measured peak with %d threads (Note [CPU peak] in cpu/peak.h):", get_num_threads());
+    for (const Precision& p : kPrecisions)
+      if (!p.tf32)
+        std::printf(" %s %.0f GFLOP/s (%s);", p.name, cpu::measured_peak_gflops(p.dtype), cpu::peak_method(p.dtype).c_str());
+    std::printf("\n");
+  } else {
+    std::printf("\n%% of peak: against the best rate this precision reached in the sweep (the card's measured peak).\n");
+  }
   return rows;
 }
 
@@ -89,11 +104,16 @@ nlohmann::json bench_conv(const BenchOptions& o) {
   };
   std::vector<Shape4> shapes = o.quick ? std::vector<Shape4>{{2, 4, 8, 4}}
                                : o.device.is_cuda() ? std::vector<Shape4>{{64, 64, 56, 64}, {64, 128, 28, 128}, {64, 256, 14, 256}}
-                                                    : std::vector<Shape4>{{8, 16, 28, 16}};
+                                                    : std::vector<Shape4>{{8, 16, 28, 16}, {128, 32, 14, 64}};
   nlohmann::json rows = nlohmann::json::array();
-  std::printf("\n## conv2d 3x3, stride 1, padding 1: forward and forward+backward, cuDNN benchmark mode (median of %d runs)\n\n", o.reps);
-  std::printf("| precision | layout | N C H K | fwd ms | fwd TFLOP/s | fwd+bwd ms | fwd+bwd TFLOP/s | rel. error vs float64 |\n");
-  std::printf("|---|---|---|---|---|---|---|---|\n");
+  std::printf("\n## conv2d 3x3, stride 1, padding 1: forward and forward+backward, %s (median of %d runs)\n\n",
+              o.device.is_cpu() ? "oneDNN (float16 widened to float32)" : "cuDNN benchmark mode", o.reps);
+  const bool cpu = o.device.is_cpu();
+  const double per_unit = cpu ? 1e9 : 1e12;
+  const char* unit = cpu ? "GFLOP/s" : "TFLOP/s";
+  std::printf("| precision | layout | N C H K | fwd ms | fwd %s | fwd+bwd ms | fwd+bwd %s | %s | rel. error vs float64 |\n",
+              unit, unit, cpu ? "fwd+bwd % of peak" : "-");
+  std::printf("|---|---|---|---|---|---|---|---|---|\n");
   for (const Shape4& s : shapes) {
     TensorOptions f32 = TensorOptions(kFloat32).device(o.device);
     Tensor x32 = randn({s.n, s.c, s.h, s.h}, f32), w32 = randn({s.k, s.c, 3, 3}, f32) * (1.0 / std::sqrt(9.0 * s.c));
@@ -133,10 +153,14 @@ nlohmann::json bench_conv(const BenchOptions& o) {
                          {"fwd_tflops", flop / (fwd * 1e-3) / 1e12}, {"fwd_bwd_ms", both},
                          {"fwd_bwd_tflops", 3 * flop / (both * 1e-3) / 1e12}, {"rel_error", err},
                          {"device", o.device.str()}};
-        std::printf("| %s | %s | %lld %lld %lld %lld | %.3f | %.1f | %.3f | %.1f | %.2e |\n", p.name,
+        const std::string pct =
+            cpu ? fmt::format("{:.0f}%", 100.0 * r["fwd_bwd_tflops"].get<double>() * 1e3 / cpu::measured_peak_gflops(p.dtype))
+                : "-";
+        std::printf("| %s | %s | %lld %lld %lld %lld | %.3f | %.1f | %.3f | %.1f | %s | %.2e |\n", p.name,
                     nhwc ? "NHWC" : "NCHW", static_cast<long long>(s.n), static_cast<long long>(s.c),
-                    static_cast<long long>(s.h), static_cast<long long>(s.k), fwd, r["fwd_tflops"].get<double>(), both,
-                    r["fwd_bwd_tflops"].get<double>(), err);
+                    static_cast<long long>(s.h), static_cast<long long>(s.k), fwd,
+                    r["fwd_tflops"].get<double>() * 1e12 / per_unit, both,
+                    r["fwd_bwd_tflops"].get<double>() * 1e12 / per_unit, pct.c_str(), err);
         rows.push_back(r);
       }
     }

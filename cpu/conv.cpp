@@ -1,12 +1,14 @@
 // Fast CPU convolutions: oneDNN's forward, backward-data and backward-weights primitives
 // (Note [oneDNN]), float32 and bfloat16, any strides, groups and dilation, 2 and 3 spatial
-// dims. Float16 (which oneDNN lacks on this CPU), float64, a transposed convolution's larger
-// grad_in and anything oneDNN refuses run the reference (ops/cpu_conv_nd.cpp).
+// dims; float16 widened to float32 (Note [Float16 on the CPU] in cpu/widen.h). Float64, a
+// transposed convolution's larger grad_in and anything oneDNN refuses run the reference
+// (ops/cpu_conv_nd.cpp).
 #include <vector>
 
 #include <ampgrad/core/dispatch.h>
 #include <ampgrad/core/kernels.h>
 #include <ampgrad/cpu/onednn.h>
+#include <ampgrad/cpu/widen.h>
 
 namespace ampgrad::cpu {
 
@@ -98,7 +100,26 @@ const_dnnl_primitive_desc_t hint(const Problem& pr) {
   return onednn::hint_pd("hint" + pr.key, &fd);
 }
 
+bool all_half(std::initializer_list<const Tensor*> ts) {
+  for (const Tensor* t : ts)
+    if (t->defined() && t->dtype() != kFloat16) return false;
+  return onednn::available();
+}
+
+void conv_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& out, const ConvParams& p);
+void conv_backward_data(const Tensor& gy, const Tensor& w, const Tensor& gx, const ConvParams& p);
+void conv_backward_weight(const Tensor& x, const Tensor& gy, const Tensor& gw, const ConvParams& p);
+
+// Float16: the float32 convolution on widened copies, rounded into the output once.
+template <class F> void via_float32(const Tensor& out, F&& run) {
+  Tensor wide = float32_like(out);
+  run(wide);
+  kernel::copy(Device(kCPU), out, wide);
+}
+
 void conv_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& out, const ConvParams& p) {
+  if (all_half({&x, &w, &bias, &out}))
+    return via_float32(out, [&](const Tensor& o) { conv_forward(widened(x), widened(w), widened(bias), o, p); });
   Problem pr;
   if (!onednn::available() || !fast_dtypes(x, w, out) || !problem("fwd", x, w, out, bias, p, pr))
     return kernel::conv_forward.reference(x, w, bias, out, p);
@@ -121,6 +142,8 @@ void conv_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Te
 }
 
 void conv_backward_data(const Tensor& gy, const Tensor& w, const Tensor& gx, const ConvParams& p) {
+  if (all_half({&gy, &w, &gx}))
+    return via_float32(gx, [&](const Tensor& o) { conv_backward_data(widened(gy), widened(w), o, p); });
   Problem pr;
   if (!onednn::available() || !fast_dtypes(gy, w, gx) || !problem("bwd_data", gx, w, gy, Tensor(), p, pr))
     return kernel::conv_backward_data.reference(gy, w, gx, p);
@@ -143,6 +166,8 @@ void conv_backward_data(const Tensor& gy, const Tensor& w, const Tensor& gx, con
 }
 
 void conv_backward_weight(const Tensor& x, const Tensor& gy, const Tensor& gw, const ConvParams& p) {
+  if (all_half({&x, &gy, &gw}))
+    return via_float32(gw, [&](const Tensor& o) { conv_backward_weight(widened(x), widened(gy), o, p); });
   Problem pr;
   if (!onednn::available() || !fast_dtypes(x, gy, gw) || !problem("bwd_weight", x, gw, gy, Tensor(), p, pr))
     return kernel::conv_backward_weight.reference(x, gy, gw, p);

@@ -1,4 +1,4 @@
-// Fast CPU GEMM: float32 through OpenBLAS on the operands as they lie (Note [CPU BLAS]),
+// Fast CPU GEMM (float16 widened to float32, Note [Float16 on the CPU]): float32 through OpenBLAS on the operands as they lie (Note [CPU BLAS]),
 // bfloat16 (and float32 without OpenBLAS or with an operand of no unit stride) through
 // oneDNN's matmul primitive (Note [oneDNN]): float32 accumulation, rounded on store, any
 // strides, a batch stride of 0 broadcast, alpha as an output scale and beta as a sum post-op.
@@ -11,6 +11,7 @@
 #include <ampgrad/cpu/blas.h>
 #include <ampgrad/cpu/onednn.h>
 #include <ampgrad/cpu/parallel.h>
+#include <ampgrad/cpu/widen.h>
 
 namespace ampgrad::cpu {
 
@@ -76,6 +77,15 @@ bool gemm_openblas(const Tensor& a, const Tensor& b, const Tensor& out, double a
 
 void gemm(const Tensor& a, const Tensor& b, const Tensor& out, double alpha, double beta) {
   const DType d = out.dtype();
+  // Float16 (Note [Float16 on the CPU] in cpu/widen.h): the float32 product of widened copies
+  // (out too when beta reads it), rounded into out once.
+  if (d == kFloat16 && a.dtype() == d && b.dtype() == d && a.dim() == 3 && b.dim() == 3 && out.numel() > 0 &&
+      (blas_available() || onednn::available())) {
+    Tensor wide = beta != 0 ? widened(out) : float32_like(out);
+    gemm(widened(a), widened(b), wide, alpha, beta);
+    kernel::copy(Device(kCPU), out, wide);
+    return;
+  }
   if (d == kFloat32 && a.dtype() == d && b.dtype() == d && a.dim() == 3 && b.dim() == 3 && out.numel() > 0 &&
       a.size(2) > 0 && blas_available() && gemm_openblas(a, b, out, alpha, beta))
     return;

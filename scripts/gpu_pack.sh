@@ -6,6 +6,9 @@ cd "$(dirname "$0")/.."
 bash scripts/build.sh -DAMPGRAD_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90
 rm -rf dist/gpu && mkdir -p dist/gpu
 cp build/bin/libampgrad.so* dist/gpu/
+# libampgrad needs libgomp (the fast CPU kernels' OpenMP team); the GPU machine may lack it,
+# and the binaries find it beside them ($ORIGIN).
+cp "$(g++ -print-file-name=libgomp.so.1)" dist/gpu/
 for f in build/bin/test_* build/bin/bench_* build/bin/profile_* build/bin/ampgrad build/bin/ampgrad-run; do
   [ -f "$f" ] && cp "$f" dist/gpu/
 done
@@ -18,7 +21,7 @@ fi
 # dist/gpu and dist/data together exceed the device tool's 64 MiB carry: the runs that need
 # the data (training, test_cli's and test_distributed's multi-GPU cases) carry dist/gpu_min.
 rm -rf dist/gpu_min && mkdir -p dist/gpu_min
-for f in libampgrad.so ampgrad ampgrad-run test_cli test_distributed gpu_run.sh; do cp dist/gpu/$f dist/gpu_min/; done
+for f in libampgrad.so libgomp.so.1 ampgrad ampgrad-run test_cli test_distributed gpu_run.sh; do cp dist/gpu/$f dist/gpu_min/; done
 du -sh dist/gpu dist/gpu_min dist/data 2>/dev/null
 echo "packed dist/gpu and dist/gpu_min; run them there with the device tool:"
 echo '  run(command="bash dist/gpu/gpu_run.sh tests", carry=["dist/gpu"], timeout_s=600)'
