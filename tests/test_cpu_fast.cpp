@@ -278,6 +278,26 @@ TEST_CASE("fast elementwise kernels, copies and sums match the reference", "[cpu
   check_agree(fd, rd, 0.0, "dropout");
 }
 
+TEST_CASE("fast softmax, log_softmax and cross-entropy match the reference", "[cpu_fast]") {
+  for (ag::DType d : kDtypes) {
+    const std::string dn(ag::dtype_name(d));
+    auto [fast, ref] = fast_and_reference([&] {
+      ag::Tensor x = input({13, 37}, d, 141), y = input({5, 7, 6}, d, 142);
+      Outputs o = forward_backward({x}, [&] { return ag::softmax(x, 1) * 3.0 + ag::log_softmax(x, -1); }, 143);
+      Outputs m = forward_backward({y}, [&] { return ag::softmax(y, 1); }, 144);  // a middle dim: the reference
+      o.insert(o.end(), m.begin(), m.end());
+      return o;
+    });
+    check_agree(fast, ref, tolerance(d) * 2, "softmax " + dn);
+    auto [fc, rc] = fast_and_reference([&] {
+      ag::Tensor x = input({17, 11}, d, 151);
+      ag::Tensor t = ag::tensor(std::vector<int64_t>{0, 3, 10, -100, 2, 5, 5, 1, 9, 0, 4, 6, 7, 8, -100, 2, 3});
+      return forward_backward({x}, [&] { return ag::cross_entropy(x, t); }, 152);  // ignore_index -100
+    });
+    check_agree(fc, rc, tolerance(d) * 2, "cross_entropy " + dn);
+  }
+}
+
 TEST_CASE("fast CPU kernels do not depend on the thread count where they sum themselves", "[cpu_fast]") {
   const int threads = ag::get_num_threads();
   auto run = [&](int n) {
