@@ -37,7 +37,12 @@ const Blas& blas() {
       b.dgemm = reinterpret_cast<DgemmFn>(dlsym(h, "cblas_dgemm"));
       b.set_threads = reinterpret_cast<ThreadsFn>(dlsym(h, "openblas_set_num_threads"));
       if (b.sgemm && b.dgemm) {
-        if (b.set_threads) b.set_threads(1);  // the callers split the work (cpu/gemm.cpp)
+        // One thread of its own: the callers split the work (cpu/gemm.cpp). Not for an OpenMP
+        // build of OpenBLAS (openblas_get_parallel() == 2), whose openblas_set_num_threads would
+        // shrink the whole team; it runs single-threaded inside the team's regions anyway.
+        using ParallelFn = int (*)();
+        auto parallel = reinterpret_cast<ParallelFn>(dlsym(h, "openblas_get_parallel"));
+        if (b.set_threads && !(parallel && parallel() == 2)) b.set_threads(1);
         return;
       }
       b = Blas{};

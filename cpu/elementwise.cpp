@@ -173,6 +173,8 @@ bool rows_of(const Tensor& dst, const Tensor& src, std::vector<int64_t>& offsets
   const int64_t nd = dst.dim();
   if (nd < 2 || !dst.is_contiguous() || src.shape() != dst.shape() || (src.stride(nd - 1) != 1 && src.size(nd - 1) != 1))
     return false;
+  // Rows of a few elements are not worth an offset each (a column slice: rows of 1).
+  if (dst.size(nd - 1) < 16) return false;
   const int64_t rows = dst.numel() / std::max<int64_t>(1, dst.size(nd - 1));
   offsets.resize(static_cast<size_t>(rows));
   for (int64_t r = 0; r < rows; ++r) {
@@ -267,9 +269,10 @@ void fill(const Tensor& dst, double value) {
 }
 
 // Sum and Mean over r of contiguous [outer, r, inner], accumulated in double (as the
-// reference) in order j = 0 .. r - 1 for every output, so the result does not depend on the
-// thread count. inner 1: one dot-like row sum per output, in 8 double lanes; otherwise rows
-// added into a vector of inner accumulators.
+// reference), each output by one thread in a fixed order, so the result does not depend on
+// the thread count: inner 1, a row sum in 8 double lanes; otherwise rows j = 0 .. r - 1 added
+// into a vector of inner accumulators. Mean multiplies by 1 / r (the reference divides: a
+// float64 mean may differ in its last bit).
 void reduce(ReduceKind k, const Tensor& x, const Tensor& out, const Tensor& indices, double param) {
   if ((k != ReduceKind::Sum && k != ReduceKind::Mean) || !floating(x.dtype()) || out.dtype() != x.dtype() ||
       !x.is_contiguous() || !out.is_contiguous() || x.size(1) == 0)

@@ -4,6 +4,7 @@
 // strides, a batch stride of 0 broadcast, alpha as an output scale and beta as a sum post-op.
 // Other dtypes and problems oneDNN refuses run the reference (ops/cpu_matmul.cpp).
 #include <bit>
+#include <limits>
 #include <vector>
 
 #include <ampgrad/core/dispatch.h>
@@ -44,14 +45,36 @@ bool blas_layout(int64_t rows, int64_t cols, int64_t rs, int64_t cs, bool& trans
 
 // Float32 through OpenBLAS (Note [CPU BLAS] in cpu/blas.h), one sgemm per batch on the
 // operands as they lie; false when an operand has no unit stride.
+// A float32 [B, rows, cols] operand as BLAS takes it; one with no unit stride (an expanded
+// one: a mean's gradient) copied dense first, which costs rows * cols, not the product's time.
+struct BlasOperand {
+  const float* p;
+  int64_t batch_stride, ld;
+  bool trans;
+  Tensor dense;  // the copy, when one was made
+};
+BlasOperand blas_operand(const Tensor& t) {
+  BlasOperand o{static_cast<const float*>(t.data_ptr()), t.stride(0), 0, false, Tensor()};
+  if (blas_layout(t.size(1), t.size(2), t.stride(1), t.stride(2), o.trans, o.ld)) return o;
+  o.dense = float32_like(t);
+  kernel::copy(Device(kCPU), o.dense, t);
+  o.p = static_cast<const float*>(o.dense.data_ptr());
+  o.batch_stride = t.size(1) * t.size(2);
+  o.trans = false;
+  o.ld = std::max<int64_t>(t.size(2), 1);
+  return o;
+}
+
 bool gemm_openblas(const Tensor& a, const Tensor& b, const Tensor& out, double alpha, double beta) {
   const int64_t batch = out.size(0), m = out.size(1), n = out.size(2), k = a.size(2);
-  bool ta = false, tb = false;
-  int64_t lda = 0, ldb = 0;
-  if (!blas_layout(m, k, a.stride(1), a.stride(2), ta, lda) || !blas_layout(k, n, b.stride(1), b.stride(2), tb, ldb))
-    return false;
-  const float* pa = static_cast<const float*>(a.data_ptr());
-  const float* pb = static_cast<const float*>(b.data_ptr());
+  constexpr int64_t kMax = std::numeric_limits<int>::max();  // CBLAS takes int
+  if (m > kMax || n > kMax || k > kMax) return false;
+  const BlasOperand oa = blas_operand(a), ob = blas_operand(b);
+  if (oa.ld > kMax || ob.ld > kMax) return false;
+  const bool ta = oa.trans, tb = ob.trans;
+  const int64_t lda = oa.ld, ldb = ob.ld;
+  const float* pa = oa.p;
+  const float* pb = ob.p;
   float* po = static_cast<float*>(out.data_ptr());
   // OpenBLAS runs on one thread (its own pool would fight the OpenMP team for the cores):
   // the team splits each product into blocks of out's rows or columns, whichever is longer,
@@ -60,8 +83,8 @@ bool gemm_openblas(const Tensor& a, const Tensor& b, const Tensor& out, double a
   const int64_t len = by_rows ? m : n;
   const int64_t grain = std::max<int64_t>(32, (1 << 18) / std::max<int64_t>(1, (by_rows ? n : m) * k));
   for (int64_t i = 0; i < batch; ++i) {
-    const float* ai = pa + i * a.stride(0);
-    const float* bi = pb + i * b.stride(0);
+    const float* ai = pa + i * oa.batch_stride;
+    const float* bi = pb + i * ob.batch_stride;
     float* oi = po + i * out.stride(0);
     parallel_for(len, grain, [&](int64_t s, int64_t e) {
       if (by_rows)  // rows s..e of a and out
@@ -105,6 +128,15 @@ void gemm(const Tensor& a, const Tensor& b, const Tensor& out, double alpha, dou
   const onednn::Primitive* prim = onednn::find(key, &found);
   if (!found) {
     const int64_t batch = out.size(0);
+    bool t_unused = false;
+    int64_t ld_unused = 0;
+    // oneDNN's matmul takes no operand without a unit stride (an expanded one) but "ref":
+    // the reference then (as the key says, every call of this problem).
+    if (!blas_layout(a.size(1), a.size(2), a.stride(1), a.stride(2), t_unused, ld_unused) ||
+        !blas_layout(b.size(1), b.size(2), b.stride(1), b.stride(2), t_unused, ld_unused)) {
+      onednn::refuse(key);
+      return kernel::gemm.reference(a, b, out, alpha, beta);
+    }
     const dnnl_memory_desc_t ma = operand(a, batch), mb = operand(b, batch);
     const dnnl_memory_desc_t mo =
         onednn::plain_md({batch, out.size(1), out.size(2)}, {out.stride(0), out.stride(1), out.stride(2)}, d);

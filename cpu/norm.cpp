@@ -3,6 +3,7 @@
 // formed in one thread in a fixed order (float lanes per row, rows added in double), so results
 // do not depend on the number of threads. x float32, bfloat16 or float16, per-channel tensors
 // float32. Channels-last (inner 1) and float64 run the reference (ops/cpu_norm.cpp).
+#include <algorithm>
 #include <cmath>
 
 #include <ampgrad/core/dispatch.h>
@@ -26,15 +27,20 @@ template <class F> void visit_fast(DType d, F&& f) {
 
 constexpr int kLanes = 8;
 
-// Sum of f(i) over [0, n) in kLanes float lanes, added in double.
+// Sum of f(i) over [0, n) in kLanes float lanes, each lane flushed into double every
+// kFlush elements (a large plane of large values would otherwise lose float's precision).
+constexpr int64_t kFlush = 256;
 template <class F> double row_sum(int64_t n, F&& f) {
-  float lane[kLanes] = {};
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int l = 0; l < kLanes; ++l) lane[l] += f(i + l);
   double s = 0;
+  int64_t i = 0;
+  while (i + kLanes <= n) {
+    float lane[kLanes] = {};
+    const int64_t stop = std::min(n - kLanes + 1, i + kFlush);
+    for (; i < stop; i += kLanes)
+      for (int l = 0; l < kLanes; ++l) lane[l] += f(i + l);
+    for (int l = 0; l < kLanes; ++l) s += lane[l];
+  }
   for (; i < n; ++i) s += f(i);
-  for (int l = 0; l < kLanes; ++l) s += lane[l];
   return s;
 }
 

@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include <ampgrad/core/error.h>
+#include <ampgrad/cpu/parallel.h>
 
 #if AMPGRAD_WITH_ONEDNN
 #include <dlfcn.h>
@@ -58,7 +59,8 @@ void check(dnnl_status_t s, const char* call, const char* what) {
 }
 
 // Scratch buffers of this thread, reused from call to call: [0] the scratchpad, then one per
-// reordered argument.
+// reordered argument, and kReorderScratchSlot the reorders' own scratchpad.
+constexpr size_t kReorderScratchSlot = 64;
 std::vector<char>& scratch(size_t slot, size_t bytes) {
   thread_local std::vector<std::vector<char>> buffers;
   if (buffers.size() <= slot) buffers.resize(slot + 1);
@@ -164,10 +166,20 @@ Primitive::~Primitive() {
   if (pd_) a.dnnl_primitive_desc_destroy(pd_);
 }
 
+namespace {
+// oneDNN fixes a primitive's threading and blocking when it is created: the team's size is
+// part of every key (a primitive built for one thread would stay on one).
+std::string keyed(const std::string& key) {
+  std::string k = key;
+  key_add(k, {get_num_threads()});
+  return k;
+}
+}  // namespace
+
 const Primitive* find(const std::string& key, bool* found) {
   Cache& c = cache();
   std::lock_guard<std::mutex> lock(c.mu);
-  auto it = c.prims.find(key);
+  auto it = c.prims.find(keyed(key));
   *found = it != c.prims.end();
   return *found ? it->second.get() : nullptr;
 }
@@ -175,18 +187,18 @@ const Primitive* find(const std::string& key, bool* found) {
 const_dnnl_primitive_desc_t hint_pd(const std::string& key, const_dnnl_op_desc_t op_desc) {
   Cache& c = cache();
   std::lock_guard<std::mutex> lock(c.mu);
-  auto it = c.hints.find(key);
+  auto it = c.hints.find(keyed(key));
   if (it != c.hints.end()) return it->second;
   dnnl_primitive_desc_t pd = nullptr;
   if (api().dnnl_primitive_desc_create(&pd, op_desc, nullptr, library().engine, nullptr) != dnnl_success) pd = nullptr;
-  c.hints.emplace(key, pd);
+  c.hints.emplace(keyed(key), pd);
   return pd;
 }
 
 const Primitive* refuse(const std::string& key) {
   Cache& c = cache();
   std::lock_guard<std::mutex> lock(c.mu);
-  c.prims.emplace(key, nullptr);
+  c.prims.emplace(keyed(key), nullptr);
   return nullptr;
 }
 
@@ -215,8 +227,18 @@ const Primitive* build(const std::string& key, const_dnnl_op_desc_t op_desc, con
       dnnl_primitive_desc_t rpd = nullptr;
       const dnnl_memory_desc_t* from = s.output ? &g.inner : &s.md;
       const dnnl_memory_desc_t* to = s.output ? &s.md : &g.inner;
-      ok = a.dnnl_reorder_primitive_desc_create(&rpd, from, lib.engine, to, lib.engine, nullptr) == dnnl_success;
+      // A user-managed scratchpad for reorders too: a cached primitive runs on any thread, and
+      // a library-managed scratchpad belongs to the thread that created it.
+      Attr rattr;
+      ok = a.dnnl_reorder_primitive_desc_create(&rpd, from, lib.engine, to, lib.engine, rattr.attr) == dnnl_success;
       if (ok) ok = a.dnnl_primitive_create(&g.reorder, rpd) == dnnl_success;
+      if (ok) {
+        const dnnl_memory_desc_t* sp = a.dnnl_primitive_desc_query_md(rpd, dnnl_query_scratchpad_md, 0);
+        if (sp && sp->ndims > 0) {
+          g.reorder_scratch = a.dnnl_memory_desc_get_size(sp);
+          g.reorder_scratch_md = *sp;
+        }
+      }
       if (rpd) a.dnnl_primitive_desc_destroy(rpd);
       g.bytes = a.dnnl_memory_desc_get_size(&g.inner);
     }
@@ -229,7 +251,7 @@ const Primitive* build(const std::string& key, const_dnnl_op_desc_t op_desc, con
   if (!ok) p.reset();
   Cache& c = cache();
   std::lock_guard<std::mutex> lock(c.mu);
-  auto [it, fresh] = c.prims.emplace(key, std::move(p));
+  auto [it, fresh] = c.prims.emplace(keyed(key), std::move(p));
   return it->second.get();
 }
 
@@ -254,6 +276,15 @@ void Primitive::run(const std::vector<void*>& ptrs, const char* what) const {
   } cleanup{a, owned};
   std::vector<dnnl_exec_arg_t> exec;
   std::vector<std::pair<size_t, dnnl_memory_t>> reorder_out;  // (arg, inner memory)
+  auto reorder = [&](const Arg& g, dnnl_memory_t from, dnnl_memory_t to) {
+    dnnl_exec_arg_t r[3] = {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}, {DNNL_ARG_SCRATCHPAD, nullptr}};
+    int n = 2;
+    if (g.reorder_scratch > 0) {
+      r[2].memory = memory(g.reorder_scratch_md, aligned(scratch(kReorderScratchSlot, g.reorder_scratch)));
+      n = 3;
+    }
+    check(a.dnnl_primitive_execute(g.reorder, lib.stream, n, r), "reorder", what);
+  };
   for (size_t i = 0; i < args_.size(); ++i) {
     const Arg& g = args_[i];
     if (!g.reorder) {
@@ -262,8 +293,7 @@ void Primitive::run(const std::vector<void*>& ptrs, const char* what) const {
     }
     dnnl_memory_t inner = memory(g.inner, aligned(scratch(1 + i, g.bytes)));
     if (!g.spec.output) {
-      dnnl_exec_arg_t r[2] = {{DNNL_ARG_FROM, memory(g.spec.md, ptrs[i])}, {DNNL_ARG_TO, inner}};
-      check(a.dnnl_primitive_execute(g.reorder, lib.stream, 2, r), "reorder", what);
+      reorder(g, memory(g.spec.md, ptrs[i]), inner);
     } else {
       reorder_out.push_back({i, inner});
     }
@@ -275,9 +305,7 @@ void Primitive::run(const std::vector<void*>& ptrs, const char* what) const {
   }
   check(a.dnnl_primitive_execute(prim_, lib.stream, static_cast<int>(exec.size()), exec.data()), "execute", what);
   for (auto& [i, inner] : reorder_out) {
-    dnnl_memory_t dst = memory(args_[i].spec.md, ptrs[i]);
-    dnnl_exec_arg_t r[2] = {{DNNL_ARG_FROM, inner}, {DNNL_ARG_TO, dst}};
-    check(a.dnnl_primitive_execute(args_[i].reorder, lib.stream, 2, r), "reorder", what);
+    reorder(args_[i], inner, memory(args_[i].spec.md, ptrs[i]));
   }
   check(a.dnnl_stream_wait(lib.stream), "dnnl_stream_wait", what);
 }

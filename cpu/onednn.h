@@ -29,7 +29,10 @@ namespace ampgrad::cpu::onednn {
 // whose chosen layout differs from the tensor's is reordered into a scratch buffer before the
 // call (inputs) or out of one after it (outputs), by reorder primitives cached with it. A
 // problem oneDNN cannot build (a dtype it lacks here, a shape its kernels refuse) is cached
-// as such, and its kernel runs the reference loop.
+// as such, and its kernel runs the reference loop. Keys include the team's thread count. An
+// output laid out differently from its tensor is written whole from the scratch buffer, so a
+// primitive that reads its output (a sum post-op: gemm's beta) takes the tensor's own layout
+// (gemm passes plain descriptors, never "any").
 bool available();
 // Primitives built so far (refused problems not counted): the tests' proof that a case ran
 // oneDNN.
@@ -106,6 +109,8 @@ class Primitive {
     dnnl_memory_desc_t inner;  // the primitive's layout
     dnnl_primitive_t reorder = nullptr;  // user -> inner (inputs) or inner -> user (outputs)
     size_t bytes = 0;  // inner's size when reordered
+    size_t reorder_scratch = 0;  // the reorder's scratchpad, user-managed
+    dnnl_memory_desc_t reorder_scratch_md{};
   };
   dnnl_primitive_desc_t pd_ = nullptr;
   dnnl_primitive_t prim_ = nullptr;

@@ -5,6 +5,7 @@
 #include "common.h"
 
 #include <functional>
+#include <thread>
 
 #include <ampgrad/core/kernels.h>
 #include <ampgrad/cpu/onednn.h>
@@ -188,6 +189,59 @@ TEST_CASE("oneDNN GEMMs match the reference", "[cpu_fast]") {
   }
 }
 
+TEST_CASE("fast GEMMs: alpha and beta, expanded operands", "[cpu_fast]") {
+  for (ag::DType d : kDtypes) {
+    const std::string dn(ag::dtype_name(d));
+    auto [f1, r1] = fast_and_reference([&] {
+      ag::Tensor c = input({9, 6}, d, 161), a = input({9, 5}, d, 162), b = input({5, 6}, d, 163);
+      return forward_backward({c, a, b}, [&] { return ag::addmm(c, a, b, 0.25, 0.5); }, 164);
+    });
+    check_agree(f1, r1, tolerance(d) * 2, "addmm beta 0.25 alpha 0.5 " + dn);
+    // A mean over the batch: the linear's output gradient is expanded (stride 0), and so are
+    // the GEMM operands of its backward.
+    auto [f2, r2] = fast_and_reference([&] {
+      ag::Tensor x = input({12, 20}, d, 171), w = input({7, 20}, d, 172), b = input({7}, d, 173);
+      return forward_backward({x, w, b}, [&] { return ag::mean(ag::linear(x, w, b), {0}); }, 174);
+    });
+    check_agree(f2, r2, tolerance(d) * 2, "linear under a mean " + dn);
+  }
+}
+
+TEST_CASE("fast CPU kernels: empty convolutions and sums keep the reference's zeros", "[cpu_fast]") {
+  for (ag::DType d : {ag::kFloat32, ag::kBFloat16}) {
+    ag::Tensor x = ag::zeros({0, 3, 8, 8}).to(d).requires_grad_(true), w = input({4, 3, 3, 3}, d, 181);
+    ag::Tensor out = ag::conv2d(x, w, ag::Tensor(), {1, 1}, {1, 1});
+    CHECK(out.shape() == ag::Shape{0, 4, 8, 8});
+    out.backward(ag::zeros({0, 4, 8, 8}).to(d));
+    REQUIRE(w.grad().defined());
+    for (double v : w.grad().to_vector<double>()) CHECK(v == 0.0);
+    ag::Tensor s = ag::sum(ag::zeros({0, 5, 3, 2}).to(d), {0, 2, 3});
+    CHECK(s.shape() == ag::Shape{5});
+    for (double v : s.to_vector<double>()) CHECK(v == 0.0);
+    for (double v : ag::mean(ag::zeros({0, 5, 3, 2}).to(d), {0, 2, 3}).to_vector<double>()) CHECK(std::isnan(v));
+  }
+}
+
+TEST_CASE("two-pass sums around a kept block: keepdim, integers, 16-bit", "[cpu_fast]") {
+  for (ag::DType d : kDtypes) {
+    auto [f, r] = fast_and_reference([&] {
+      ag::Tensor x = input({4, 3, 5, 6}, d, 191, false);
+      return Outputs{ag::sum(x, {0, 2, 3}, true), ag::mean(x, {0, 3}, true), ag::sum(x, {0, 1, 3})};
+    });
+    check_agree(f, r, tolerance(d), std::string("around sums ") + std::string(ag::dtype_name(d)));
+  }
+  ag::Tensor xi = (input({4, 3, 5}, ag::kFloat32, 192, false) * 10.0).to(ag::kInt64);
+  const ag::Tensor si = ag::sum(xi, {0, 2});
+  CHECK(si.dtype() == ag::kInt64);
+  const std::vector<int64_t> v = xi.to_vector<int64_t>(), got = si.to_vector<int64_t>();
+  for (int64_t c = 0; c < 3; ++c) {
+    int64_t want = 0;
+    for (int64_t a = 0; a < 4; ++a)
+      for (int64_t b = 0; b < 5; ++b) want += v[(a * 3 + c) * 5 + b];
+    CHECK(got[c] == want);
+  }
+}
+
 TEST_CASE("fast batch norm matches the reference, training and eval", "[cpu_fast]") {
   for (ag::DType d : kDtypes)
     for (bool training : {true, false}) {
@@ -296,6 +350,35 @@ TEST_CASE("fast softmax, log_softmax and cross-entropy match the reference", "[c
     });
     check_agree(fc, rc, tolerance(d) * 2, "cross_entropy " + dn);
   }
+}
+
+TEST_CASE("fast batch norm keeps its precision on a large plane of large values", "[cpu_fast]") {
+  auto [fast, ref] = fast_and_reference([&] {
+    ag::Tensor x = (input({2, 3, 96, 96}, ag::kFloat32, 201, false) + 1000.0).requires_grad_(true);
+    ag::Tensor rm = ag::zeros({3}), rv = ag::ones({3});
+    return forward_backward({x}, [&] { return ag::batch_norm(x, rm, rv, ag::Tensor(), ag::Tensor(), true); }, 202);
+  });
+  check_agree(fast, ref, 1e-4, "batch_norm around 1000");
+}
+
+TEST_CASE("oneDNN primitives: two threads at once, and a changed thread count", "[cpu_fast]") {
+  auto conv = [](int seed) {
+    ag::Tensor x = input({4, 8, 12, 12}, ag::kBFloat16, 211, false), w = input({16, 8, 3, 3}, ag::kBFloat16, 212);
+    ag::Tensor y = ag::linear(input({6, 30}, ag::kFloat32, 213 + seed, false), input({5, 30}, ag::kFloat32, 214, false));
+    return Outputs{ag::conv2d(x, w.detach(), ag::Tensor(), {1, 1}, {1, 1}), y};
+  };
+  const Outputs alone = conv(0);
+  Outputs a, b;
+  std::thread t1([&] { a = conv(0); }), t2([&] { b = conv(0); });
+  t1.join();
+  t2.join();
+  check_agree(a, alone, 0.0, "thread 1 against alone");
+  check_agree(b, alone, 0.0, "thread 2 against alone");
+  const int threads = ag::get_num_threads();
+  ag::set_num_threads(1);
+  const Outputs one = conv(0);
+  ag::set_num_threads(threads);
+  check_agree(one, alone, tolerance(ag::kBFloat16), "1 thread against the team");
 }
 
 TEST_CASE("fast CPU kernels do not depend on the thread count where they sum themselves", "[cpu_fast]") {
