@@ -32,8 +32,9 @@ namespace ampgrad {
 // (cpu/, registered with AG_REGISTER_FAST_KERNEL: oneDNN, vectorized loops, threads) handles
 // the cases it was built for and calls kernel.reference(args...) for every other one, so both
 // always give an answer. A CPU call runs the fast one while fast_cpu_kernels() is on (the
-// default; AMPGRAD_CPU_REFERENCE=1 in the environment turns it off at start-up), and the
-// tests run the two on the same inputs (tests/test_cpu_fast.cpp).
+// default; AMPGRAD_CPU_REFERENCE=1 in the environment turns it off at start-up, and
+// set_fast_cpu_kernels in cpu/parallel.h at run time), and the tests run the two on the same
+// inputs (tests/test_cpu_fast.cpp).
 
 // The op running on this thread, innermost first: OpScope sets it (ops/op_scope.h), and a
 // missing kernel's error names it.
@@ -104,11 +105,6 @@ template <class R, class... Args> class Kernel<R(Args...)> {
   Fn fns_[detail::kDeviceTypes] = {};
   Fn fast_ = nullptr;
 };
-
-// Whether CPU kernels run their fast implementations (Note [Fast CPU kernels]); set it off to
-// run the reference loops. Not a per-thread setting: switch it while no op runs.
-inline bool fast_cpu_kernels() { return detail::fast_cpu; }
-inline void set_fast_cpu_kernels(bool on) { detail::fast_cpu = on; }
 
 // Kernels registered twice for one device type (a bug), for the tests: "name on cuda".
 const std::vector<std::string>& kernel_registration_clashes();

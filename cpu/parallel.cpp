@@ -5,11 +5,15 @@
 
 #include <algorithm>
 
+#include <ampgrad/core/dispatch.h>
 #include <ampgrad/core/error.h>
 
 namespace ampgrad {
 
 int get_num_threads() { return omp_get_max_threads(); }
+
+bool fast_cpu_kernels() { return detail::fast_cpu; }
+void set_fast_cpu_kernels(bool on) { detail::fast_cpu = on; }
 
 void set_num_threads(int n) {
   AG_CHECK(n >= 1, "set_num_threads: expected at least 1 thread, got {}", n);

@@ -17,6 +17,13 @@ namespace ampgrad {
 int get_num_threads();
 void set_num_threads(int n);
 
+// Whether CPU kernels run their fast implementations (Note [Fast CPU kernels] in
+// core/dispatch.h; on by default, off with AMPGRAD_CPU_REFERENCE=1): off, every CPU kernel
+// runs its plain reference loop (PyTorch's torch.backends.mkldnn.enabled, for all of them).
+// One switch for the process: change it while no op runs.
+bool fast_cpu_kernels();
+void set_fast_cpu_kernels(bool on);
+
 namespace cpu {
 
 namespace detail {
