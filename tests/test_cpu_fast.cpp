@@ -121,7 +121,10 @@ TEST_CASE("oneDNN convolutions match the reference", "[cpu_fast]") {
   const Case cases[] = {{"3x3 same, bias", {3, 5, 11, 9}, {7, 5, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1, true},
                         {"stride 2, dilation 2", {2, 4, 13, 10}, {6, 4, 3, 2}, {2, 2}, {0, 1}, {2, 2}, 1, false},
                         {"groups 2", {2, 6, 9, 9}, {4, 3, 3, 3}, {1, 2}, {1, 0}, {1, 1}, 2, true},
-                        {"one channel (the CNN's first layer)", {4, 1, 12, 12}, {8, 1, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1, true}};
+                        {"one channel (the CNN's first layer)", {4, 1, 12, 12}, {8, 1, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1, true},
+                        {"1x1 stride 2 of an even size (last row unread)", {2, 5, 8, 10}, {6, 5, 1, 1}, {2, 2}, {0, 0}, {1, 1}, 1, true},
+                        {"2x2 stride 2 of an odd size", {2, 4, 9, 7}, {3, 4, 2, 2}, {2, 2}, {0, 0}, {1, 1}, 1, false},
+                        {"depthwise", {2, 6, 9, 8}, {6, 1, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 6, true}};
   for (ag::DType d : kDtypes)
     for (const Case& c : cases)
       for (int layout = 0; layout < 3; ++layout) {  // contiguous, channels-last, a transposed view
