@@ -20,6 +20,9 @@ class Allocator {
 
 Allocator* get_allocator(DeviceType type);
 void set_allocator(DeviceType type, Allocator* allocator);
+// Returns the CPU allocator's kept blocks to the system (Note [CPU block cache] in
+// core/storage.cpp), as cuda::empty_cache does for the GPU's.
+void cpu_empty_cache();
 
 // Note [Version counter]
 // Every in-place write to a storage bumps its version. Autograd records the version of each

@@ -597,3 +597,22 @@ TEST_CASE("printing follows PyTorch", "[core][print]") {
           "        2.0000e+03])");
   }
 }
+
+TEST_CASE("the CPU allocator hands a freed large block to the next request of its size", "[core]") {
+  // Note [CPU block cache] in core/storage.cpp: a training step's buffers come back without
+  // fresh pages; small blocks go to malloc.
+  void* first = nullptr;
+  {
+    ag::Tensor a = ag::empty({3, 1 << 18});  // 3 MB
+    first = a.data_ptr();
+  }
+  ag::Tensor b = ag::empty({3, 1 << 18});
+  CHECK(b.data_ptr() == first);
+  ag::Tensor c = ag::empty({3, 1 << 18});  // b holds the kept block: a new one
+  CHECK(c.data_ptr() != first);
+  b = ag::Tensor();
+  c = ag::Tensor();
+  ag::cpu_empty_cache();  // both blocks back to the system; allocation still works
+  ag::Tensor d = ag::ones({3, 1 << 18});
+  CHECK(ag::sum(d).item<double>() == 3.0 * (1 << 18));
+}
