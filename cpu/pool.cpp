@@ -114,25 +114,30 @@ void max_pool2d_forward(const Tensor& x, const Window2d& w, const Tensor& out, c
           pool_plane_interior(xp, op, ip, wd, oh, ow, kh, kw, sh, sw);
           continue;
         }
+        // Padding or dilation: the taps inside the plane (the bounds tests predict well), the
+        // first taken as is, the others through take_max.
         for (int64_t oy = 0; oy < oh; ++oy)
           for (int64_t ox = 0; ox < ow; ++ox) {
-            float best = -INFINITY;
-            int64_t arg = -1;
+            uint32_t best = std::bit_cast<uint32_t>(-INFINITY);
+            int32_t where = -1;
             for (int64_t i = 0; i < kh; ++i) {
               const int64_t iy = oy * sh - w.ph + i * w.dh;
               if (iy < 0 || iy >= h) continue;
               for (int64_t j = 0; j < kw; ++j) {
                 const int64_t ix = ox * sw - w.pw + j * w.dw;
                 if (ix < 0 || ix >= wd) continue;
-                const float v = static_cast<float>(xp[iy * wd + ix]);
-                if (arg < 0 || v > best || (v != v && best == best)) {
-                  best = v;
-                  arg = iy * wd + ix;
+                const int32_t at = static_cast<int32_t>(iy * wd + ix);
+                const float v = static_cast<float>(xp[at]);
+                if (where < 0) {
+                  best = std::bit_cast<uint32_t>(v);
+                  where = at;
+                } else {
+                  take_max(best, where, v, at);
                 }
               }
             }
-            op[oy * ow + ox] = static_cast<T>(best);
-            ip[oy * ow + ox] = static_cast<int32_t>(arg);
+            op[oy * ow + ox] = from_float_bits<T>(best);
+            ip[oy * ow + ox] = where;
           }
       }
     });
