@@ -54,7 +54,7 @@ void weight_dims(const Tensor& w, int64_t groups, std::vector<int64_t>& dims, st
 // False when the geometry is not one oneDNN states (grad_in larger than the input that
 // gives y's sizes); the caller then runs the reference.
 bool problem(const char* op, const Tensor& x, const Tensor& w, const Tensor& y, const Tensor& bias,
-             const ConvParams& p, Problem& pr) {
+             const ConvParams& p, Problem& pr, bool crop = true) {
   pr.sp = static_cast<int>(x.dim()) - 2;
   for (int i = 0; i < pr.sp; ++i) {
     const int64_t in = x.size(2 + i), k = w.size(2 + i), out = y.size(2 + i);
@@ -64,8 +64,10 @@ bool problem(const char* op, const Tensor& x, const Tensor& w, const Tensor& y, 
     pr.pad_l[i] = p.padding[i];
     // oneDNN states the right padding: out = (in + pl + pr - ((k - 1) * d + 1)) / s + 1. It is
     // negative when the last rows of the input are never read (a 1x1 stride-2 convolution of
-    // an even size); oneDNN takes that as cropping.
+    // an even size); oneDNN takes that as cropping. Not for the backward data pass, whose
+    // cropped rows must come out zero (the reference's): crop false.
     pr.pad_r[i] = (out - 1) * p.stride[i] + (k - 1) * p.dilation[i] + 1 - in - p.padding[i];
+    if (pr.pad_r[i] < 0 && !crop) return false;
   }
   std::vector<int64_t> wd, ws;
   weight_dims(w, p.groups, wd, ws);
@@ -148,7 +150,7 @@ void conv_backward_data(const Tensor& gy, const Tensor& w, const Tensor& gx, con
   if (all_half({&gy, &w, &gx}))
     return via_float32(gx, [&](const Tensor& o) { conv_backward_data(widened(gy), widened(w), o, p); });
   Problem pr;
-  if (!onednn::available() || !fast_dtypes(gy, w, gx) || !problem("bwd_data", gx, w, gy, Tensor(), p, pr))
+  if (!onednn::available() || !fast_dtypes(gy, w, gx) || !problem("bwd_data", gx, w, gy, Tensor(), p, pr, /*crop=*/false))
     return kernel::conv_backward_data.reference(gy, w, gx, p);
   bool found = false;
   const onednn::Primitive* prim = onednn::find(pr.key, &found);
