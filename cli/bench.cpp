@@ -214,10 +214,13 @@ void bench_conv_family(const BenchOptions& o, nlohmann::json& rows) {
           : std::vector<ConvFamilyShape>{{"conv1d", {8, 32, 256}, {32, 32, 3}, 1, 1, 0},
                                          {"conv3d", {2, 8, 8, 16, 16}, {8, 8, 3, 3, 3}, 1, 1, 0},
                                          {"conv_transpose2d", {8, 32, 14, 14}, {32, 16, 4, 4}, 2, 1, 0}};
-  std::printf("\n## conv1d, conv3d, conv_transpose2d: forward and forward+backward, NCHW, cuDNN benchmark mode "
-              "(median of %d runs)\n\n", o.reps);
-  std::printf("| op | precision | x | weight | stride, padding | fwd ms | fwd TFLOP/s | fwd+bwd ms | fwd+bwd TFLOP/s | "
-              "rel. error vs float64 |\n|---|---|---|---|---|---|---|---|---|---|\n");
+  const bool cpu = o.device.is_cpu();
+  const char* unit = cpu ? "GFLOP/s" : "TFLOP/s";
+  const double per_unit = cpu ? 1e9 : 1e12;
+  std::printf("\n## conv1d, conv3d, conv_transpose2d: forward and forward+backward, NCHW, %s (median of %d runs)\n\n",
+              cpu ? "oneDNN (float16 widened to float32)" : "cuDNN benchmark mode", o.reps);
+  std::printf("| op | precision | x | weight | stride, padding | fwd ms | fwd %s | fwd+bwd ms | fwd+bwd %s | "
+              "rel. error vs float64 |\n|---|---|---|---|---|---|---|---|---|---|\n", unit, unit);
   for (const ConvFamilyShape& s : shapes) {
     const TensorOptions f32 = TensorOptions(kFloat32).device(o.device);
     int64_t fan_in = 1;
@@ -249,8 +252,8 @@ void bench_conv_family(const BenchOptions& o, nlohmann::json& rows) {
                        {"device", o.device.str()}};
       std::printf("| %s | %s | %s | %s | %lld, %lld | %.3f | %.1f | %.3f | %.1f | %.2e |\n", s.op, p.name,
                   shape_str(s.x).c_str(), shape_str(s.w).c_str(), static_cast<long long>(s.stride),
-                  static_cast<long long>(s.padding), fwd, r["fwd_tflops"].get<double>(), both,
-                  r["fwd_bwd_tflops"].get<double>(), err);
+                  static_cast<long long>(s.padding), fwd, r["fwd_tflops"].get<double>() * 1e12 / per_unit, both,
+                  r["fwd_bwd_tflops"].get<double>() * 1e12 / per_unit, err);
       rows.push_back(r);
     }
   }
@@ -293,7 +296,7 @@ void add_bench(CLI::App& app) {
   cmd->add_option("--batch", *batch, "step: every model at this batch size (default: each model's own)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--threads", *threads,
-                  "CPU threads of the fast CPU kernels (default: OMP_NUM_THREADS, else every core)")
+                  "CPU threads of the fast CPU kernels (default: OMP_NUM_THREADS, else every logical CPU)")
       ->check(CLI::PositiveNumber);
   cmd->callback([=] {
     BenchOptions o;

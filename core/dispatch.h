@@ -27,7 +27,8 @@ namespace ampgrad {
 // Programs outside the library declare and register their own kernels the same way.
 
 // Note [Fast CPU kernels]
-// A CPU kernel may have two implementations. The reference loop (ops/cpu_*.cpp, registered
+// A CPU kernel may have two implementations. The reference loop (ops/cpu_*.cpp and
+// optim/cpu_fused.cpp, registered
 // with AG_REGISTER_KERNEL) is plain and obviously right; it is the ground truth. The fast one
 // (cpu/, registered with AG_REGISTER_FAST_KERNEL: oneDNN, vectorized loops, threads) handles
 // the cases it was built for and calls kernel.reference(args...) for every other one, so both

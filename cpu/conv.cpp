@@ -1,8 +1,9 @@
 // Fast CPU convolutions: oneDNN's forward, backward-data and backward-weights primitives
 // (Note [oneDNN]), float32 and bfloat16, any strides, groups and dilation, 2 and 3 spatial
-// dims; float16 widened to float32 (Note [Float16 on the CPU] in cpu/widen.h). Float64, a
-// transposed convolution's larger grad_in and anything oneDNN refuses run the reference
-// (ops/cpu_conv_nd.cpp).
+// dims; float16 widened to float32 (Note [Float16 on the CPU] in cpu/widen.h). Float64, empty
+// problems, geometry oneDNN cannot state (a grad_in larger than its grad_out reaches by more
+// than the right padding), a backward-data pass with rows no weight reaches (negative right
+// padding) and anything oneDNN refuses run the reference (ops/cpu_conv_nd.cpp).
 #include <vector>
 
 #include <ampgrad/core/dispatch.h>

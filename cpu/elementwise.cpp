@@ -1,7 +1,8 @@
 // Fast CPU elementwise kernels and sums: the kinds' formulas of core/kernel_kinds.h (the very
 // templates the reference and the CUDA kernels evaluate, in float for 16-bit dtypes) over
 // contiguous operands as one flat loop the compiler vectorizes, cut into chunks on the thread
-// team. Anything else (strides, broadcasting, integers) runs the reference
+// team; copies also take strided or broadcast rows, binary ops a broadcast scalar second
+// operand. Anything else (other strides and broadcasting, integers) runs the reference
 // (ops/cpu_elementwise.cpp, ops/cpu_reduce.cpp, ops/cpu_conv.cpp).
 #include <cstring>
 #include <type_traits>

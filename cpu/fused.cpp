@@ -1,5 +1,6 @@
 // Fast CPU optimizer steps and gradient checks (Note [Fused steps] in core/fused_kernels.h):
-// the reference's double math and rounding per element (optim/cpu_fused.cpp), with each
+// the reference's double math and rounding per element (optim/cpu_fused.cpp; plain SGD with
+// momentum in float math, as the CUDA kernel, below), with each
 // tensor's dtype resolved at compile time, a 16-bit working copy written in the same pass, and
 // every tensor's elements cut into chunks on the thread team (elements are independent, so
 // results do not depend on the thread count). Parameters and optimizer state in float32,

@@ -1,8 +1,9 @@
-// Fast CPU GEMM (float16 widened to float32, Note [Float16 on the CPU]): float32 through OpenBLAS on the operands as they lie (Note [CPU BLAS]),
-// bfloat16 (and float32 without OpenBLAS or with an operand of no unit stride) through
-// oneDNN's matmul primitive (Note [oneDNN]): float32 accumulation, rounded on store, any
-// strides, a batch stride of 0 broadcast, alpha as an output scale and beta as a sum post-op.
-// Other dtypes and problems oneDNN refuses run the reference (ops/cpu_matmul.cpp).
+// Fast CPU GEMM (Note [CPU BLAS], Note [oneDNN]): float32 through OpenBLAS on the operands as
+// they lie (one with no unit stride copied dense first); float16 widened to float32 (Note
+// [Float16 on the CPU]); bfloat16, and float32 without OpenBLAS, through oneDNN's matmul
+// primitive: float32 accumulation, rounded on store, operands with a unit stride in one of
+// their dims, a batch stride of 0 broadcast, alpha as an output scale and beta as a sum
+// post-op. Other dtypes and problems oneDNN refuses run the reference (ops/cpu_matmul.cpp).
 #include <bit>
 #include <limits>
 #include <vector>
@@ -43,8 +44,8 @@ bool blas_layout(int64_t rows, int64_t cols, int64_t rs, int64_t cs, bool& trans
   return false;
 }
 
-// Float32 through OpenBLAS (Note [CPU BLAS] in cpu/blas.h), one sgemm per batch on the
-// operands as they lie; false when an operand has no unit stride.
+// Float32 through OpenBLAS (Note [CPU BLAS] in cpu/blas.h) on the operands as they lie; false
+// when a size or leading dimension exceeds CBLAS's int.
 // A float32 [B, rows, cols] operand as BLAS takes it; one with no unit stride (an expanded
 // one: a mean's gradient) copied dense first, which costs rows * cols, not the product's time.
 struct BlasOperand {

@@ -15,13 +15,16 @@
 namespace ampgrad::cpu::onednn {
 
 // Note [oneDNN]
-// The fast CPU convolutions and GEMMs are oneDNN's (the library PyTorch's CPU path uses; on
-// this machine its JIT kernels pick AVX-512, AVX512-BF16 or AMX at run time). Like OpenBLAS
+// The fast CPU convolutions and bfloat16 GEMMs are oneDNN's (the library PyTorch's CPU path
+// uses; its JIT kernels pick AVX-512, AVX512-BF16, or AMX where the CPU has it, at run time);
+// float32 GEMMs are OpenBLAS's when it is there (Note [CPU BLAS] in cpu/blas.h), oneDNN's
+// otherwise. Like OpenBLAS
 // (Note [CPU BLAS] in cpu/blas.h) it is opened with dlopen on first use: libdnnl is 40 MB
 // and pulls in OpenCL, and neither the library nor the binaries carried to another machine
 // should require it. Headers are needed at build time only (Debian's libdnnl-dev, installed by
-// scripts/setup.sh; without them AMPGRAD_WITH_ONEDNN is 0 and every CPU convolution and GEMM
-// runs its reference loop). AMPGRAD_NO_ONEDNN=1 in the environment forces the loops too.
+// scripts/setup.sh; without them AMPGRAD_WITH_ONEDNN is 0, and the convolutions and bfloat16
+// GEMMs run their reference loops while float32 GEMMs still take OpenBLAS).
+// AMPGRAD_NO_ONEDNN=1 in the environment does the same at run time.
 //
 // A primitive is built once per problem (op, shapes, strides, dtypes, parameters: the key),
 // which costs tens of microseconds to milliseconds, and kept in a cache. oneDNN chooses each

@@ -9,7 +9,7 @@ namespace ampgrad {
 // Note [CPU threads]
 // The fast CPU kernels (Note [Fast CPU kernels] in core/dispatch.h) run on one OpenMP team, the
 // same one oneDNN uses, so the two never oversubscribe the cores. The team has
-// get_num_threads() threads: the machine's cores by default, OMP_NUM_THREADS when it is set,
+// get_num_threads() threads: the machine's logical CPUs by default (omp_get_max_threads), OMP_NUM_THREADS when it is set,
 // set_num_threads(n) (PyTorch's torch.set_num_threads) at run time. Work is cut into one
 // contiguous chunk per thread by its index alone, and every sum a kernel forms is formed in
 // one thread in a fixed order, so results do not depend on timing, and, for the kernels of

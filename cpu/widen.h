@@ -14,7 +14,7 @@ namespace ampgrad::cpu {
 // oneDNN 2.6 has no float16 convolution or matmul on this CPU (it has no AVX512-FP16), and
 // OpenBLAS none at all. A float16 convolution or GEMM on the fast path therefore widens its
 // operands to float32, runs the float32 kernel and rounds the result to float16 once: float
-// math, one rounding on store, as DESIGN.md asks of 16-bit dtypes and as the reference does
+// math, one rounding on store, as ampgrad computes 16-bit dtypes everywhere and as the reference does
 // (which also widens), at float32's speed plus the copies.
 
 // A contiguous float32 tensor of t's shape on the CPU, uninitialized.
