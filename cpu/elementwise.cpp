@@ -215,24 +215,14 @@ void copy(const Tensor& dst, const Tensor& src) {
     return;
   }
   if (!floating(dst.dtype()) || !floating(src.dtype()) || !flat(dst, {&src})) return kernel::copy.reference(dst, src);
-  if (dst.dtype() == src.dtype()) {
-    const size_t es = dst.element_size();
-    char* pd = static_cast<char*>(dst.data_ptr());
-    const char* ps = static_cast<const char*>(src.data_ptr());
-    if (pd == ps) return;
-    parallel_for(dst.numel(), kGrain * 4, [&](int64_t s, int64_t e) { std::memcpy(pd + s * es, ps + s * es, (e - s) * es); });
-    return;
-  }
+  if (dst.data_ptr() == src.data_ptr() && dst.dtype() == src.dtype()) return;
   visit_float(dst.dtype(), [&](auto dtag) {
     using D = decltype(dtag);
     visit_float(src.dtype(), [&](auto stag) {
       using S = decltype(stag);
-      using W = std::conditional_t<std::is_same_v<S, double> || std::is_same_v<D, double>, double, float>;
       const S* ps = ptr<const S>(src);
       D* pd = ptr<D>(dst);
-      parallel_for(dst.numel(), kGrain, [&](int64_t s, int64_t e) {
-        for (int64_t i = s; i < e; ++i) pd[i] = static_cast<D>(static_cast<W>(static_cast<acc_t<S>>(ps[i])));
-      });
+      parallel_for(dst.numel(), kGrain, [&](int64_t s, int64_t e) { convert(pd + s, ps + s, e - s); });
     });
   });
 }
