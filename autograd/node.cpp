@@ -1,6 +1,7 @@
 // Nodes of the autograd graph, recording, and grad mode.
 #include <ampgrad/autograd/node.h>
 
+#include <ampgrad/core/dispatch.h>
 #include <ampgrad/ops/op.h>
 #include <ampgrad/ops/ops.h>
 
@@ -48,7 +49,11 @@ Grads FunctionNode::apply(const Tensor& grad) {
              op_.name, s.tensor.desc(), s.version, s.tensor.version());
     values.push_back(s.tensor);
   }
-  Grads grads = fn_(grad, values);
+  Grads grads;
+  {
+    CurrentOp current(op_.name, /*backward=*/true);  // names the formula's device errors
+    grads = fn_(grad, values);
+  }
   AG_INTERNAL_ASSERT(grads.size() == inputs.size(), "{}: backward returned {} gradients for {} inputs", op_.name,
                      grads.size(), inputs.size());
   // Note [Grad shape and dtype]

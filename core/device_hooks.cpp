@@ -16,6 +16,10 @@ void end_phase(Device device) {
   if (auto* f = hooks_of(device.type).end_phase) f(device.index);
 }
 
+void before_raw_access(Device device) {
+  if (auto* f = hooks_of(device.type).raw_access) f(device.index);
+}
+
 bool graph_capturing(Device device) {
   auto* f = hooks_of(device.type).capturing;
   return f != nullptr && f(device.index);

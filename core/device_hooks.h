@@ -8,16 +8,19 @@
 namespace ampgrad {
 
 // Note [Device hooks]
-// Autograd, the optimizers and autocast's working copies need three things of a device that
-// are not kernels: to say where a phase of a training step ends (the forward, when backward()
-// starts; an optimizer's step), so that work the backend holds back goes to the device then
-// (Note [Launch batches] in cuda/call_graph.h); whether a whole-step graph is being captured
+// Autograd, the optimizers, autocast's working copies and Tensor::data_ptr() need four things of
+// a device that are not kernels: to say where a phase of a training step ends (the forward, when
+// backward() starts; an optimizer's step), so that work the backend holds back goes to the
+// device then (Note [Launch batches] in cuda/call_graph.h); that code past the library is about
+// to touch the device's memory, so that held work goes and is finished (Note [Raw access] in
+// core/tensor.h); whether a whole-step graph is being captured
 // (Note [CUDA graphs] in cuda/graph.h); and a count of graph replays. The backend registers
 // the answers when the library loads, as it registers its allocator (set_allocator), so no
 // file outside cuda/ names the launch machinery or the graphs; a device without hooks
 // answers "nothing held, not capturing, no replays".
 struct DeviceHooks {
   void (*end_phase)(int device) = nullptr;
+  void (*raw_access)(int device) = nullptr;
   bool (*capturing)(int device) = nullptr;
   uint64_t (*graph_replays)() = nullptr;
 };
@@ -25,6 +28,9 @@ void set_device_hooks(DeviceType type, const DeviceHooks& hooks);
 
 // A phase of a step ends on `device`: what its backend holds back goes to it.
 void end_phase(Device device);
+// Code past the library is about to read or write `device`'s memory by its address: what its
+// backend holds back goes to the device and has finished when this returns.
+void before_raw_access(Device device);
 // Whether a graph captures `device`'s work now.
 bool graph_capturing(Device device);
 // Graph replays on `type`'s devices so far.

@@ -37,19 +37,35 @@ namespace ampgrad {
 // set_fast_cpu_kernels in cpu/parallel.h at run time), and the tests run the two on the same
 // inputs (tests/test_cpu_fast.cpp).
 
-// The op running on this thread, innermost first: OpScope sets it (ops/op_scope.h), and a
-// missing kernel's error names it.
+// The op running on this thread, innermost first: OpScope sets it (ops/op_scope.h), a backward
+// node while its formula runs (autograd/node.cpp), an optimizer's step while its kernels run. A
+// missing kernel's error names it, and so do the errors of the device's calls it makes (a
+// failed launch, cuBLAS, cuDNN: cuda/runtime.cpp). `name` must outlive the scope (an OpInfo's).
 class CurrentOp {
  public:
-  explicit CurrentOp(std::string_view name) : prev_(current_) { current_ = name; }
-  ~CurrentOp() { current_ = prev_; }
+  explicit CurrentOp(std::string_view name, bool backward = false) : prev_(current_), prev_backward_(backward_) {
+    current_ = name;
+    backward_ = backward;
+  }
+  ~CurrentOp() {
+    current_ = prev_;
+    backward_ = prev_backward_;
+  }
   CurrentOp(const CurrentOp&) = delete;
   CurrentOp& operator=(const CurrentOp&) = delete;
   static std::string_view name() { return current_; }
+  static bool backward() { return backward_; }
+  // "linear", "linear's backward", or "" outside any op: for error messages.
+  static std::string label() { return label(current_, backward_); }
+  static std::string label(std::string_view name, bool backward) {
+    return backward && !name.empty() ? std::string(name) + "'s backward" : std::string(name);
+  }
 
  private:
   std::string_view prev_;
+  bool prev_backward_;
   static inline thread_local std::string_view current_;
+  static inline thread_local bool backward_ = false;
 };
 
 namespace detail {

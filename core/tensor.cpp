@@ -1,6 +1,8 @@
 // Tensor construction and metadata; computing methods are in ops/tensor_methods.cpp.
 #include <ampgrad/core/tensor.h>
 
+#include <ampgrad/core/device_hooks.h>
+
 #include <algorithm>
 #include <vector>
 
@@ -23,8 +25,9 @@ bool Tensor::is_contiguous() const {
 }
 
 void* Tensor::data_ptr() const {
-  auto* base = static_cast<char*>(impl().storage->data());
-  return base ? base + impl().offset * static_cast<int64_t>(element_size()) : nullptr;
+  const Device d = device();  // checks that the tensor is defined
+  if (d.is_cuda()) before_raw_access(d);  // Note [Raw access]
+  return detail::address(*this);
 }
 
 std::string Tensor::desc() const {

@@ -64,7 +64,10 @@ class Tensor {
   bool is_contiguous() const;
   size_t element_size() const { return itemsize(dtype()); }
   size_t nbytes() const { return static_cast<size_t>(numel()) * element_size(); }
-  void* data_ptr() const;  // address of the first element (storage + offset)
+  // The address of the first element (storage + offset), for code that reads or writes the
+  // memory past ampgrad. On a CUDA tensor, first submits the work ampgrad holds back and waits
+  // for it when there was any (Note [Raw access]).
+  void* data_ptr() const;
   template <class T> T* data_ptr() const;
   uint32_t version() const { return impl().storage->version(); }
   void bump_version() const { impl().storage->bump_version(); }
@@ -179,6 +182,30 @@ bool is_non_overlapping_and_dense(const Tensor& t);
 Tensor empty_preserving_layout(const Tensor& t);
 // A view of `t` sharing its storage (no autograd history).
 Tensor alias_with(const Tensor& t, Shape sizes, Shape strides, int64_t offset);
+
+// Note [Raw access]
+// data_ptr() hands a tensor's address to code that reads or writes its memory past ampgrad: a
+// kernel of one's own, cudaMemcpy, NCCL or cuDNN called directly. ampgrad holds some of its
+// CUDA work back and submits it in batches (Note [Launch batches] in cuda/call_graph.h), so on a
+// CUDA tensor data_ptr() first submits what its device holds and, if it held anything, waits for
+// the device to finish. Every route then sees the work asked for before the call, as if each op
+// had launched at once: a copy or kernel on any stream after cudaDeviceSynchronize(), and code
+// that overwrites the memory after ampgrad's last read of it. Work already submitted is ordered
+// as CUDA orders streams: behind it on ampgrad's stream (current_stream()), or after
+// synchronize() (Note [CUDA stream] in cuda/runtime.h), as PyTorch's work is for code on another
+// stream. The wait is one stream synchronization, only when calls were held; an op's own CUDA
+// kernel takes current_stream() first (it submits) and then the pointers, and never waits
+// (examples/custom_op.cpp). A pointer kept from before does not see what was held since: take
+// it again, as the stream. ampgrad's own kernels queue on its stream behind anything held and
+// take the address with detail::address(), which submits nothing.
+namespace detail {
+inline void* address(const Tensor& t) {
+  const TensorImpl& impl = *t.unsafe_impl();
+  auto* base = static_cast<char*>(impl.storage->data());
+  return base ? base + impl.offset * static_cast<int64_t>(itemsize(impl.dtype)) : nullptr;
+}
+template <class T> T* address(const Tensor& t) { return static_cast<T*>(address(t)); }
+}  // namespace detail
 
 template <class T> T* Tensor::data_ptr() const {
   AG_CHECK(dtype_of<std::remove_cv_t<T>>() == dtype(), "data_ptr: tensor is {}, asked for {}", dtype_name(dtype()),

@@ -16,6 +16,7 @@
 #include <unordered_set>
 #include <utility>
 
+#include <ampgrad/core/dispatch.h>
 #include <ampgrad/cuda/check.h>
 #include <ampgrad/cuda/graph.h>
 
@@ -148,6 +149,8 @@ struct Held {
   uint64_t id;
   cudaGraph_t graph;
   cudaGraphExec_t exec;
+  std::string_view op;  // the op that asked for it (CurrentOp), named if its launch fails
+  bool backward;
 };
 
 struct HeldCalls {
@@ -166,6 +169,7 @@ struct Table {
   // A submit that failed where it could not throw (a free): thrown by the next run_call or
   // submit_launches() that can.
   std::string failed_submit;
+  std::atomic<bool> has_failed_submit{false};  // !failed_submit.empty(), read without the lock
   CallGraphStats stats;
   std::atomic<bool> enabled{true};
   std::atomic<bool> batching{true};
@@ -201,6 +205,7 @@ struct Table {
     if (failed_submit.empty()) return;
     std::string what;
     what.swap(failed_submit);
+    has_failed_submit = false;
     throw Error(what);
   }
 };
@@ -275,7 +280,12 @@ cudaGraphExec_t compose(const std::vector<Held>& calls) {
 }
 
 // Launches a held call's graph. It launched before, so a failure now is the device's: reported.
-void launch_held(const Held& h, cudaStream_t stream) { AG_CUDA_CHECK(cudaGraphLaunch(h.exec, stream)); }
+void launch_held(const Held& h, cudaStream_t stream) {
+  const cudaError_t err = cudaGraphLaunch(h.exec, stream);
+  if (err != cudaSuccess)
+    detail::throw_cuda_error_in(CurrentOp::label(h.op, h.backward), err, "cudaGraphLaunch (a call held back)", __FILE__,
+                                __LINE__);
+}
 
 // Submits the calls held back on `device`, as one batch graph where this sequence of calls
 // repeats (Note [Launch batches]). The caller has the device current and holds the lock.
@@ -423,7 +433,7 @@ void hold(Table& t, int device, cudaStream_t stream, const Entry& e) {
   HeldCalls& h = t.held[device];
   if (!h.calls.empty() && h.stream != stream) submit_locked(t, device);
   h.stream = stream;
-  h.calls.push_back({e.id, e.graph, e.exec});
+  h.calls.push_back({e.id, e.graph, e.exec, CurrentOp::name(), CurrentOp::backward()});
   t.held_count[device].store(h.calls.size(), std::memory_order_relaxed);
   if (h.calls.size() >= static_cast<size_t>(kMaxHeldCalls) || cuts_batch(e.id, h.calls.size())) submit_locked(t, device);
 }
@@ -511,11 +521,30 @@ void submit_launches(int device) {
   // Inside a call's capture (a library's work asking for the stream) nothing may join it.
   if (t_capturing || device < 0 || device >= kMaxDevices) return;
   Table& t = table();
-  if (t.held_count[device].load(std::memory_order_relaxed) == 0) return;
+  if (t.held_count[device].load(std::memory_order_relaxed) == 0 && !t.has_failed_submit.load(std::memory_order_relaxed))
+    return;
   DeviceGuard guard(device);
   std::lock_guard<std::mutex> lock(t.mu);
   t.rethrow_failed_submit();
   submit_locked(t, device);
+}
+
+void finish_held_launches(int device) {
+  if (t_capturing || device < 0 || device >= kMaxDevices) return;
+  Table& t = table();
+  if (t.held_count[device].load(std::memory_order_relaxed) == 0 && !t.has_failed_submit.load(std::memory_order_relaxed))
+    return;
+  DeviceGuard guard(device);
+  cudaStream_t stream = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(t.mu);
+    t.rethrow_failed_submit();
+    if (t.held[device].calls.empty()) return;
+    stream = t.held[device].stream;
+    submit_locked(t, device);
+    ++t.stats.raw_waits;
+  }
+  AG_CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 
 void try_submit_launches(int device) noexcept {
@@ -525,6 +554,7 @@ void try_submit_launches(int device) noexcept {
     Table& t = table();
     std::lock_guard<std::mutex> lock(t.mu);
     if (t.failed_submit.empty()) t.failed_submit = e.what();
+    t.has_failed_submit = true;
   } catch (...) {
   }
 }

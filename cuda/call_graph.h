@@ -62,7 +62,7 @@ namespace ampgrad::cuda {
 //     that queues its own work on ampgrad's stream; launch_stream() is the stream without
 //     that, for the launch paths above only; a free to the pool (the allocator) submits too;
 //     a block freed to the host cache is only handed to later work on the same stream;
-//   - synchronize();
+//   - synchronize(), and data_ptr() of a CUDA tensor (which waits for them, Note [Raw access]);
 //   - the phases of a step: backward() submits the forward's calls before it starts, and an
 //     optimizer's step() submits the backward's and its own when it ends (end_phase(), Note
 //     [Device hooks] in core/device_hooks.h);
@@ -78,9 +78,14 @@ namespace ampgrad::cuda {
 // sightings launch the graphs one by one, the third composes one graph of them (each a child
 // graph node after the one before) and launches it, and later sightings launch that graph.
 // A graph pushed out of the table while its call is held is destroyed after the call is
-// submitted. A held graph that fails to launch (it launched before) reports the device's error
-// (from a free, which cannot throw, at the next run_call or submit_launches()); the calls held
-// after it are dropped.
+// submitted. A held graph that fails to launch (it launched before, so the device is at fault)
+// raises the device's error naming the op that asked for the call (CurrentOp, kept with it):
+// where it is submitted, or, from a free (which cannot throw), at the next run_call,
+// submit_launches(), synchronize() or data_ptr(); the calls held after it are dropped. A call
+// that fails as it is asked for (a launch the device refuses) raises at that call, after the
+// calls held before it were submitted (tests/test_call_graphs.cpp).
+// Code past the library that takes a tensor's address with data_ptr() gets the held calls
+// submitted and finished first (Note [Raw access] in core/tensor.h).
 // What it costs: the device starts a phase's work when the phase's last call is asked for,
 // not at its first. So calls are held only while kernels go through run_call (Note [Kernel
 // graphs]): while the host binds, the host time saved is worth more; while the device is
@@ -170,6 +175,10 @@ bool launch_kernels_as_graphs(int device, CUstream_st* stream);
 // Submits the calls held back on `device` (Note [Launch batches]): before work that does not
 // go through run_call reaches its stream, and at the end of a step's phases. Cheap when none are.
 void submit_launches(int device);
+// Submits the calls held back on `device` and, if there were any, waits for the device to finish
+// them: code past the library is about to touch device memory (Note [Raw access] in
+// core/tensor.h, Tensor::data_ptr()). Cheap when none are.
+void finish_held_launches(int device);
 // The same where nothing may throw (the allocator's frees): an error is kept, and thrown by the
 // next run_call or submit_launches() (the held calls after the one that failed are dropped;
 // the device's error is what a later call would report anyway).

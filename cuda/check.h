@@ -2,14 +2,18 @@
 // guard that makes a tensor's device current. Internal to cuda/ and the ops that call it.
 #pragma once
 
+#include <ampgrad/core/error.h>
+#include <ampgrad/cuda/runtime.h>
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
-#include <ampgrad/core/error.h>
-#include <ampgrad/cuda/runtime.h>
+#include <string_view>
 
 namespace ampgrad::cuda::detail {
+// The messages name the op running on this thread (CurrentOp in core/dispatch.h), or `op`.
 [[noreturn]] void throw_cuda_error(cudaError_t err, const char* call, const char* file, int line);
+[[noreturn]] void throw_cuda_error_in(std::string_view op, cudaError_t err, const char* call, const char* file,
+                                      int line);
 [[noreturn]] void throw_cublas_error(cublasStatus_t status, const char* call, const char* file, int line);
 // `status` is a cudnnStatus_t, passed as int so that this header needs no cudnn.h.
 [[noreturn]] void throw_cudnn_error(int status, const char* call, const char* file, int line);

@@ -166,7 +166,7 @@ class KernelContext {
   }
 };
 
-template <class T> T* ptr(const Tensor& t) { return static_cast<T*>(t.data_ptr()); }
+template <class T> T* ptr(const Tensor& t) { return static_cast<T*>(ampgrad::detail::address(t)); }
 
 // Note [Dense fast path]
 // Tensors of one shape and identical strides that are non-overlapping and dense (contiguous,

@@ -62,7 +62,7 @@ bool is_packed(const Tensor& t, bool nhwc) {
 }
 
 bool usable_as_is(const Tensor& t, bool nhwc) {
-  return is_packed(t, nhwc) && reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0;
+  return is_packed(t, nhwc) && reinterpret_cast<uintptr_t>(ampgrad::detail::address(t)) % 16 == 0;
 }
 
 bool wants_nhwc(std::initializer_list<const Tensor*> ts) {
@@ -152,7 +152,8 @@ bool run_in_layout(Pass pass, const Tensor& x, const Tensor& w, const Tensor& y,
       g.window[sp + i] = p.padding[i];
       g.window[2 * sp + i] = p.dilation[i];
     }
-    ok = dnn::run_conv(g, xc.data_ptr(), wp.data_ptr(), yc.data_ptr(), benchmark, why);
+    ok = dnn::run_conv(g, ampgrad::detail::address(xc), ampgrad::detail::address(wp), ampgrad::detail::address(yc),
+                       benchmark, why);
   });
   if (!ok) return false;
   const Tensor& out = writes_x ? x : (writes_w ? w : y);

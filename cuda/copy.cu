@@ -77,8 +77,8 @@ void copy(const Tensor& dst, const Tensor& src) {
   const bool flat = flat_together({&dst, &src});
   if (dst.dtype() == src.dtype() && flat) {
     // A byte copy goes through run_call like a kernel (Note [Kernel graphs]).
-    void* d = dst.data_ptr();
-    const void* s = src.data_ptr();
+    void* d = ampgrad::detail::address(dst);
+    const void* s = ampgrad::detail::address(src);
     const size_t n = dst.nbytes();
     launch_call(
         ctx,
@@ -129,7 +129,7 @@ void fill(const Tensor& dst, double value) {
   bool bytes_equal = true;  // e.g. zero: a memset does it
   for (size_t b = 1; b < es; ++b) bytes_equal = bytes_equal && ((bits >> (8 * b)) & 0xff) == (bits & 0xff);
   if (dst.is_contiguous() && bytes_equal) {
-    void* d = dst.data_ptr();
+    void* d = ampgrad::detail::address(dst);
     const int byte = static_cast<int>(bits & 0xff);
     const size_t n = dst.nbytes();
     launch_call(
@@ -154,8 +154,8 @@ void fill(const Tensor& dst, double value) {
 
 // Host <-> device bytes (Note [CUDA stream] on when each returns).
 void copy_across_devices(const Tensor& dst, const Tensor& src) {
-  if (dst.is_cuda()) memcpy_h2d(dst.data_ptr(), src.data_ptr(), src.nbytes());
-  else memcpy_d2h(dst.data_ptr(), src.data_ptr(), src.nbytes());
+  if (dst.is_cuda()) memcpy_h2d(ampgrad::detail::address(dst), ampgrad::detail::address(src), src.nbytes());
+  else memcpy_d2h(ampgrad::detail::address(dst), ampgrad::detail::address(src), src.nbytes());
 }
 
 AG_REGISTER_KERNEL(kernel::copy, kCUDA, copy);

@@ -11,6 +11,7 @@
 #include <set>
 #include <vector>
 
+#include <ampgrad/core/dispatch.h>
 #include <ampgrad/core/tensor.h>
 #include <ampgrad/cuda/call_graph.h>
 #include <ampgrad/cuda/check.h>
@@ -24,7 +25,9 @@ void throw_cudnn_error(int status, const char* call, const char* file, int line)
   char last[1024] = {};
   cudnnGetLastErrorString(last, sizeof(last));
   last[sizeof(last) - 1] = '\0';
-  throw Error(fmt::format("cuDNN error: {} failed: {}{}{} (at {}:{})", call,
+  const std::string op = CurrentOp::label();
+  throw Error(fmt::format("cuDNN error{}{}{}: {} failed: {}{}{} (at {}:{})", op.empty() ? "" : " (in ", op,
+                          op.empty() ? "" : ")", call,
                           cudnnGetErrorString(static_cast<cudnnStatus_t>(status)), last[0] ? ": " : "", last, file,
                           line));
 }
@@ -350,7 +353,7 @@ float time_plan(const ConvGeometry& g, cudnnHandle_t h, const Plan& p, void* x, 
   } catch (const Error&) {
     return std::numeric_limits<float>::infinity();
   }
-  void* wsp = p.workspace > 0 ? ws.data_ptr() : nullptr;
+  void* wsp = p.workspace > 0 ? ampgrad::detail::address(ws) : nullptr;
   void* xs = g.pass == Pass::BackwardData ? scratch : x;
   void* wsc = g.pass == Pass::BackwardFilter ? scratch : w;
   void* ys = g.pass == Pass::Forward ? scratch : y;
@@ -397,7 +400,7 @@ PlanPtr fastest_plan(const ConvGeometry& g, cudnnHandle_t h, void* x, void* w, v
     PlanPtr p = src.next();
     if (!p) break;
     if (!first) first = p;
-    const float ms = time_plan(g, h, *p, x, w, y, scratch.data_ptr());
+    const float ms = time_plan(g, h, *p, x, w, y, ampgrad::detail::address(scratch));
     if (ms < best_ms) best_ms = ms, best = p;
   }
   return best ? best : first;  // nothing fit in memory: the heuristics' choice, to fail clearly later
@@ -516,7 +519,7 @@ bool run_conv(const ConvGeometry& g, void* x, void* w, void* y, bool benchmark, 
       }
     }
   }
-  void* wsp = plan->workspace > 0 ? ws.data_ptr() : nullptr;
+  void* wsp = plan->workspace > 0 ? ampgrad::detail::address(ws) : nullptr;
   // A variant pack and cudnnBackendExecute cost more host time than a small convolution runs,
   // and a training loop repeats each call with the same pointers (Note [Call graphs]).
   // Only cached plans, which live as long as the process: a key's plan address must not be

@@ -101,7 +101,10 @@ static_assert(sizeof(SgdHyper) == 4 * 8 + 2 + 6 && sizeof(AdamHyper) == 5 * 8 + 
 static_assert(sizeof(ScaleRule) == 6 * 8 && sizeof(ScaleUpdateArgs) == 9 * 8 + 1 + 7 + sizeof(ScaleRule));
 static_assert(sizeof(TensorLists<4>) == 4 * 32 * 8 + 32 * 8 * 2 + 33 * 8 + 2 * 4);
 
-template <class T> T* ptr_or_null(const Tensor& t) { return t.defined() ? static_cast<T*>(t.data_ptr()) : nullptr; }
+template <class T>
+T* ptr_or_null(const Tensor& t) {
+  return t.defined() ? static_cast<T*>(ampgrad::detail::address(t)) : nullptr;
+}
 
 ScaleUpdateArgs update_args(const ScaleUpdate& u) {
   ScaleUpdateArgs a;
@@ -355,7 +358,9 @@ __global__ void adam_kernel(TensorLists<6> lists, float* found_inf, const float*
   finish_step(lists, skipped, found_inf, up);
 }
 
-const float* f32_or_null(const Tensor& t) { return t.defined() ? static_cast<const float*>(t.data_ptr()) : nullptr; }
+const float* f32_or_null(const Tensor& t) {
+  return t.defined() ? static_cast<const float*>(ampgrad::detail::address(t)) : nullptr;
+}
 
 // Launches `launch(lists, count, max_numel)` for each run of up to kMaxTensors tensors; a run of
 // empty tensors only with `launch_empty` (optimizer steps: their counters advance in the kernel).
@@ -472,7 +477,7 @@ std::vector<std::vector<size_t>> by_dtype(const FusedStep& s) {
 }
 
 void* working_ptr(const FusedStep& s, size_t k) {
-  return !s.working.empty() && s.working[k].defined() ? s.working[k].data_ptr() : nullptr;
+  return !s.working.empty() && s.working[k].defined() ? ampgrad::detail::address(s.working[k]) : nullptr;
 }
 
 }  // namespace
@@ -491,7 +496,7 @@ void amp_check_and_unscale(const std::vector<Tensor>& grads, const Tensor& found
       in_batches<1>(
           same.size(),
           [&](TensorLists<1>& l, int j, size_t k) {
-            l.ptr[0][j] = same[k]->data_ptr();
+            l.ptr[0][j] = ampgrad::detail::address(*same[k]);
             l.numel[j] = same[k]->numel();
           },
           [&](TensorLists<1>& l, int, int64_t) {
@@ -509,13 +514,13 @@ void zero_tensors(const std::vector<Tensor>& ts) {
   if (ts.empty()) return;
   KernelContext ctx(ts[0]);
   for (const Tensor& t : ts)
-    AG_INTERNAL_ASSERT(t.is_contiguous() && t.device() == ts[0].device() && is_aligned(t.data_ptr(), 16),
+    AG_INTERNAL_ASSERT(t.is_contiguous() && t.device() == ts[0].device() && is_aligned(ampgrad::detail::address(t), 16),
                        "zero_tensors: {} is not a contiguous, 16-byte aligned tensor of {}", t.desc(),
                        ts[0].device().str());
   in_batches<1>(
       ts.size(),
       [&](TensorLists<1>& l, int j, size_t k) {
-        l.ptr[0][j] = ts[k].data_ptr();
+        l.ptr[0][j] = ampgrad::detail::address(ts[k]);
         l.numel[j] = static_cast<int64_t>(ts[k].nbytes());
       },
       [&](TensorLists<1>& l, int count, int64_t max_bytes) {
@@ -647,11 +652,11 @@ void sgd_step(const FusedStep& s, const std::vector<Tensor>& momentum_bufs, cons
   fused_step<4>(
       s, "sgd_step",
       [&](TensorLists<4>& l, int j, size_t k) {
-        l.ptr[0][j] = s.params[k].data_ptr();
-        l.ptr[1][j] = s.grads[k].data_ptr();
-        l.ptr[2][j] = momentum_bufs.empty() ? nullptr : momentum_bufs[k].data_ptr();
+        l.ptr[0][j] = ampgrad::detail::address(s.params[k]);
+        l.ptr[1][j] = ampgrad::detail::address(s.grads[k]);
+        l.ptr[2][j] = momentum_bufs.empty() ? nullptr : ampgrad::detail::address(momentum_bufs[k]);
         l.ptr[3][j] = working_ptr(s, k);
-        l.step[j] = static_cast<float*>(steps[k].data_ptr());
+        l.step[j] = static_cast<float*>(ampgrad::detail::address(steps[k]));
         l.numel[j] = s.params[k].numel();
       },
       [](auto pt, auto gt, auto wt) {
@@ -668,13 +673,13 @@ void adam_step(const FusedStep& s, const std::vector<Tensor>& exp_avgs, const st
   fused_step<6>(
       s, "adam_step",
       [&](TensorLists<6>& l, int j, size_t k) {
-        l.ptr[0][j] = s.params[k].data_ptr();
-        l.ptr[1][j] = s.grads[k].data_ptr();
-        l.ptr[2][j] = exp_avgs[k].data_ptr();
-        l.ptr[3][j] = exp_avg_sqs[k].data_ptr();
-        l.ptr[4][j] = max_exp_avg_sqs.empty() ? nullptr : max_exp_avg_sqs[k].data_ptr();
+        l.ptr[0][j] = ampgrad::detail::address(s.params[k]);
+        l.ptr[1][j] = ampgrad::detail::address(s.grads[k]);
+        l.ptr[2][j] = ampgrad::detail::address(exp_avgs[k]);
+        l.ptr[3][j] = ampgrad::detail::address(exp_avg_sqs[k]);
+        l.ptr[4][j] = max_exp_avg_sqs.empty() ? nullptr : ampgrad::detail::address(max_exp_avg_sqs[k]);
         l.ptr[5][j] = working_ptr(s, k);
-        l.step[j] = static_cast<float*>(steps[k].data_ptr());
+        l.step[j] = static_cast<float*>(ampgrad::detail::address(steps[k]));
         l.numel[j] = s.params[k].numel();
       },
       [](auto pt, auto gt, auto wt) {

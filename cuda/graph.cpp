@@ -57,11 +57,13 @@ uint64_t graph_replays() { return g_replays.load(std::memory_order_relaxed); }
 namespace {
 // What autograd, the optimizers and working copies ask of CUDA (Note [Device hooks] in
 // core/device_hooks.h): the end of a step's phase submits the held calls (Note [Launch
-// batches]). Registered at load; makes no CUDA call.
+// batches]); a raw access submits them and waits (Note [Raw access] in core/tensor.h).
+// Registered at load; makes no CUDA call.
 struct RegisterCudaHooks {
   RegisterCudaHooks() {
     DeviceHooks h;
     h.end_phase = &submit_launches;
+    h.raw_access = &finish_held_launches;
     h.capturing = &capturing;
     h.graph_replays = &graph_replays;
     set_device_hooks(DeviceType::CUDA, h);

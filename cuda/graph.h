@@ -29,6 +29,7 @@ struct CallGraphStats {
   int64_t batches = 0;    // batch graphs launched (Note [Launch batches])
   int64_t batched = 0;    // calls that ran inside them (counted in launched when they were held)
   int64_t batches_composed = 0;
+  int64_t raw_waits = 0;  // data_ptr() calls that submitted held calls and waited (Note [Raw access])
 };
 CallGraphStats call_graph_stats();
 // On by default; AMPGRAD_CALL_GRAPHS=0 turns it off at start. Turning it off destroys the graphs.

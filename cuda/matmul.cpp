@@ -160,20 +160,20 @@ bool run_gemm(const Tensor& a, const Tensor& bm, const Tensor& out, double alpha
     g.m = n;
     g.n = m;
     g.k = k;
-    g.a = tb.data_ptr();
+    g.a = ampgrad::detail::address(tb);
     g.lda = ob.ld;
     g.stride_a = vb.sb;
-    g.b = ta.data_ptr();
+    g.b = ampgrad::detail::address(ta);
     g.ldb = oa.ld;
     g.stride_b = va.sb;
-    g.c = out.data_ptr();
+    g.c = ampgrad::detail::address(out);
     g.ldc = n;
     g.stride_c = m * n;
     g.batch = batch;
     g.alpha = alpha_f;
     g.beta = beta_f;
-    if (bias.defined()) g.bias = bias.data_ptr();
-    if (bias_grad.defined()) g.bias_grad = bias_grad.data_ptr();
+    if (bias.defined()) g.bias = ampgrad::detail::address(bias);
+    if (bias_grad.defined()) g.bias_grad = ampgrad::detail::address(bias_grad);
     g.relu = relu;
     if (lt_gemm(g, blas.workspace, kWorkspaceBytes)) return true;
   }
@@ -182,9 +182,10 @@ bool run_gemm(const Tensor& a, const Tensor& bm, const Tensor& out, double alpha
   const void* beta_p = f64 ? static_cast<const void*>(&beta) : static_cast<const void*>(&beta_f);
 
   submit_launches(device);  // the calls held back come first (Note [Launch batches])
-  AG_CUBLAS_CHECK(cublasGemmStridedBatchedEx_64(blas.handle, ob.op, oa.op, n, m, k, alpha_p, tb.data_ptr(), type, ob.ld,
-                                                vb.sb, ta.data_ptr(), type, oa.ld, va.sb, beta_p,
-                                                out.data_ptr(), out_type, n, m * n, batch, compute, CUBLAS_GEMM_DEFAULT));
+  AG_CUBLAS_CHECK(cublasGemmStridedBatchedEx_64(
+      blas.handle, ob.op, oa.op, n, m, k, alpha_p, ampgrad::detail::address(tb), type, ob.ld, vb.sb,
+      ampgrad::detail::address(ta), type, oa.ld, va.sb, beta_p, ampgrad::detail::address(out), out_type, n, m * n,
+      batch, compute, CUBLAS_GEMM_DEFAULT));
   return true;
 }
 
@@ -198,7 +199,7 @@ bool gemm_bias(const Tensor& a, const Tensor& bm, const Tensor& bias, const Tens
   if (out.size(0) != 1 || out.dtype() == DType::Float64 || out.dtype() != a.dtype() || (!bias.defined() && !relu))
     return false;
   if (bias.defined() && (bias.dtype() != out.dtype() || !bias.is_contiguous() ||
-                         reinterpret_cast<uintptr_t>(bias.data_ptr()) % 16 != 0))
+                         reinterpret_cast<uintptr_t>(ampgrad::detail::address(bias)) % 16 != 0))
     return false;
   return run_gemm(a, bm, out, alpha, 0, bias, Tensor(), relu);
 }
@@ -206,7 +207,7 @@ bool gemm_bias(const Tensor& a, const Tensor& bm, const Tensor& bias, const Tens
 bool gemm_bias_grad(const Tensor& a, const Tensor& bm, const Tensor& out, const Tensor& bias_grad) {
   if (out.size(0) != 1 || out.dtype() == DType::Float64 || bias_grad.dtype() != out.dtype() ||
       !bias_grad.is_contiguous() || bias_grad.numel() != out.size(1) ||
-      reinterpret_cast<uintptr_t>(bias_grad.data_ptr()) % 16 != 0)
+      reinterpret_cast<uintptr_t>(ampgrad::detail::address(bias_grad)) % 16 != 0)
     return false;
   return run_gemm(a, bm, out, 1, 0, Tensor(), bias_grad);
 }

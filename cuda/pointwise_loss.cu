@@ -118,7 +118,7 @@ __global__ void loss_backward_kernel(const T* g, const T* x, const T* y, T* gx, 
 // The vector loops read whole 16-byte vectors from each pointer's start.
 bool vector_aligned(std::initializer_list<const Tensor*> ts) {
   for (const Tensor* t : ts)
-    if (t->defined() && !is_aligned(t->data_ptr(), 16)) return false;
+    if (t->defined() && !is_aligned(ampgrad::detail::address(*t), 16)) return false;
   return true;
 }
 

@@ -103,7 +103,7 @@ void run_reduce(const KernelContext& ctx, const Op& op, const Tensor& x, const T
   using State = typename Op::State;
   const int64_t outer = x.size(0), r = x.size(1), inner = x.size(2);
   const T* xp = ptr<const T>(x);
-  void* op_out = out.data_ptr();
+  void* op_out = ampgrad::detail::address(out);
   int64_t* ip = indices.defined() ? ptr<int64_t>(indices) : nullptr;
   const int64_t target_blocks = static_cast<int64_t>(ctx.sm_count) * 8;
   const size_t smem = kBlockSize * sizeof(State);

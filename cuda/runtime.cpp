@@ -5,6 +5,7 @@
 #include <memory>
 #include <mutex>
 
+#include <ampgrad/core/dispatch.h>
 #include <ampgrad/cuda/call_graph.h>
 #include <ampgrad/cuda/check.h>
 
@@ -12,17 +13,26 @@ namespace ampgrad::cuda {
 
 namespace detail {
 
+namespace {
+// " (in linear)", " (in linear's backward)", or nothing outside any op (Note [Kernel dispatch]).
+std::string in_op(std::string_view label) { return label.empty() ? std::string() : fmt::format(" (in {})", label); }
+}  // namespace
+
 void throw_cuda_error(cudaError_t err, const char* call, const char* file, int line) {
+  throw_cuda_error_in(CurrentOp::label(), err, call, file, line);
+}
+
+void throw_cuda_error_in(std::string_view op, cudaError_t err, const char* call, const char* file, int line) {
   // Reset the thread's last error so the next AG_CUDA_CHECK_LAUNCH does not report this one
   // again (sticky errors, such as an illegal address, cannot be reset and keep failing).
   (void)cudaGetLastError();
-  throw Error(fmt::format("CUDA error: {} failed: {}: {} (at {}:{})", call, cudaGetErrorName(err),
+  throw Error(fmt::format("CUDA error{}: {} failed: {}: {} (at {}:{})", in_op(op), call, cudaGetErrorName(err),
                           cudaGetErrorString(err), file, line));
 }
 
 void throw_cublas_error(cublasStatus_t status, const char* call, const char* file, int line) {
-  throw Error(fmt::format("cuBLAS error: {} failed: {}: {} (at {}:{})", call, cublasGetStatusName(status),
-                          cublasGetStatusString(status), file, line));
+  throw Error(fmt::format("cuBLAS error{}: {} failed: {}: {} (at {}:{})", in_op(CurrentOp::label()), call,
+                          cublasGetStatusName(status), cublasGetStatusString(status), file, line));
 }
 
 }  // namespace detail

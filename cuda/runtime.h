@@ -55,6 +55,8 @@ void set_device(int device);
 // current_stream() first submits the calls ampgrad holds back (Note [Launch batches] in
 // cuda/call_graph.h), so that work queued on the stream it returns comes after them; a handle
 // kept from an earlier call does not submit what was held since: take it again before use.
+// Tensor::data_ptr() submits them too, and waits for them, so that code on any stream after
+// cudaDeviceSynchronize() sees them (Note [Raw access] in core/tensor.h).
 CUstream_st* current_stream(int device = -1);  // -1: the current device
 // The same stream without submitting them: for the launch paths of cuda/ only, which go
 // through run_call or call submit_launches() before they enqueue anything themselves.

@@ -94,7 +94,7 @@ struct DistributedDataParallel::State {
     Bucket& b = buckets[bucket_of[i]];
     Tensor slot = b.flat.narrow(0, offset_of[i], p.numel()).view(p.shape());
     const Tensor g = p.grad();
-    if (g.data_ptr() != slot.data_ptr()) {
+    if (ampgrad::detail::address(g) != ampgrad::detail::address(slot)) {
       NoGradGuard no_grad;
       slot.copy_(g);
       p.set_grad(slot);

@@ -152,8 +152,9 @@ ProcessGroup::~ProcessGroup() {
 
 void ProcessGroup::all_reduce_on(const Tensor& t, ReduceOp op, void* stream) {
   check_collective("all_reduce", t, *this);
-  check(nccl().all_reduce(t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()), nccl_type(t.dtype()),
-                          nccl_op(op), static_cast<ncclComm_t>(comm_), static_cast<cudaStream_t>(stream)),
+  check(nccl().all_reduce(ampgrad::detail::address(t), ampgrad::detail::address(t), static_cast<size_t>(t.numel()),
+                          nccl_type(t.dtype()), nccl_op(op), static_cast<ncclComm_t>(comm_),
+                          static_cast<cudaStream_t>(stream)),
         "ncclAllReduce");
   t.bump_version();  // written in place, like any in-place op (Note [Version counter])
 }
@@ -166,9 +167,10 @@ void ProcessGroup::broadcast(const Tensor& t, int root) {
   check_collective("broadcast", t, *this);
   AG_CHECK(root >= 0 && root < o_.world_size, "distributed.broadcast: root {} is not a rank of {}", root,
            o_.world_size);
-  check(nccl().broadcast(t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()), nccl_type(t.dtype()), root,
-                         static_cast<ncclComm_t>(comm_), cuda::current_stream(o_.local_rank)),
-        "ncclBroadcast");
+  check(
+      nccl().broadcast(ampgrad::detail::address(t), ampgrad::detail::address(t), static_cast<size_t>(t.numel()),
+                       nccl_type(t.dtype()), root, static_cast<ncclComm_t>(comm_), cuda::current_stream(o_.local_rank)),
+      "ncclBroadcast");
   t.bump_version();
 }
 

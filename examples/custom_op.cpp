@@ -44,8 +44,11 @@ namespace {
 void swish_forward_cuda(const ag::Tensor& x, const ag::Tensor& beta, const ag::Tensor& y) {
   AG_CHECK(x.dtype() == ag::kFloat32, "swish on cuda: float32 only, got {}", x.desc());
   // current_stream(): ampgrad's stream, after all the work it has queued (Note [CUDA stream]).
+  // Taken before the pointers: it submits what ampgrad held back, so data_ptr() has nothing to
+  // wait for (Note [Raw access] in <ampgrad/core/tensor.h>).
+  CUstream_st* stream = ag::cuda::current_stream(x.device().index);
   const char* error = swish_forward_launch(x.data_ptr<float>(), beta.data_ptr<float>(), y.data_ptr<float>(), x.numel(),
-                                           beta.numel(), ag::cuda::current_stream(x.device().index));
+                                           beta.numel(), stream);
   AG_CHECK(error == nullptr, "swish: CUDA kernel launch failed: {}", error ? error : "");
 }
 }  // namespace

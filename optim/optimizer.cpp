@@ -8,6 +8,7 @@
 #include <ampgrad/core/fused_kernels.h>
 #include <ampgrad/ops/ops.h>
 #include <ampgrad/core/device_hooks.h>
+#include <ampgrad/core/dispatch.h>
 
 namespace ampgrad::optim {
 
@@ -45,7 +46,8 @@ void Optimizer::zero_grad(bool set_to_none) {
       }
       Tensor grad = p.grad();
       if (!grad.defined()) continue;
-      if (!grad.is_contiguous() || grad.numel() == 0 || reinterpret_cast<uintptr_t>(grad.data_ptr()) % 16 != 0) {
+      if (!grad.is_contiguous() || grad.numel() == 0 ||
+          reinterpret_cast<uintptr_t>(ampgrad::detail::address(grad)) % 16 != 0) {
         grad.zero_();
         continue;
       }
@@ -91,6 +93,7 @@ void Optimizer::step_gated(const Tensor& found_inf, const Tensor& inv_scale, con
                            bool check_grads) {
   AG_INTERNAL_ASSERT(!update || groups_.size() == 1, "optimizer: a folded scale update needs one parameter group");
   NoGradGuard no_grad;
+  CurrentOp current("optimizer step");  // names the step's device errors
   for (Group& g : groups_) {
     std::vector<size_t> idx;
     FusedStep s = gather(g, found_inf, inv_scale, idx);

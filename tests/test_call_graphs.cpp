@@ -10,9 +10,11 @@
 #include <tuple>
 #include <vector>
 
+#include "call_graphs_kernels.h"
 #include "common.h"
 #include <ampgrad/core/kernels.h>
 #include <ampgrad/cuda/call_graph.h>
+#include <ampgrad/ops/define_op.h>
 
 namespace {
 
@@ -473,11 +475,44 @@ TEST_CASE("cuda: held-back calls reach the stream before anything else looks at 
     for (int64_t i = 0; i < n; ++i) REQUIRE(host[static_cast<size_t>(i)] == Approx(expect_c[i]).epsilon(1e-6));
   };
   host_close();
-  // synchronize() submits too.
+  // synchronize() submits too (the address taken without data_ptr()'s submit).
   round();
   ag::cuda::synchronize();
+  REQUIRE(cudaMemcpy(host.data(), ag::detail::address(c), n * sizeof(float), cudaMemcpyDeviceToHost) == cudaSuccess);
+  host_close();
+  // Raw routes past ampgrad's stream (Note [Raw access]): data_ptr() submits what is held and
+  // waits, so each sees every call asked for before it.
+  // cudaDeviceSynchronize(), then a copy on the legacy default stream from data_ptr().
+  auto held_now = [] { return ag::cuda::call_graph_stats().raw_waits; };
+  int64_t waits = held_now();
+  round();
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
   REQUIRE(cudaMemcpy(host.data(), c.data_ptr(), n * sizeof(float), cudaMemcpyDeviceToHost) == cudaSuccess);
   host_close();
+  CHECK(held_now() == waits + 1);  // calls were held, and data_ptr() waited for them
+  // A stream of one's own, non-blocking (it waits for nothing of ampgrad's by itself).
+  cudaStream_t own = nullptr;
+  REQUIRE(cudaStreamCreateWithFlags(&own, cudaStreamNonBlocking) == cudaSuccess);
+  round();
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+  REQUIRE(cudaMemcpyAsync(host.data(), c.data_ptr(), n * sizeof(float), cudaMemcpyDeviceToHost, own) == cudaSuccess);
+  REQUIRE(cudaStreamSynchronize(own) == cudaSuccess);
+  host_close();
+  // A write past ampgrad after a read it holds: the held copy c.copy_(b) reads b before the
+  // memset overwrites it.
+  round();
+  void* pb = b.data_ptr();
+  REQUIRE(cudaMemsetAsync(pb, 0, n * sizeof(float), own) == cudaSuccess);
+  REQUIRE(cudaStreamSynchronize(own) == cudaSuccess);
+  check_close(c, expect_c, 1e-6, 1e-6);
+  check_close(b, std::vector<double>(static_cast<size_t>(n), 0.0), 0, 0);
+  REQUIRE(cudaStreamDestroy(own) == cudaSuccess);
+  b.copy_(sym({n}).to(kGpu));
+  expect_b = b.to_vector<double>();
+  // Nothing held (the read above submitted): data_ptr() does not wait.
+  waits = held_now();
+  (void)c.data_ptr();
+  CHECK(held_now() == waits);
   // A CudaGraph capture starts after them (it runs nothing itself, and they are not part of
   // it): c holds the round's result after the capture, and each replay doubles it once.
   round();
@@ -501,10 +536,11 @@ TEST_CASE("cuda: calls are held back until a submit, at most kMaxHeldCalls of th
   // The first three ran (direct, direct, captured and launched); the rest were held, and
   // submitted in batches of one length L, 8 <= L <= kMaxHeldCalls (a batch is cut after 8
   // calls where the call's id says so, or at kMaxHeldCalls: here every call is the same), so
-  // 197 % 8 or 197 % 64 (both 5) are still held. The device's memory, read past ampgrad, shows it.
+  // 197 % 8 or 197 % 64 (both 5) are still held. The device's memory, read at an address taken
+  // without data_ptr()'s submit (Note [Raw access]), shows it.
   std::vector<float> host(64);
   REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
-  REQUIRE(cudaMemcpy(host.data(), t.data_ptr(), 64 * sizeof(float), cudaMemcpyDeviceToHost) == cudaSuccess);
+  REQUIRE(cudaMemcpy(host.data(), ag::detail::address(t), 64 * sizeof(float), cudaMemcpyDeviceToHost) == cudaSuccess);
   const int done = static_cast<int>(host[0] - 1.5f) - 3, held = kCalls - 3 - done;
   CHECK(host == std::vector<float>(64, host[0]));
   CHECK((held == (kCalls - 3) % 8 || held == (kCalls - 3) % ag::cuda::kMaxHeldCalls));
@@ -515,11 +551,12 @@ TEST_CASE("cuda: turning call graphs or batches off submits the calls held back"
   if (skip_without_cuda()) return;
   CallGraphs mode(true, true, ag::cuda::KernelGraphs::always, true);
   ag::Tensor t = ag::full({64}, 1.5, ag::TensorOptions().device(kGpu));
-  // Read without anything of ampgrad's that would submit: the device's memory, as it is.
+  // Read without anything of ampgrad's that would submit (not data_ptr(): Note [Raw access]):
+  // the device's memory, as it is.
   auto raw = [&] {
     std::vector<float> host(64);
     REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
-    REQUIRE(cudaMemcpy(host.data(), t.data_ptr(), 64 * sizeof(float), cudaMemcpyDeviceToHost) == cudaSuccess);
+    REQUIRE(cudaMemcpy(host.data(), ag::detail::address(t), 64 * sizeof(float), cudaMemcpyDeviceToHost) == cudaSuccess);
     return host;
   };
   for (int i = 0; i < 8; ++i) t.add_(1.0);  // held back from the fourth on
@@ -531,6 +568,61 @@ TEST_CASE("cuda: turning call graphs or batches off submits the calls held back"
   CHECK(raw() == std::vector<float>(64, 17.5f));
   ag::cuda::set_call_graphs_enabled(true);
   check_close(t, std::vector<double>(64, 17.5), 0, 0);
+}
+
+// ---- a launch that fails ---------------------------------------------------------------------
+
+const ag::OpInfo kScaleBy{"test_scale_by", ag::amp::Category::fp32, true,
+                          "test_call_graphs' own op: a kernel launched through cuda::launch"};
+
+// x * s by launch_scale, `threads` threads a block forward and `grad_threads` in the backward.
+ag::Tensor scale_by(const ag::Tensor& x0, float s, unsigned threads, unsigned grad_threads) {
+  ag::Tensor x = x0;
+  ag::OpScope scope(kScaleBy, x);
+  ag::Tensor y = x.detach().contiguous().clone();
+  launch_scale(y, s, threads);
+  if (ag::autograd::any_requires_grad({&x})) {
+    ag::autograd::record(kScaleBy, y, {x}, {}, [s, grad_threads](const ag::Tensor& g, const std::vector<ag::Tensor>&) {
+      ag::Tensor gx = g.contiguous().clone();
+      launch_scale(gx, s, grad_threads);
+      return ag::autograd::Grads{gx};
+    });
+  }
+  return scope.finish(y);
+}
+
+TEST_CASE("cuda: a launch that fails raises ag::Error at its call, naming the op; the calls held before it run",
+          "[cuda]") {
+  if (skip_without_cuda()) return;
+  CallGraphs mode(true, true, ag::cuda::KernelGraphs::always, true);
+  ag::manual_seed(fresh_seed());
+  ag::Tensor t = ag::full({3000}, 1.5, ag::TensorOptions().device(kGpu));
+  ag::Tensor x = sym({1000}).to(kGpu).requires_grad_();
+  const std::vector<double> xv = x.to_vector<double>();
+  auto times = [&](double s) {
+    std::vector<double> r(xv.size());
+    for (size_t i = 0; i < r.size(); ++i) r[i] = static_cast<double>(static_cast<float>(xv[i]) * static_cast<float>(s));
+    return r;
+  };
+  for (int i = 0; i < 8; ++i) t.add_(1.0);  // held back from the fourth on
+  // 2048 threads a block: the launch itself fails (cudaErrorInvalidConfiguration), at this call.
+  CHECK_THROWS_WITH(scale_by(x, 2.0f, 2048, 256), Catch::Contains("CUDA error (in test_scale_by)") &&
+                                                      Catch::Contains("cudaErrorInvalidConfiguration"));
+  check_close(t, std::vector<double>(3000, 9.5), 0, 0);  // what was held before it ran
+  // In a backward: the error names the op whose formula launched it.
+  ag::Tensor y = scale_by(x, 2.0f, 256, 2048);
+  check_close(y, times(2.0), 0, 0);
+  CHECK_THROWS_WITH(y.sum().backward(), Catch::Contains("CUDA error (in test_scale_by's backward)") &&
+                                            Catch::Contains("cudaErrorInvalidConfiguration"));
+  // The device goes on: the same op with a good configuration, forward and backward, and
+  // calls held again.
+  x.set_grad(ag::Tensor());
+  ag::Tensor z = scale_by(x, 3.0f, 256, 128);
+  z.sum().backward();
+  check_close(z, times(3.0), 0, 0);
+  check_close(x.grad(), std::vector<double>(xv.size(), 3.0), 0, 0);
+  for (int i = 0; i < 8; ++i) t.add_(1.0);
+  check_close(t, std::vector<double>(3000, 17.5), 0, 0);
 }
 
 }  // namespace
