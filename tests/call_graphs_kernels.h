@@ -4,5 +4,5 @@
 #include <ampgrad/core/tensor.h>
 
 // x *= s in place (contiguous float32 on CUDA) through cuda::launch, `threads` threads a block:
-// more than 1024 is a configuration the launch refuses (cudaErrorInvalidConfiguration).
+// more than 1024 is a configuration the launch refuses.
 void launch_scale(const ampgrad::Tensor& x, float s, unsigned threads);
