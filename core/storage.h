@@ -43,6 +43,10 @@ class Storage {
   Device device() const { return device_; }
   uint32_t version() const { return version_; }
   void bump_version() { ++version_; }
+  // Views of this storage that autograd tracks, alive now (Note [In-place autograd] in
+  // ops/tensor_methods.cpp): a tracked in-place write to it would not reach their histories.
+  int tracked_views() const { return tracked_views_; }
+  void count_tracked_view(int delta) { tracked_views_ += delta; }
 
  private:
   void* data_ = nullptr;
@@ -50,6 +54,7 @@ class Storage {
   Device device_;
   Allocator* allocator_ = nullptr;  // null for external memory
   uint32_t version_ = 0;
+  int tracked_views_ = 0;
 };
 
 }  // namespace ampgrad

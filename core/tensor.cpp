@@ -85,7 +85,9 @@ Tensor empty_preserving_layout(const Tensor& t) {
 }
 
 Tensor alias_with(const Tensor& t, Shape sizes, Shape strides, int64_t offset) {
-  return make_tensor(t.storage(), std::move(sizes), std::move(strides), offset, t.dtype());
+  Tensor out = make_tensor(t.storage(), std::move(sizes), std::move(strides), offset, t.dtype());
+  out.unsafe_impl()->is_view = true;
+  return out;
 }
 
 }  // namespace ampgrad

@@ -38,6 +38,18 @@ struct TensorImpl {
   std::weak_ptr<autograd::Node> grad_accumulator;
   // Run after each accumulation into `grad` (leaves only; DistributedDataParallel's buckets).
   std::vector<std::function<void(const Tensor&)>> post_accumulate_grad_hooks;
+  // Made by alias_with (a view, a detach): its storage came from another tensor. tracked_view:
+  // a view autograd records, counted in storage->tracked_views() while it lives (Note
+  // [In-place autograd] in ops/tensor_methods.cpp).
+  bool is_view = false;
+  bool tracked_view = false;
+
+  TensorImpl() = default;
+  TensorImpl(const TensorImpl&) = delete;
+  TensorImpl& operator=(const TensorImpl&) = delete;
+  ~TensorImpl() {
+    if (tracked_view && storage) storage->count_tracked_view(-1);
+  }
 };
 
 class Tensor {

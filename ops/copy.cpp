@@ -10,7 +10,7 @@ namespace ampgrad {
 namespace {
 const OpInfo kTo{"to", amp::Category::passthrough, true, "a cast: autocast inserts these, it never changes them"};
 const OpInfo kClone{"clone", amp::Category::passthrough, true, "a copy keeps its dtype"};
-const OpInfo kCopy{"copy_", amp::Category::passthrough, false, "writes into an existing tensor of its own dtype"};
+const OpInfo kCopy{"copy_", amp::Category::passthrough, true, "writes into an existing tensor of its own dtype"};
 
 // Copies between devices through a contiguous staging tensor in dst's dtype on src's side
 // (the cast runs where the data is) and, when dst is not contiguous, one on dst's side.
@@ -34,8 +34,8 @@ void copy_impl(const Tensor& dst, const Tensor& src) {
 }  // namespace
 
 void check_inplace(std::string_view op, const Tensor& t) {
-  AG_CHECK(!(autograd::grad_mode_enabled() && t.requires_grad()),
-           "{}: in-place operation on a tensor that requires grad ({}); use the out-of-place form, or wrap the "
+  AG_CHECK(!(autograd::grad_mode_enabled() && t.requires_grad() && t.is_leaf()),
+           "{}: in-place operation on a leaf that requires grad ({}); use the out-of-place form, or wrap the "
            "update in NoGradGuard (as optimizers do)",
            op, t.desc());
 }
@@ -108,6 +108,31 @@ Tensor& copy_into(Tensor& dst, const Tensor& src) {
            "copy_: source {} cannot be broadcast to destination {}", s.desc(), dst.desc());
   copy_impl(dst, s);
   dst.bump_version();
+  return dst;
+}
+
+// Note [In-place autograd] in ops/tensor_methods.cpp: the old values reach nothing (a zero
+// gradient into dst's history, as PyTorch's CopyBackwards and FillBackward give), src the
+// gradient (summed over its broadcast and cast by the engine, moved here).
+Tensor& copy_tracked(Tensor& dst, const Tensor& src) {
+  const std::vector<Tensor> inputs{dst, src};  // dst's edge: its history before the write
+  {
+    NoGradGuard no_grad;
+    copy_into(dst, src);
+  }
+  autograd::record(kCopy, dst, inputs, {}, [src_device = src.device()](const Tensor& g, const std::vector<Tensor>&) {
+    return autograd::Grads{zeros_like(g), g.device() == src_device ? g : g.to(src_device)};
+  });
+  return dst;
+}
+
+Tensor& fill_tracked(Tensor& dst, double value) {
+  const std::vector<Tensor> inputs{dst};
+  fill_into(dst, value);
+  dst.bump_version();
+  autograd::record(kCopy, dst, inputs, {}, [](const Tensor& g, const std::vector<Tensor>&) {
+    return autograd::Grads{zeros_like(g)};
+  });
   return dst;
 }
 

@@ -34,7 +34,12 @@ Tensor to_reusing(const Tensor& a, const Tensor& copy);
 Tensor clone_op(const Tensor& a);
 Tensor& copy_into(Tensor& dst, const Tensor& src);
 void fill_into(const Tensor& dst, double value);
-// Refuses in-place writes to tensors autograd is tracking.
+// dst.copy_(src) and dst.fill_(value) where autograd tracks them (Note [In-place autograd] in
+// ops/tensor_methods.cpp): dst's history after the write.
+Tensor& copy_tracked(Tensor& dst, const Tensor& src);
+Tensor& fill_tracked(Tensor& dst, double value);
+// Refuses in-place writes to a leaf that requires grad in grad mode (Note [In-place autograd]
+// in ops/tensor_methods.cpp).
 void check_inplace(std::string_view op, const Tensor& t);
 // A unary elementwise op of kind k (ops/unary.cpp): its forward, its backward kernel, its
 // dtype rule; p0, p1 are the kind's scalars, keep_int keeps integer dtypes for kinds that

@@ -104,48 +104,108 @@ Tensor& assign_result(Tensor& self, const char* op, const Tensor& result) {
   NoGradGuard no_grad;
   return copy_into(self, result);
 }
+
+// Note [In-place autograd]
+// In grad mode, an in-place op on a tensor autograd tracks (a non-leaf that requires grad), or
+// with a source it tracks (plain.mul_(w)), is recorded as PyTorch records it: the tensor's
+// history moves onto the op's node. The op runs out of place on the tensor as it is (on a
+// copy with its history, where the op's backward reads it: mul_), its values are written into
+// the tensor, and the tensor takes the result's node (rebase). Its version goes up, so a node
+// that saved the tensor before (exp saves its output) raises at backward that a saved tensor
+// was modified, as PyTorch's version counter does. A leaf that requires grad is refused
+// (check_inplace), as in PyTorch. So is a tracked in-place write to a view whose base or
+// sibling is alive (TensorImpl::is_view), and to a tensor with live views that autograd tracks
+// (Storage::tracked_views(), counted by the view ops): the other's history would not see the
+// write (PyTorch rebases views onto their base; ampgrad does not). A node's saved copy of its
+// output (exp's) is an untracked alias and does not count: the version check catches that one.
+// copy_ and fill_ record a node of their own (copy_tracked, fill_tracked in ops/copy.cpp). Untracked
+// in-place ops (no grad mode, nothing requires grad) run as one kernel (Note [In-place
+// arithmetic] in ops/binary.cpp).
+bool tracked_inplace(const char* op, const Tensor& self, const Tensor* other = nullptr) {
+  if (!autograd::grad_mode_enabled()) return false;
+  if (!self.requires_grad() && !(other != nullptr && other->defined() && other->requires_grad())) return false;
+  check_inplace(op, self);
+  const TensorImpl& impl = *self.unsafe_impl();
+  const bool view_of_live = impl.is_view && self.storage().use_count() > 1;
+  const int other_views = self.storage()->tracked_views() - (impl.tracked_view ? 1 : 0);
+  AG_CHECK(!view_of_live && other_views == 0,
+           "{}: in-place operation that autograd records on {}, which shares its memory with another tensor "
+           "({}): that tensor's history would not see the write; use the out-of-place form",
+           op, self.desc(), view_of_live ? "it is a view" : "it has views that autograd tracks");
+  return true;
+}
+
+// The values of `result` into self, and its node as self's history (Note [In-place autograd]).
+Tensor& rebase(Tensor& self, const char* op, Tensor result) {
+  AG_CHECK(result.shape() == self.shape(), "{}: result {} cannot be written into {} in place", op, result.desc(),
+           self.desc());
+  AG_CHECK(is_floating(self.dtype()), "{}: result type {} cannot be written into {}, which cannot take a gradient",
+           op, dtype_name(result.dtype()), self.desc());
+  if (result.dtype() != self.dtype()) result = result.to(self.dtype());
+  AG_INTERNAL_ASSERT(result.grad_fn() != nullptr, "{}: a tracked in-place result without a node", op);
+  {
+    NoGradGuard no_grad;
+    copy_into(self, result);
+  }
+  TensorImpl* impl = self.unsafe_impl();
+  impl->grad_fn = result.grad_fn();
+  impl->requires_grad = true;
+  return self;
+}
+
 }  // namespace
 
 // One kernel into this tensor where it can (Note [In-place arithmetic] in ops/binary.cpp).
 Tensor& Tensor::add_(const Tensor& o, const Scalar& alpha) {
+  if (tracked_inplace("add_", *this, &o)) return rebase(*this, "add_", ampgrad::add(*this, o, alpha));
   check_inplace("add_", *this);
   if (alpha.to_double() == 1 && binary_inplace(BinaryKind::Add, *this, o)) return *this;
   return assign_result(*this, "add_", ampgrad::add(*this, o, alpha));
 }
 Tensor& Tensor::add_(const Scalar& o) {
+  if (tracked_inplace("add_", *this)) return rebase(*this, "add_", ampgrad::add(*this, o));
   check_inplace("add_", *this);
   if (scalar_inplace(UnaryKind::AddScalar, *this, o.to_double()))
     return *this;
   return assign_result(*this, "add_", ampgrad::add(*this, o));
 }
 Tensor& Tensor::sub_(const Tensor& o) {
+  if (tracked_inplace("sub_", *this, &o)) return rebase(*this, "sub_", ampgrad::sub(*this, o));
   check_inplace("sub_", *this);
   if (binary_inplace(BinaryKind::Sub, *this, o)) return *this;
   return assign_result(*this, "sub_", ampgrad::sub(*this, o));
 }
 Tensor& Tensor::mul_(const Tensor& o) {
+  // mul's backward reads both factors: it gets a copy of this tensor's values as they are.
+  if (tracked_inplace("mul_", *this, &o)) return rebase(*this, "mul_", ampgrad::mul(clone_op(*this), o));
   check_inplace("mul_", *this);
   if (binary_inplace(BinaryKind::Mul, *this, o)) return *this;
   return assign_result(*this, "mul_", ampgrad::mul(*this, o));
 }
 Tensor& Tensor::mul_(const Scalar& o) {
+  if (tracked_inplace("mul_", *this)) return rebase(*this, "mul_", ampgrad::mul(*this, o));
   check_inplace("mul_", *this);
   if (scalar_inplace(UnaryKind::MulScalar, *this, o.to_double()))
     return *this;
   return assign_result(*this, "mul_", ampgrad::mul(*this, o));
 }
 Tensor& Tensor::div_(const Scalar& o) {
+  if (tracked_inplace("div_", *this)) return rebase(*this, "div_", ampgrad::div(*this, o));
   check_inplace("div_", *this);
   return assign_result(*this, "div_", ampgrad::div(*this, o));
 }
 Tensor& Tensor::zero_() { return fill_(0); }
 Tensor& Tensor::fill_(const Scalar& v) {
+  if (tracked_inplace("fill_", *this)) return fill_tracked(*this, v.to_double());
   check_inplace("fill_", *this);
   fill_into(*this, v.to_double());
   bump_version();
   return *this;
 }
-Tensor& Tensor::copy_(const Tensor& src) { return copy_into(*this, src); }
+Tensor& Tensor::copy_(const Tensor& src) {
+  if (tracked_inplace("copy_", *this, &src)) return copy_tracked(*this, src);
+  return copy_into(*this, src);
+}
 
 Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
 Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }

@@ -511,6 +511,34 @@ const std::vector<Row>& rows() {
             out.copy_(v[0].t());
             return out;
           }),
+      row("copy_", "into a tracked tensor, broadcast source", {nrm({3, N}), nrm({N})},
+          [](const V& v) {
+            ag::Tensor y = v[0] * 2.0;
+            y.copy_(v[1]);  // the old values get gradient 0 (Note [In-place autograd])
+            return y + v[0];
+          }),
+      // In-place arithmetic on a tensor autograd tracks (Note [In-place autograd] in
+      // ops/tensor_methods.cpp): the gradients of the out-of-place op.
+      row("mul", "in place: mul_ of a tracked tensor by a tensor", {nrm({3, N}), nrm({3, N})},
+          [](const V& v) {
+            ag::Tensor y = v[0].clone();
+            y.mul_(v[1]);
+            return y;
+          }),
+      row("add", "in place: add_ with alpha, broadcast source", {nrm({3, N}), nrm({N})},
+          [](const V& v) {
+            ag::Tensor y = v[0].clone();
+            y.add_(v[1], 0.5);
+            return y;
+          }),
+      row("sub", "in place: sub_, then mul_ and div_ by scalars", {nrm({3, N}), nrm({3, N})},
+          [](const V& v) {
+            ag::Tensor y = v[0].clone();
+            y.sub_(v[1]);
+            y.mul_(3.0);
+            y.div_(4.0);
+            return y;
+          }),
       // A cast to float64 and back is not gradcheckable in float64 (checked_by_hand).
       row("to", "to float64", {nrm({3, N})}, [](const V& v) { return v[0].to(ag::kFloat64) * 2; }).no_gradcheck(),
   };

@@ -247,7 +247,7 @@ TEST_CASE("errors: backward misuse", "[errors][autograd]") {
   }
   SECTION("in-place on a leaf that requires grad") {
     ag::Tensor x = ag::rand({3}).requires_grad_();
-    REQUIRE_THROWS_WITH(x.add_(1), StartsWith("add_: in-place operation on a tensor that requires grad (float32 [3] "
+    REQUIRE_THROWS_WITH(x.add_(1), StartsWith("add_: in-place operation on a leaf that requires grad (float32 [3] "
                                               "on cpu)") &&
                                        Contains("NoGradGuard"));
     REQUIRE_THROWS_WITH(x.fill_(0), StartsWith("fill_: in-place operation"));
