@@ -36,4 +36,12 @@ bool graph_capturing(Device device);
 // Graph replays on `type`'s devices so far.
 uint64_t graph_replays(DeviceType type);
 
+namespace detail {
+// Set while a backend wants to see every op end (CUDA's sync debug: cuda::set_sync_debug in
+// cuda/runtime.h): OpScope::finish calls it with the output's device. Null otherwise, so an op
+// pays one load of a pointer.
+inline void (*after_op_hook)(Device device) = nullptr;
+inline void set_after_op(void (*f)(Device)) { after_op_hook = f; }
+}  // namespace detail
+
 }  // namespace ampgrad

@@ -10,6 +10,8 @@
 
 namespace ampgrad {
 
+class Tensor;
+
 // Note [Kernel dispatch]
 // A kernel's name and signature are declared once, in a header every device sees (the
 // library's in core/kernels.h and core/fused_kernels.h):
@@ -43,14 +45,27 @@ namespace ampgrad {
 // failed launch, cuBLAS, cuDNN: cuda/runtime.cpp). `name` must outlive the scope (an OpInfo's).
 class CurrentOp {
  public:
-  explicit CurrentOp(std::string_view name, bool backward = false) : prev_(current_), prev_backward_(backward_) {
+  explicit CurrentOp(std::string_view name, bool backward = false)
+      : prev_(current_), prev_backward_(backward_), prev_inputs_(inputs_), prev_n_(n_inputs_) {
     current_ = name;
     backward_ = backward;
+    inputs_ = nullptr;
+    n_inputs_ = 0;
   }
   ~CurrentOp() {
     current_ = prev_;
     backward_ = prev_backward_;
+    inputs_ = prev_inputs_;
+    n_inputs_ = prev_n_;
   }
+  // The op's tensor arguments, for errors that name their shapes (Note [Device-side errors] in
+  // cuda/device_error.h); they must outlive the scope (OpScope's).
+  void set_inputs(const Tensor* const* inputs, size_t n) {
+    inputs_ = inputs;
+    n_inputs_ = n;
+  }
+  static const Tensor* const* inputs() { return inputs_; }
+  static size_t input_count() { return n_inputs_; }
   CurrentOp(const CurrentOp&) = delete;
   CurrentOp& operator=(const CurrentOp&) = delete;
   static std::string_view name() { return current_; }
@@ -64,8 +79,12 @@ class CurrentOp {
  private:
   std::string_view prev_;
   bool prev_backward_;
+  const Tensor* const* prev_inputs_;
+  size_t prev_n_;
   static inline thread_local std::string_view current_;
   static inline thread_local bool backward_ = false;
+  static inline thread_local const Tensor* const* inputs_ = nullptr;
+  static inline thread_local size_t n_inputs_ = 0;
 };
 
 namespace detail {

@@ -97,6 +97,10 @@ AG_DECLARE_KERNEL(gemm_bias_grad, bool(const Tensor& a, const Tensor& bm, const 
 
 // ---- Indexing and losses --------------------------------------------------------------------
 
+// Every value of index (Int64, contiguous) in [low, high), else an ag::Error naming `op` (a
+// literal): on the CPU at once; on CUDA recorded by the device and raised at the next host
+// synchronization (Note [Device-side errors] in cuda/device_error.h).
+AG_DECLARE_KERNEL(check_index, void(const Tensor& index, int64_t low, int64_t high, const char* op));
 // x contiguous [outer, d, inner], index Int64 contiguous [n] -> out contiguous [outer, n, inner].
 AG_DECLARE_KERNEL(index_select, void(const Tensor& x, const Tensor& index, const Tensor& out));
 // out contiguous [outer, d, inner] += src contiguous [outer, n, inner] scattered by index [n].

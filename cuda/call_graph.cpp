@@ -18,6 +18,7 @@
 
 #include <ampgrad/core/dispatch.h>
 #include <ampgrad/cuda/check.h>
+#include <ampgrad/cuda/device_error.h>
 #include <ampgrad/cuda/graph.h>
 
 namespace ampgrad::cuda {
@@ -545,6 +546,7 @@ void finish_held_launches(int device) {
     ++t.stats.raw_waits;
   }
   AG_CUDA_CHECK(cudaStreamSynchronize(stream));
+  check_device_errors(device);  // Note [Device-side errors] in cuda/device_error.h
 }
 
 void try_submit_launches(int device) noexcept {

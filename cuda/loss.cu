@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include <ampgrad/cuda/common.cuh>
+#include <ampgrad/cuda/device_error.cuh>
 #include <ampgrad/cuda/launch.cuh>
 #include <ampgrad/core/kernels.h>
 #include <ampgrad/cuda/reduce.cuh>
@@ -17,7 +18,7 @@ constexpr int kLossThreads = 1024;
 
 template <class T>
 __global__ void nll_loss_forward_kernel(const T* lp, const int64_t* target, int64_t n, int64_t c, int64_t ignore,
-                                        T* loss, float* count) {
+                                        T* loss, float* count, DeviceErrorRecord* err, int site) {
   using A = dacc_t<T>;
   __shared__ A sum[kLossThreads];
   __shared__ float cnt[kLossThreads];
@@ -27,7 +28,10 @@ __global__ void nll_loss_forward_kernel(const T* lp, const int64_t* target, int6
     const int64_t t = target[i];
     if (t == ignore) continue;
     k += 1;
-    if (t >= 0 && t < c) s += to_acc(lp[i * c + t]);  // an out-of-range target adds 0, as on the CPU
+    if (t >= 0 && t < c) [[likely]]
+      s += to_acc(lp[i * c + t]);
+    else
+      report_out_of_range(err, site, t, i, 0, c);  // adds 0 (Note [Device-side errors])
   }
   sum[threadIdx.x] = s;
   cnt[threadIdx.x] = k;
@@ -68,7 +72,8 @@ __device__ unsigned int g_ce_blocks_done = 0;
 
 template <class T, class O>
 __global__ void cross_entropy_forward_kernel(const T* x, const int64_t* target, int64_t n, int64_t c, int64_t ignore,
-                                             dacc_t<O>* lse, dacc_t<O>* partial, O* loss, float* count) {
+                                             dacc_t<O>* lse, dacc_t<O>* partial, O* loss, float* count,
+                                             DeviceErrorRecord* err, int site) {
   using Op = LseOp<T>;
   using A = dacc_t<O>;
   using State = typename Op::State;
@@ -89,7 +94,10 @@ __global__ void cross_entropy_forward_kernel(const T* x, const int64_t* target, 
       const int64_t t = target[row];
       if (t != ignore) {
         my_cnt += 1;
-        if (t >= 0 && t < c) my_sum += l - static_cast<A>(to_acc(x[row * c + t]));  // out of range adds 0
+        if (t >= 0 && t < c) [[likely]]
+          my_sum += l - static_cast<A>(to_acc(x[row * c + t]));
+        else
+          report_out_of_range(err, site, t, row, 0, c);  // adds 0 (Note [Device-side errors])
       }
     }
     __syncthreads();  // smem is reused by the next rows
@@ -147,7 +155,7 @@ void nll_loss_forward(const Tensor& lp, const Tensor& target, int64_t ignore_ind
   KernelContext ctx(loss);
   dispatch_floating(lp.dtype(), "nll_loss", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    launch(ctx, nll_loss_forward_kernel<T>, 1, kLossThreads, 0, ptr<const T>(lp), ptr<const int64_t>(target), lp.size(0), lp.size(1), ignore_index, ptr<T>(loss), ptr<float>(count));
+    launch(ctx, nll_loss_forward_kernel<T>, 1, kLossThreads, 0, ptr<const T>(lp), ptr<const int64_t>(target), lp.size(0), lp.size(1), ignore_index, ptr<T>(loss), ptr<float>(count), device_error_record(ctx.device), error_site("nll_loss", "target", {{"input", &lp}, {"target", &target}}));
   });
 }
 
@@ -174,7 +182,7 @@ void cross_entropy_forward(const Tensor& x, const Tensor& target, int64_t ignore
     using T = typename decltype(tt)::type;
     using O = typename decltype(to)::type;
     using A = dacc_t<O>;
-    launch(ctx, cross_entropy_forward_kernel<T, O>, grid, dim3(bx, by), 0, ptr<const T>(x), ptr<const int64_t>(target), n, c, ignore_index, ptr<A>(lse), ptr<A>(partial), ptr<O>(loss), ptr<float>(count));
+    launch(ctx, cross_entropy_forward_kernel<T, O>, grid, dim3(bx, by), 0, ptr<const T>(x), ptr<const int64_t>(target), n, c, ignore_index, ptr<A>(lse), ptr<A>(partial), ptr<O>(loss), ptr<float>(count), device_error_record(ctx.device), error_site("cross_entropy", "target", {{"input", &x}, {"target", &target}}));
   });
 }
 

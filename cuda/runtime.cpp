@@ -2,11 +2,14 @@
 #include <ampgrad/cuda/runtime.h>
 
 #include <array>
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 
+#include <ampgrad/core/device_hooks.h>
 #include <ampgrad/core/dispatch.h>
 #include <ampgrad/cuda/call_graph.h>
+#include <ampgrad/cuda/device_error.h>
 #include <ampgrad/cuda/check.h>
 
 namespace ampgrad::cuda {
@@ -129,9 +132,33 @@ CUstream_st* launch_stream(int device) {
 }
 
 void synchronize() {
-  submit_launches(current_device());
+  const int dev = current_device();
+  submit_launches(dev);
   AG_CUDA_CHECK(cudaDeviceSynchronize());
+  check_device_errors(dev);
 }
+
+namespace {
+// After an op in sync-debug mode (Note [Device hooks]): its device's work, then its errors.
+void sync_after_op(Device d) {
+  if (!d.is_cuda() || graph_capturing(d)) return;  // a capture cannot wait
+  const int device = d.index;
+  DeviceGuard guard(device);
+  submit_launches(device);
+  AG_CUDA_CHECK(cudaStreamSynchronize(launch_stream(device)));
+  check_device_errors(device);
+}
+struct SyncDebugFromEnv {
+  SyncDebugFromEnv() {
+    const char* v = std::getenv("AMPGRAD_SYNC_DEBUG");
+    if (v && v[0] == '1') set_sync_debug(true);
+  }
+};
+const SyncDebugFromEnv sync_debug_from_env;
+}  // namespace
+
+void set_sync_debug(bool on) { ampgrad::detail::set_after_op(on ? &sync_after_op : nullptr); }
+bool sync_debug() { return ampgrad::detail::after_op_hook != nullptr; }
 
 namespace {
 // The device that owns a device pointer (copies run on that device's stream); for anything
@@ -173,6 +200,7 @@ void memcpy_d2h(void* dst, const void* src, size_t n) {
   cudaStream_t stream = current_stream(dev);
   AG_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, stream));
   AG_CUDA_CHECK(cudaStreamSynchronize(stream));
+  check_device_errors(dev);  // Note [Device-side errors]
 }
 
 void memcpy_d2d(void* dst, const void* src, size_t n) {

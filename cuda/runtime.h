@@ -61,8 +61,14 @@ CUstream_st* current_stream(int device = -1);  // -1: the current device
 // The same stream without submitting them: for the launch paths of cuda/ only, which go
 // through run_call or call submit_launches() before they enqueue anything themselves.
 CUstream_st* launch_stream(int device);
-// Waits for all work on the current device.
+// Waits for all work on the current device; raises what the kernels found there (an index out
+// of range: Note [Device-side errors] in cuda/device_error.h).
 void synchronize();
+// Off by default (AMPGRAD_SYNC_DEBUG=1 turns it on at start): every op synchronizes its device
+// as it ends, so that an error the device finds is raised by the op that caused it, not at the
+// next synchronization. For debugging: each op then waits for the device.
+void set_sync_debug(bool on);
+bool sync_debug();
 
 // Byte copies on the stream of the device that owns the device pointer. memcpy_d2h returns
 // once dst holds the data; memcpy_h2d returns once src may be reused; memcpy_d2d is

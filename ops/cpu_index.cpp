@@ -27,6 +27,13 @@ void index_copy(const Tensor& out, const Tensor& index, const Tensor& src) {
       std::memcpy(po + ((o * d + idx[j]) * inner) * es, ps + ((o * n + j) * inner) * es, inner * es);
 }
 
+void check_index(const Tensor& index, int64_t low, int64_t high, const char* op) {
+  const int64_t* idx = static_cast<const int64_t*>(index.data_ptr());
+  for (int64_t i = 0; i < index.numel(); ++i)
+    AG_CHECK(idx[i] >= low && idx[i] < high, "{}: index {} is out of range [{}, {}) at position {} of the index (index {})",
+             op, idx[i], low, high, i, shape_str(index.shape()));
+}
+
 void gather(const Tensor& x, const Tensor& index, const Tensor& out, int64_t dim) {
   const int64_t* idx = static_cast<const int64_t*>(index.data_ptr());
   const size_t es = x.element_size();
@@ -59,6 +66,7 @@ void scatter_add(const Tensor& out, const Tensor& index, const Tensor& src, int6
   });
 }
 
+AG_REGISTER_KERNEL(kernel::check_index, kCPU, check_index);
 AG_REGISTER_KERNEL(kernel::index_copy, kCPU, index_copy);
 AG_REGISTER_KERNEL(kernel::gather, kCPU, gather);
 AG_REGISTER_KERNEL(kernel::scatter_add, kCPU, scatter_add);

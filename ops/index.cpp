@@ -1,6 +1,7 @@
 // Indexing ops that write: index_add, index_copy, index_put, scatter_add, and gather (their
-// adjoint). Index tensors are int64; on the CPU every index is checked against its dim (a
-// CUDA index is not read back: Note [CUDA index bounds] in cuda/index.cu).
+// adjoint). Index tensors are int64; on the CPU every index is checked against its dim; a
+// CUDA index is checked by the kernels, which report it at the next synchronization (Note
+// [Device-side errors] in cuda/device_error.h).
 #include <ampgrad/autograd/node.h>
 #include <ampgrad/core/kernels.h>
 #include <ampgrad/ops/internal.h>
@@ -203,6 +204,10 @@ Tensor index_put(const Tensor& self0, const std::vector<Tensor>& indices0, const
       for (int64_t v : contiguous(idx).to_vector<int64_t>())
         AG_CHECK(v >= -size && v < size, "index_put: index {} is out of range for dimension {} of size {} ({})", v, i,
                  size, self.desc());
+    } else {
+      // On the device: one out of range would pick another valid row of the flattened rows
+      // (Note [Device-side errors] in cuda/device_error.h).
+      kernel::check_index(idx.device(), contiguous(idx), -size, size, "index_put");
     }
     idx = where(lt(idx, 0), idx + size, idx);  // negative indices count from the end, as PyTorch's
     flat = flat * size + idx;

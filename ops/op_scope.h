@@ -7,6 +7,7 @@
 #include <optional>
 
 #include <ampgrad/amp/policy.h>
+#include <ampgrad/core/device_hooks.h>
 #include <ampgrad/core/dispatch.h>
 #include <ampgrad/ops/op.h>
 
@@ -18,6 +19,7 @@ class OpScope {
   template <class... Ts>
   OpScope(const OpInfo& op, Ts&... inputs) : op_(op), current_(op.name) {
     if (op.duplicate) [[unlikely]] refuse_duplicate();
+    remember_inputs({&inputs...});
     if (depth_.outermost && amp::detail::policy_active()) {
       std::array<Tensor*, sizeof...(Ts)> ptrs{&inputs...};
       begin(ptrs.data(), ptrs.size());
@@ -25,6 +27,8 @@ class OpScope {
   }
   OpScope(const OpInfo& op, std::vector<Tensor>& inputs) : op_(op), current_(op.name) {
     if (op.duplicate) [[unlikely]] refuse_duplicate();
+    for (size_t i = 0; i < inputs.size() && i < kNamedInputs; ++i) inputs_[n_inputs_++] = &inputs[i];
+    current_.set_inputs(inputs_, n_inputs_);
     if (depth_.outermost && amp::detail::policy_active()) {
       std::vector<Tensor*> ptrs;
       for (Tensor& t : inputs) ptrs.push_back(&t);
@@ -45,10 +49,19 @@ class OpScope {
       amp::detail::trace_push(std::move(*record_));
       record_.reset();
     }
+    // Sync debug (cuda::set_sync_debug): the device's errors raised by the op that caused them.
+    if (detail::after_op_hook != nullptr && out.defined()) [[unlikely]] detail::after_op_hook(out.device());
     return out;
   }
 
  private:
+  // The first kNamedInputs tensor arguments, named by errors found later (CurrentOp::inputs).
+  static constexpr size_t kNamedInputs = 6;
+  void remember_inputs(std::initializer_list<const Tensor*> ts) {
+    for (const Tensor* t : ts)
+      if (n_inputs_ < kNamedInputs) inputs_[n_inputs_++] = t;
+    current_.set_inputs(inputs_, n_inputs_);
+  }
   void begin(Tensor* const* inputs, size_t n) {
     if (amp::detail::tracing()) record_.emplace();
     autocast_dtype_ = amp::detail::apply_policy(op_, inputs, n, record_ ? &*record_ : nullptr);
@@ -64,6 +77,8 @@ class OpScope {
   Depth depth_;
   const OpInfo& op_;
   CurrentOp current_;
+  const Tensor* inputs_[kNamedInputs] = {};
+  size_t n_inputs_ = 0;
   std::optional<amp::OpRecord> record_;
   std::optional<DType> autocast_dtype_;
 };

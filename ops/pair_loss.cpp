@@ -30,7 +30,8 @@ void check_floating(const OpInfo& op, const Tensor& t, const char* what) {
 }
 
 // Class targets [N] (or 0-dim for one sample) for input [N, C] (or [C]), int64, in range when
-// they are on the CPU (a CUDA target is not read back: Note [CUDA index bounds]).
+// they are on the CPU (a CUDA target is checked by the kernel, which reports it at the next
+// synchronization: Note [Device-side errors] in cuda/device_error.h).
 void check_class_targets(const OpInfo& op, const Tensor& input, const Tensor& target) {
   check_defined(op, target, "target");
   check_same_device(op, input, target);

@@ -428,21 +428,27 @@ TEST_CASE("cuda: gemm operand layouts, broadcast batches, TF32 and float64", "[c
   check_close(tf32, ref, 17 * 4 * 9.765625e-04, 4 * 9.765625e-04);
 }
 
-TEST_CASE("cuda: index_select and index_add skip out-of-range device indices", "[cuda]") {
+TEST_CASE("cuda: index_select and index_add skip out-of-range device indices, and the next read raises them",
+          "[cuda]") {
   if (skip_without_cuda()) return;
   ag::manual_seed(fresh_seed());
   const ag::Tensor x = sym({6, 4});
   const ag::Tensor idx = ag::tensor(std::vector<int64_t>{5, 0, 5, 2}).to(kGpu);
   check_close(ag::index_select(x.to(kGpu), 0, idx), ag::index_select(x, 0, idx.cpu()).to_vector<double>(), 0, 0);
   // Out of range: the ops layer cannot check device indices without a sync; the kernels
-  // write zeros (select) or skip (add) instead of touching memory they do not own.
+  // write zeros (select) or skip (add) instead of touching memory they do not own, and record
+  // the first (Note [Device-side errors]): the next read raises it, the one after reads.
   const ag::Tensor bad = ag::tensor(std::vector<int64_t>{1, 6, -1, 1000000}).to(kGpu);
   const ag::Tensor xg = x.to(kGpu).requires_grad_(true);
   ag::Tensor sel = ag::index_select(xg, 0, bad);
+  CHECK_THROWS_WITH(sel.to_vector<double>(), Catch::Contains("index_select: index ") &&
+                                                 Catch::Contains("is out of range [0, 6) at position "));
   std::vector<double> want(16, 0.0);
   for (int j = 0; j < 4; ++j) want[static_cast<size_t>(j)] = x.to_vector<double>()[static_cast<size_t>(4 + j)];
   check_close(sel, want, 0, 0);
   ag::sum(sel).backward();
+  CHECK_THROWS_WITH(ag::cuda::synchronize(), Catch::Contains("index_select's backward") &&
+                                                 Catch::Contains("is out of range [0, 6) at position "));
   std::vector<double> grad(24, 0.0);
   for (int j = 4; j < 8; ++j) grad[static_cast<size_t>(j)] = 1;
   check_close(xg.grad(), grad, 0, 0);
@@ -450,3 +456,77 @@ TEST_CASE("cuda: index_select and index_add skip out-of-range device indices", "
   CHECK(ag::sum(xg.detach() * 2).item<float>() == Approx(2 * ag::sum(x).item<float>()).epsilon(1e-5));
 }
 
+
+// Note [Device-side errors] in cuda/device_error.h.
+TEST_CASE("cuda: an index or target out of range is raised at the next synchronization, naming the op, the value, "
+          "its position and the shapes; the device goes on",
+          "[cuda]") {
+  if (skip_without_cuda()) return;
+  ag::manual_seed(fresh_seed());
+  const ag::TensorOptions on = ag::TensorOptions().device(kGpu);
+  auto ints = [&](std::vector<int64_t> v, ag::Shape s) { return ag::tensor(v, s).to(kGpu); };
+  const ag::Tensor x = ag::randn({5, 3}, on), src = ag::randn({3, 3}, on), logits = ag::randn({4, 10}, on);
+  const ag::Tensor bad = ints({0, 7, 1}, {3}), good = ints({0, 4, 1}, {3});
+  const ag::Tensor bad2 = ints({0, 1, 2, 7, 0, 0}, {2, 3}), good2 = ints({0, 1, 2, 4, 0, 0}, {2, 3});
+  const ag::Tensor bad_t = ints({1, 12, 3, 4}, {4}), good_t = ints({1, 9, 3, 4}, {4});
+  struct Case {
+    const char* name;
+    std::function<ag::Tensor(bool bad)> run;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {"index_select", [&](bool b) { return ag::index_select(x, 0, b ? bad : good); },
+       "index_select: index 7 is out of range [0, 5) at position 1 of the index (inputs [5, 3], [3]; on cuda:0"},
+      {"index_add", [&](bool b) { return ag::index_add(x, 0, b ? bad : good, src); },
+       "index_add: index 7 is out of range [0, 5) at position 1 of the index (inputs [5, 3], [3], [3, 3];"},
+      {"index_copy", [&](bool b) { return ag::index_copy(x, 0, b ? bad : good, src); },
+       "index_copy: index 7 is out of range [0, 5) at position 1 of the index"},
+      {"gather", [&](bool b) { return ag::gather(x, 0, b ? bad2 : good2); },
+       "gather: index 7 is out of range [0, 5) at position 3 of the index (inputs [5, 3], [2, 3];"},
+      {"scatter_add", [&](bool b) { return ag::scatter_add(x, 0, b ? bad2 : good2, ag::randn({2, 3}, on)); },
+       "scatter_add: index 7 is out of range [0, 5) at position 3 of the index"},
+      {"index_put", [&](bool b) { return ag::index_put(x, {b ? ints({0, 9}, {2}) : ints({0, -5}, {2})}, src.narrow(0, 0, 2)); },
+       "index_put: index 9 is out of range [-5, 5) at position 1 of the index (inputs [5, 3], [2, 3], [2];"},
+      {"cross_entropy", [&](bool b) { return ag::cross_entropy(logits, b ? bad_t : good_t); },
+       "cross_entropy: target 12 is out of range [0, 10) at position 1 of the target (inputs [4, 10], [4];"},
+      {"nll_loss", [&](bool b) { return ag::nll_loss(ag::log_softmax(logits, 1), b ? bad_t : good_t); },
+       "nll_loss: target 12 is out of range [0, 10) at position 1 of the target"},
+  };
+  // Each synchronizing route in turn.
+  const std::vector<std::pair<const char*, std::function<void(const ag::Tensor&)>>> routes = {
+      {"to(kCPU)", [](const ag::Tensor& t) { (void)t.to(ag::kCPU); }},
+      {"to_vector", [](const ag::Tensor& t) { (void)t.to_vector<double>(); }},
+      {"synchronize", [](const ag::Tensor&) { ag::cuda::synchronize(); }},
+      {"item", [](const ag::Tensor& t) { (void)t.sum().item<double>(); }},
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const Case& c = cases[i];
+    const auto& [route, sync] = routes[i % routes.size()];
+    INFO(c.name << ", raised by " << route);
+    ag::Tensor out;
+    REQUIRE_NOTHROW(out = c.run(true));  // queued: nothing waits for the device here
+    CHECK_THROWS_WITH(sync(out), Catch::Contains(c.message));
+    // Cleared once raised, and the device is healthy: the same op with good indices.
+    ag::Tensor ok;
+    REQUIRE_NOTHROW(ok = c.run(false));
+    REQUIRE_NOTHROW(ok.to_vector<double>());
+    ag::cuda::synchronize();
+  }
+  // Sync debug: the op itself raises it.
+  ag::cuda::set_sync_debug(true);
+  CHECK_THROWS_WITH(ag::index_select(x, 0, bad), Catch::Contains("index_select: index 7 is out of range"));
+  CHECK_NOTHROW(ag::index_select(x, 0, good));
+  ag::cuda::set_sync_debug(false);
+  CHECK_FALSE(ag::cuda::sync_debug());
+  // A training step after a bad one trains.
+  ag::Tensor w = ag::randn({3, 10}, on).requires_grad_();
+  auto loss_of = [&](const ag::Tensor& t) { return ag::cross_entropy(ag::matmul(ag::randn({4, 3}, on), w), t); };
+  ag::Tensor lost = loss_of(bad_t);
+  lost.backward();
+  CHECK_THROWS_WITH(ag::cuda::synchronize(), Catch::Contains("cross_entropy: target 12"));
+  w.set_grad(ag::Tensor());
+  ag::Tensor l = loss_of(good_t);
+  l.backward();
+  CHECK(std::isfinite(l.item<double>()));
+  CHECK(w.grad().defined());
+}
