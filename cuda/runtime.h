@@ -154,6 +154,8 @@ class MemPoolGuard {
 inline bool is_available() { return false; }
 inline int device_count() { return 0; }
 inline void synchronize() {}
+inline void set_sync_debug(bool) {}
+inline bool sync_debug() { return false; }
 inline MemoryStats memory_stats(int = 0) { return {}; }
 inline const DeviceProperties& device_properties(int = 0) {
   static const DeviceProperties none{"no CUDA device"};
