@@ -1,10 +1,13 @@
 // Tests of nn/safetensors and nn/checkpoint: bit-exact round trips, the file layout, atomic
 // writes, corrupt files, checkpoints of a model, an optimizer and a scaler, load_into.
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -492,4 +495,45 @@ TEST_CASE("load_into copies into CUDA tensors", "[checkpoint][load_into][cuda]")
   CHECK(target.at("w").is_cuda());
   CHECK(target.at("w").requires_grad());
   CHECK(bytes_of(target.at("w").detach()) == bytes_of(source.at("w")));
+}
+
+// save_safetensors writes path.tmp, fsyncs it and renames it over path (write_atomically in
+// nn/safetensors.cpp). A child that saves over and over is killed with SIGKILL at several
+// moments of its writes; each time the file at path loads whole, one version of every tensor.
+TEST_CASE("checkpoint: a process killed (SIGKILL) while saving leaves a whole checkpoint", "[checkpoint]") {
+  const std::string path = tmp_path("killed.safetensors");
+  // Built before forking: the child only writes (no kernels, no threads of its own).
+  std::vector<std::map<std::string, ag::Tensor>> versions;
+  for (int v = 0; v < 3; ++v)
+    versions.push_back({{"a", ag::full({1 << 21}, static_cast<double>(v))}, {"b", ag::full({1 << 19}, v + 0.5)}});
+  save_safetensors(path, versions[0], {{"version", "0"}});
+  std::set<std::string> seen;
+  for (int k = 0; k < 8; ++k) {
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      for (int i = 1;; i = i % 2 + 1) {
+        try {
+          save_safetensors(path, versions[static_cast<size_t>(i)], {{"version", std::to_string(i)}});
+        } catch (...) {
+          ::_exit(3);
+        }
+      }
+    }
+    ::usleep(static_cast<useconds_t>(3000 + 4100 * k));  // at different points of a write
+    REQUIRE(::kill(pid, SIGKILL) == 0);
+    int status = 0;
+    REQUIRE(::waitpid(pid, &status, 0) == pid);
+    REQUIRE(WIFSIGNALED(status));
+    INFO("kill " << k);
+    const ag::nn::SafetensorsFile f = load_safetensors(path);
+    REQUIRE(f.metadata.count("version") == 1);
+    const int v = std::stoi(f.metadata.at("version"));
+    seen.insert(f.metadata.at("version"));
+    REQUIRE(f.tensors.size() == 2);
+    CHECK(f.tensors.at("a").to_vector<float>() == std::vector<float>(1 << 21, static_cast<float>(v)));
+    CHECK(f.tensors.at("b").to_vector<float>() == std::vector<float>(1 << 19, static_cast<float>(v + 0.5)));
+  }
+  INFO("versions found: " << seen.size());
+  CHECK(seen.size() >= 1);
 }
