@@ -1,7 +1,10 @@
 // The `ampgrad` command: ops, explain, bench (tiny CPU sweeps), train (short CPU runs,
 // resume), and bad arguments. Runs the built binary; JSON outputs are parsed.
+#include <signal.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -185,6 +188,58 @@ TEST_CASE("ampgrad train: a short CPU run lowers the loss, and resume continues 
   auto lb = losses_by_epoch(part);
   REQUIRE(lb.size() == 3);
   CHECK(lb[3] == la[3]);  // bit-identical third epoch
+}
+
+TEST_CASE("ampgrad train: killed (SIGKILL) at any moment, --resume continues bit-exactly", "[cli]") {
+  if (!fs::exists(kData)) {
+    std::printf("[train] skipped: no Fashion-MNIST at %s (scripts/setup.sh installs it)\n", kData);
+    return;
+  }
+  const char* env = std::getenv("AMPGRAD_CLI");
+  const std::string cli = env && *env ? env : AMPGRAD_CLI_PATH;
+  const std::string common = std::string(" train --model mlp --device cpu --amp bf16 --limit 512 --batch-size 64 "
+                                         "--lr 0.002 --schedule constant --epochs 3 --data ") + kData;
+  const fs::path full = scratch("kill_full.csv");
+  REQUIRE(run(common + " --metrics " + full.string()).status == 0);
+  const auto want = losses_by_epoch(full);
+  REQUIRE(want.size() == 3);
+  int compared = 0;
+  // Killed at moments after the first epoch's checkpoint appeared (start-up and data loading
+  // take most of a short run): in the second epoch, in the third, while saving.
+  for (int after_ms : {0, 30, 90, 200}) {
+    const fs::path ckpt = scratch("killed.safetensors"), resumed = scratch("kill_resumed.csv");
+    fs::remove(ckpt);
+    fs::remove(resumed);
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      const std::string cmd = "exec " + cli + common + " --save " + ckpt.string() + " > /dev/null 2>&1";
+      ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    int status = 0;
+    bool reaped = false;
+    for (int waited = 0; !fs::exists(ckpt) && waited < 60000 && !reaped; waited += 2) {
+      reaped = ::waitpid(pid, &status, WNOHANG) == pid;
+      ::usleep(2000);
+    }
+    if (!reaped) {
+      ::usleep(static_cast<useconds_t>(after_ms) * 1000);
+      ::kill(pid, SIGKILL);
+      REQUIRE(::waitpid(pid, &status, 0) == pid);
+    }
+    INFO("killed " << after_ms << " ms after the first checkpoint");
+    if (!fs::exists(ckpt)) continue;  // killed before the first epoch's checkpoint
+    // A resumed run appends to its run's metrics (no header of its own).
+    std::ofstream(resumed) << "epoch,step,loss,scale,skipped,lr,images_per_s\n";
+    const Run r = run(common + " --resume " + ckpt.string() + " --metrics " + resumed.string());
+    REQUIRE(r.status == 0);
+    for (const auto& [epoch, losses] : losses_by_epoch(resumed)) {
+      CHECK(losses == want.at(epoch));  // the epochs after the checkpoint, bit-identical
+      ++compared;
+    }
+  }
+  CHECK(compared > 0);
 }
 
 TEST_CASE("ampgrad train: bad arguments give clear messages and exit codes", "[cli]") {
