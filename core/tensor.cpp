@@ -81,7 +81,15 @@ bool is_non_overlapping_and_dense(const Tensor& t) {
 Tensor empty_preserving_layout(const Tensor& t) {
   if (t.is_contiguous() || !is_non_overlapping_and_dense(t)) return empty(t.shape(), t.options());
   Tensor block = empty({t.numel()}, t.options());
-  return alias_with(block, t.shape(), t.strides(), 0);
+  return make_tensor(block.storage(), t.shape(), t.strides(), 0, t.dtype());  // fresh memory: not a view
+}
+
+void count_tracked_view(const Tensor& view, const Tensor& base) {
+  TensorImpl* impl = view.unsafe_impl();
+  if (impl->storage == base.storage() && !impl->tracked_view) {
+    impl->tracked_view = true;
+    impl->storage->count_tracked_view(1);
+  }
 }
 
 Tensor alias_with(const Tensor& t, Shape sizes, Shape strides, int64_t offset) {

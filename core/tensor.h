@@ -194,6 +194,9 @@ bool is_non_overlapping_and_dense(const Tensor& t);
 Tensor empty_preserving_layout(const Tensor& t);
 // A view of `t` sharing its storage (no autograd history).
 Tensor alias_with(const Tensor& t, Shape sizes, Shape strides, int64_t offset);
+// Marks `view`, which autograd records as a view of `base`, as counted in their storage's
+// tracked_views() while it lives (Note [In-place autograd] in ops/tensor_methods.cpp); once.
+void count_tracked_view(const Tensor& view, const Tensor& base);
 
 // Note [Raw access]
 // data_ptr() hands a tensor's address to code that reads or writes its memory past ampgrad: a

@@ -75,7 +75,7 @@ Tensor empty_packed(const Tensor& like, bool nhwc) {
   const Shape& s = like.shape();
   if (!nhwc) return empty(s, like.options());
   Tensor storage = empty({s[0], s[2], s[3], s[1]}, like.options());
-  return alias_with(storage, s, packed_strides(s, true), 0);
+  return make_tensor(storage.storage(), s, packed_strides(s, true), 0, like.dtype());  // fresh memory: not a view
 }
 
 Tensor packed_input(const Tensor& t, bool nhwc) {

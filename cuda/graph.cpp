@@ -6,6 +6,7 @@
 #include <ampgrad/core/device_hooks.h>
 #include <ampgrad/cuda/call_graph.h>
 #include <ampgrad/cuda/check.h>
+#include <ampgrad/cuda/device_error.h>
 
 namespace ampgrad::cuda {
 // cuda/allocator.cpp: Note [Frees during capture].
@@ -25,6 +26,7 @@ void CudaGraph::capture(const std::function<void()>& fn) {
   AG_CHECK(exec_ == nullptr, "CudaGraph.capture: this graph already holds a capture");
   device_ = current_device();
   cudaStream_t stream = current_stream(device_);
+  (void)device_error_record(device_);  // made now: a capture cannot allocate pinned memory
   allocator_capture_begin(device_);
   AG_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
   try {

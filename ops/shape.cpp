@@ -29,13 +29,7 @@ const OpInfo kUnsqueeze{"unsqueeze", Category::passthrough, true, "a view: no da
 template <class Backward> Tensor view_result(const OpInfo& op, const Tensor& in, Tensor out, Backward bw) {
   if (autograd::any_requires_grad({&in}) && is_floating(in.dtype())) {
     autograd::record(op, out, {in}, {}, [bw](const Tensor& g, const Saved&) { return Grads{bw(g)}; });
-    // Counted while it lives, when it shares in's memory (Note [In-place autograd] in
-    // ops/tensor_methods.cpp).
-    TensorImpl* impl = out.unsafe_impl();
-    if (impl->storage == in.storage() && !impl->tracked_view) {
-      impl->tracked_view = true;
-      impl->storage->count_tracked_view(1);
-    }
+    count_tracked_view(out, in);  // when it shares in's memory (Note [In-place autograd])
   }
   return out;
 }

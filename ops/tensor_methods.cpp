@@ -203,7 +203,8 @@ Tensor& Tensor::fill_(const Scalar& v) {
   return *this;
 }
 Tensor& Tensor::copy_(const Tensor& src) {
-  if (tracked_inplace("copy_", *this, &src)) return copy_tracked(*this, src);
+  // A non-floating destination cannot take a gradient: a plain copy, as PyTorch's.
+  if (is_floating(dtype()) && tracked_inplace("copy_", *this, &src)) return copy_tracked(*this, src);
   return copy_into(*this, src);
 }
 

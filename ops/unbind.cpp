@@ -35,6 +35,7 @@ std::vector<Tensor> unbind(const Tensor& a0, int64_t dim) {
         if (!g.defined()) g = zeros(part, like->options());
       return autograd::Grads{stack(gs, d)};
     });
+    for (const Tensor& o : outs) count_tracked_view(o, a);  // Note [In-place autograd]
   }
   scope.finish(outs.empty() ? a : outs[0]);
   return outs;

@@ -807,6 +807,9 @@ TEST_CASE("autograd: in-place ops on tensors autograd tracks are recorded, as Py
     ag::Tensor plain = ag::zeros({3});
     plain.copy_(q * 2.0);
     REQUIRE(plain.requires_grad());
+    ag::Tensor ints = ag::zeros({3}, ag::TensorOptions(ag::kInt64));
+    ints.copy_(q * 2.0);  // an integer tensor takes no gradient: a plain copy, as PyTorch's
+    CHECK_FALSE(ints.requires_grad());
   }
   SECTION("refused: a leaf that requires grad, and writes another tensor's history would miss") {
     ag::Tensor p = ag::randn({2, 3}).requires_grad_();
@@ -815,6 +818,9 @@ TEST_CASE("autograd: in-place ops on tensors autograd tracks are recorded, as Py
     ag::Tensor row = y.select(0, 1);  // a tracked view of y
     CHECK_THROWS_WITH(row.mul_(2.0), Catch::Contains("it is a view"));
     CHECK_THROWS_WITH(y.mul_(2.0), Catch::Contains("it has views that autograd tracks"));
+    ag::Tensor pieces_of = p * 3.0;
+    const std::vector<ag::Tensor> pieces = ag::unbind(pieces_of, 0);  // views, one node for all
+    CHECK_THROWS_WITH(pieces_of.mul_(2.0), Catch::Contains("it has views that autograd tracks"));
     ag::Tensor buf = ag::zeros({2, 3}), w = ag::randn({3}).requires_grad_();
     ag::Tensor part = buf.select(0, 0);  // an untracked view: buf would not learn of w
     CHECK_THROWS_WITH(part.add_(w), Catch::Contains("it is a view"));
