@@ -518,12 +518,20 @@ void run_call(int device, CUstream_st* stream, const CallKey& key, void (*enqueu
   ++t.stats.launched;
 }
 
+namespace {
+// Whether `device` has nothing held and no failed submit to report (read without the lock),
+// or is not one a submit may touch now: inside a call's capture (a library's work asking for
+// the stream) nothing may join it.
+bool nothing_to_submit(const Table& t, int device) {
+  if (t_capturing || device < 0 || device >= kMaxDevices) return true;
+  return t.held_count[device].load(std::memory_order_relaxed) == 0 &&
+         !t.has_failed_submit.load(std::memory_order_relaxed);
+}
+}  // namespace
+
 void submit_launches(int device) {
-  // Inside a call's capture (a library's work asking for the stream) nothing may join it.
-  if (t_capturing || device < 0 || device >= kMaxDevices) return;
   Table& t = table();
-  if (t.held_count[device].load(std::memory_order_relaxed) == 0 && !t.has_failed_submit.load(std::memory_order_relaxed))
-    return;
+  if (nothing_to_submit(t, device)) return;
   DeviceGuard guard(device);
   std::lock_guard<std::mutex> lock(t.mu);
   t.rethrow_failed_submit();
@@ -531,10 +539,8 @@ void submit_launches(int device) {
 }
 
 void finish_held_launches(int device) {
-  if (t_capturing || device < 0 || device >= kMaxDevices) return;
   Table& t = table();
-  if (t.held_count[device].load(std::memory_order_relaxed) == 0 && !t.has_failed_submit.load(std::memory_order_relaxed))
-    return;
+  if (nothing_to_submit(t, device)) return;
   DeviceGuard guard(device);
   cudaStream_t stream = nullptr;
   {
