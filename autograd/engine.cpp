@@ -3,6 +3,7 @@
 #include <unordered_map>
 
 #include <ampgrad/amp/autocast.h>
+#include <ampgrad/autograd/anomaly.h>
 #include <ampgrad/autograd/node.h>
 #include <ampgrad/ops/ops.h>
 #include <ampgrad/core/device_hooks.h>
@@ -89,6 +90,17 @@ void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph) {
   // The forward's calls go to the device now, while the host works out the backward's (Note
   // [Device hooks] in core/device_hooks.h).
   end_phase(root.device());
+  // Under anomaly detection the forward's checks are read here, and the nodes keep their saved
+  // tensors until the backward's are (Note [Anomaly detection] in autograd/anomaly.h).
+  const bool anomaly = detail::anomaly_guarded() && detail::anomaly_begin_backward(g);
+  struct Kept {
+    bool anomaly;
+    std::vector<Node*> nodes;
+    ~Kept() {
+      for (Node* n : nodes) n->release();
+      if (anomaly) detail::anomaly_backward_done();
+    }
+  } kept{anomaly, {}};
 
   Edge start = gradient_edge(root);
   // Count, for each node, how many edges lead into it from nodes reachable from the root.
@@ -145,8 +157,11 @@ void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph) {
       }
       if (--deps[child] == 0) ready.push(child);
     }
-    if (!retain_graph) n->release();
+    if (retain_graph) continue;
+    if (anomaly) kept.nodes.push_back(n);
+    else n->release();
   }
+  if (anomaly) detail::anomaly_end_backward();
   t_callbacks = outer;
   for (auto& fn : callbacks) fn();
 }

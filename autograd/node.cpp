@@ -1,6 +1,8 @@
 // Nodes of the autograd graph, recording, and grad mode.
 #include <ampgrad/autograd/node.h>
 
+#include <ampgrad/autograd/anomaly.h>
+
 #include <ampgrad/core/dispatch.h>
 #include <ampgrad/ops/op.h>
 #include <ampgrad/ops/ops.h>
@@ -75,7 +77,22 @@ Grads FunctionNode::apply(const Tensor& grad) {
       if (!((narrower || inputs[i].wide_grad) && next[i].node->takes_grad_dtype(g.dtype()))) g = g.to(want);
     }
   }
+  if (detail::anomaly_guarded()) [[unlikely]] detail::anomaly_check_gradients(*this, grad, grads);
   return grads;
+}
+
+Grads FunctionNode::apply_widened(const Tensor& grad, DType wide) const {
+  AG_CHECK(!released_ && fn_, "{}: its saved tensors were freed; it cannot run again", op_.name);
+  auto widen = [wide](const Tensor& t) {
+    return t.defined() && is_floating(t.dtype()) && promote_types(t.dtype(), wide) == wide && t.dtype() != wide
+               ? t.to(wide)
+               : t;
+  };
+  std::vector<Tensor> values;
+  values.reserve(saved.size());
+  for (const SavedTensor& s : saved) values.push_back(widen(s.tensor));
+  CurrentOp current(op_.name, /*backward=*/true);
+  return fn_(widen(grad), values);
 }
 
 void FunctionNode::release() {
@@ -209,6 +226,7 @@ void record(const OpInfo& op, const Tensor& out, const std::vector<Tensor>& inpu
             BackwardFn fn) {
   auto node = std::make_shared<FunctionNode>(op, std::move(fn));
   node->sequence = next_sequence();
+  if (detail::anomaly_guarded()) [[unlikely]] node->forward_position = detail::anomaly_position();
   node->next.reserve(inputs.size());
   node->inputs.reserve(inputs.size());
   for (const Tensor& in : inputs) {

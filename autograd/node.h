@@ -50,7 +50,7 @@ using Grads = std::vector<Tensor>;
 // (an undefined Tensor where an input gets none).
 using BackwardFn = std::function<Grads(const Tensor& grad, const std::vector<Tensor>& saved)>;
 
-class Node {
+class Node : public std::enable_shared_from_this<Node> {
  public:
   virtual ~Node() = default;
   virtual std::string_view name() const = 0;
@@ -70,6 +70,9 @@ class Node {
 
   std::vector<Edge> next;
   uint64_t sequence = 0;  // creation order; later nodes run first among ready ones
+  // Under anomaly detection, the position in the forward of the op that recorded the node
+  // (Note [Anomaly detection] in autograd/anomaly.h); 0 otherwise.
+  int64_t forward_position = 0;
 };
 
 class FunctionNode final : public Node {
@@ -78,6 +81,10 @@ class FunctionNode final : public Node {
   std::string_view name() const override;
   Grads apply(const Tensor& grad) override;
   void release() override;
+  // The formula run again on copies of the incoming gradient and the saved tensors widened to
+  // `wide` (those narrower than it), its gradients neither reduced nor cast: how large an
+  // overflowed gradient really was (Note [Anomaly detection]). Raises if the node was released.
+  Grads apply_widened(const Tensor& grad, DType wide) const;
   // A cast (record_cast in ops/copy.cpp) takes a gradient in its source's dtype as well.
   bool takes_grad_dtype(DType d) const override { return cast && !inputs.empty() && d == inputs[0].dtype; }
 
@@ -135,6 +142,19 @@ void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph);
 // True for the gradient of 1 that backward() starts from when given none, while it still
 // holds 1 (Note [Implicit seed] in autograd/engine.cpp).
 bool is_implicit_seed(const Tensor& t);
+
+namespace detail {
+// Anomaly detection's hooks in the engine (Note [Anomaly detection] in autograd/anomaly.h).
+// A backward from `seed` begins (raises the forward's anomaly, if any). True when its nodes
+// are checked, and so must keep their saved tensors until anomaly_end_backward.
+bool anomaly_begin_backward(const Tensor& seed);
+// `node` ran on `grad` and returned `grads`.
+void anomaly_check_gradients(FunctionNode& node, const Tensor& grad, const std::vector<Tensor>& grads);
+// The backward ended (raises its anomaly, if any).
+void anomaly_end_backward();
+// After anomaly_begin_backward returned true, when the backward is over, however it ended.
+void anomaly_backward_done() noexcept;
+}  // namespace detail
 
 // Only while a backward runs (from a node or a hook): `fn` runs once after its last node,
 // before run_backward returns (PyTorch's queue_callback). DistributedDataParallel checks

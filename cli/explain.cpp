@@ -1,7 +1,9 @@
 // `ampgrad explain`: one mixed-precision training step of a small MLP, shown as tables:
-// the ops and their casts, the scaler's decision, and each gradient's health in fp16.
+// the ops and their casts, the scaler's decision, each gradient's health in fp16, and with --anomaly
+// the op whose gradient overflowed first.
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <filesystem>
 
 #include <nlohmann/json.hpp>
@@ -23,6 +25,14 @@ struct ExplainArgs {
   double init_scale = 65536;
   std::string data = data::kFashionMnistDebianDir;
   bool json = false;
+  bool anomaly = false;
+};
+
+// --anomaly: which op's gradient overflowed first, and whose gradients it reached.
+struct Overflow {
+  bool ran = false;  // the step overflowed, so it was run again under DetectAnomalyGuard
+  std::optional<autograd::Anomaly> found;
+  std::vector<std::string> reached;  // parameters whose gradient holds inf or NaN
 };
 
 struct NamedHealth {
@@ -30,6 +40,48 @@ struct NamedHealth {
   std::string dtype;
   amp::GradHealth h;
 };
+
+void print_overflow(const Overflow& o, double scale, DType amp_dtype) {
+  std::printf("\n4. Which op overflowed (--anomaly)\n\n");
+  if (!o.ran) {
+    std::printf("   No gradient held inf or NaN: the scaler took the step and there is no overflow to trace.\n"
+                "   (A larger --init-scale, such as 1e7, makes one.)\n");
+    return;
+  }
+  std::string reached;
+  for (const std::string& n : o.reached) reached += (reached.empty() ? "" : ", ") + n;
+  if (!o.found) {
+    std::printf("   The step ran again under autograd::DetectAnomalyGuard, and no op's output or gradient held inf\n"
+                "   or NaN: the overflow arose where gradients were summed into %s.\n",
+                reached.c_str());
+    return;
+  }
+  const autograd::Anomaly& f = *o.found;
+  std::printf("   The step ran again under autograd::DetectAnomalyGuard, which checks every op's output and every\n"
+              "   gradient a backward node returns for inf and NaN:\n\n");
+  if (f.backward && f.input >= 0) {
+    std::printf("   first: %s's backward (node %lld of the backward; %s is op %lld of the forward, row %lld above)\n"
+                "   returned %lld inf and %lld NaN values in its gradient for input %lld (%s).\n",
+                f.op.c_str(), static_cast<long long>(f.node), f.op.c_str(), static_cast<long long>(f.position),
+                static_cast<long long>(f.position), static_cast<long long>(f.inf), static_cast<long long>(f.nan),
+                static_cast<long long>(f.input), f.tensor.c_str());
+  } else {
+    std::printf("   first: %s\n", f.message().c_str());
+  }
+  const double top = f.dtype == kBFloat16 ? 3.3895313892515355e38 : amp::kFp16Max;
+  if (f.recomputed && std::isfinite(f.wide_max_abs) && f.wide_max_abs > top) {
+    const double ratio = f.wide_max_abs / top;
+    const int halvings = static_cast<int>(std::ceil(std::log2(ratio)));
+    std::printf("   Run again in %s, that gradient's largest magnitude is %.3g: %.3gx %s's largest finite\n"
+                "   value %g. The scale %g was too large by that much; the scaler halves it at each skipped\n"
+                "   step, so %d skipped step%s bring%s it under (scale %g).\n",
+                std::string(dtype_name(f.wide_dtype)).c_str(), f.wide_max_abs, ratio,
+                std::string(dtype_name(amp_dtype)).c_str(), top, scale, halvings, halvings == 1 ? "" : "s",
+                halvings == 1 ? "s" : "", scale / std::pow(2.0, halvings));
+  }
+  std::printf("   The overflow reached the gradients of %s; the scaler skipped the step for every parameter.\n",
+              reached.c_str());
+}
 
 void run_explain(const ExplainArgs& a) {
   const Device dev = resolve_device(a.device);
@@ -94,6 +146,34 @@ void run_explain(const ExplainArgs& a) {
     }
     healths.push_back({n, std::string(dtype_name(g.dtype())), amp::grad_health(g, scale)});
   }
+  // 3. With --anomaly, a step whose gradients overflowed runs its forward and backward again
+  // under anomaly detection (same parameters, same scale), which names the first op whose
+  // gradient held inf or NaN (Note [Anomaly detection] in autograd/anomaly.h).
+  Overflow overflow;
+  if (a.anomaly) {
+    for (const auto& [name, dtype, h] : healths)
+      if (h.nonfinite) overflow.reached.push_back(name);
+  }
+  if (!overflow.reached.empty()) {
+    overflow.ran = true;
+    std::vector<Tensor> grads;
+    for (auto& [n, p] : named) {
+      grads.push_back(p.grad());
+      p.set_grad(Tensor());
+    }
+    try {
+      autograd::DetectAnomalyGuard guard;
+      Tensor again;
+      {
+        amp::AutocastGuard autocast(dev.type, amp_dtype);
+        again = cross_entropy((*net)(x), y);
+      }
+      scaler.scale(again).backward();
+    } catch (const autograd::AnomalyError& e) {
+      overflow.found = e.anomaly();
+    }
+    for (size_t i = 0; i < named.size(); ++i) named[i].second.set_grad(grads[i]);
+  }
   scaler.step(opt);
   scaler.update();
   int64_t kept_after_step = 0;
@@ -124,6 +204,25 @@ void run_explain(const ExplainArgs& a) {
                                   {"underflow_with_scaling", h.underflow_scaled}, {"max_abs_scaled", h.max_scaled},
                                   {"nonfinite", h.nonfinite}});
     if (!a.inject_inf.empty()) out["injected_inf"] = a.inject_inf;
+    if (a.anomaly) {
+      nlohmann::json an = {{"overflowed", overflow.ran}, {"reached", overflow.reached}};
+      if (const auto& f = overflow.found) {
+        an["op"] = f->op;
+        an["backward"] = f->backward;
+        an["position"] = f->position;
+        an["node"] = f->node;
+        an["input"] = f->input;
+        an["tensor"] = f->tensor;
+        an["nan"] = f->nan;
+        an["inf"] = f->inf;
+        if (f->recomputed) {
+          an["wide_dtype"] = dtype_name(f->wide_dtype);
+          an["wide_max_abs"] = f->wide_max_abs;
+        }
+        an["message"] = f->message();
+      }
+      out["anomaly"] = an;
+    }
     std::printf("%s\n", out.dump(2).c_str());
     return;
   }
@@ -169,6 +268,7 @@ void run_explain(const ExplainArgs& a) {
                 "   skipped the step for every parameter, and cut the scale from %g to %g. Training resumes next step.\n",
                 a.inject_inf.c_str(), d.scale, next_scale);
   }
+  if (a.anomaly) print_overflow(overflow, d.scale, amp_dtype);
 }
 
 }  // namespace
@@ -182,6 +282,11 @@ void add_explain(CLI::App& app) {
   cmd->add_option("--batch-size", a->batch, "images in the batch")->check(CLI::PositiveNumber)->capture_default_str();
   cmd->add_option("--init-scale", a->init_scale, "the scaler's initial scale")->check(CLI::PositiveNumber)->capture_default_str();
   cmd->add_option("--data", a->data, "Fashion-MNIST folder (random images when missing)")->capture_default_str();
+  auto* inject = cmd->get_option("--inject-inf");
+  cmd->add_flag("--anomaly", a->anomaly,
+                "when the step overflows, run it again under anomaly detection and name the op whose gradient "
+                "overflowed first")
+      ->excludes(inject);
   cmd->add_flag("--json", a->json, "print JSON for tools");
   cmd->callback([a] { run_explain(*a); });
 }

@@ -79,6 +79,12 @@ AG_DECLARE_KERNEL(softmax, void(const Tensor& x, const Tensor& out, bool log));
 // forward read. log: grad_x = g - exp(y) * sum_r g; softmax: grad_x = y * (g - sum_r g * y).
 AG_DECLARE_KERNEL(softmax_backward, void(const Tensor& g, const Tensor& y, const Tensor& grad_x, bool log));
 
+// Anomaly detection (Note [Anomaly detection] in autograd/anomaly.h). `flags` is an int64 [3]
+// tensor on t's device: {check, NaN count, inf count}, check 0 while nothing was found. When
+// flags[0] is 0 or `check` and t (floating, non-overlapping and dense) holds a NaN or an inf,
+// flags[0] = check and flags[1], flags[2] count t's NaN and inf elements; else nothing changes.
+AG_DECLARE_KERNEL(anomaly_check, void(const Tensor& t, const Tensor& flags, int64_t check));
+
 // ---- Matrix products ------------------------------------------------------------------------
 
 // out[b] = alpha * a[b] @ bm[b] + beta * out[b]; a [B, M, K], bm [B, K, N] of out's dtype,

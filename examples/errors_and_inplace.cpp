@@ -6,7 +6,9 @@
 //     CUDA context stays usable, so training goes on;
 //  2. an in-place op on a tensor that was saved for backward (y = p.exp(); y.mul_(2)): allowed,
 //     as in PyTorch, and backward says which saved tensor was changed;
-//  3. an in-place op on a parameter outside NoGradGuard: refused.
+//  3. an in-place op on a parameter outside NoGradGuard: refused;
+//  4. a float16 gradient that overflows: under ag::autograd::DetectAnomalyGuard the first op
+//     whose gradient holds inf is named, and run again in float32 to say by how much.
 // And one in-place op that is fine: h = p * 3; h.add_(q) is recorded like h = h + q.
 //
 //   ./errors_and_inplace [cpu|cuda]     exits 1 if any of it does not behave as described
@@ -87,6 +89,24 @@ int main(int argc, char** argv) {
   const double gp = p.grad().sum().item<double>(), gq = q.grad().sum().item<double>();
   std::printf("h = p * 3; h.add_(q): sum of p.grad %.1f (want 15), of q.grad %.1f (want 5)\n", gp, gq);
   if (gp != 15 || gq != 5) ++failures;
+
+  // 4. A float16 backward that overflows: x * x is finite (40000 < 65504), its gradient is not.
+  const ag::Tensor x16 = ag::tensor({200.0f, 150.0f, 100.0f, 50.0f}, ag::TensorOptions(ag::kFloat16)).to(dev);
+  x16.requires_grad_();
+  const ag::Tensor seed = ag::full({}, 4000.0, ag::TensorOptions(ag::kFloat16).device(dev));
+  {
+    ag::autograd::DetectAnomalyGuard guard;  // checks every op's output and every gradient
+    try {
+      ag::Tensor m = (x16 * x16).mean();
+      m.backward(seed);  // mean's backward hands 1000 to each element; mul's: 1000 * 200 = 2e5
+      std::printf("no anomaly (expected one)\n");
+      ++failures;
+    } catch (const ag::autograd::AnomalyError& e) {
+      const ag::autograd::Anomaly& a = e.anomaly();
+      std::printf("a float16 gradient past 65504:\n  %s\n", e.what());
+      if (a.op != "mul" || !a.backward || !a.recomputed || a.wide_max_abs != 200000.0) ++failures;
+    }
+  }
 
   std::printf("%s on %s\n", failures == 0 ? "all as described" : "NOT as described", dev.str().c_str());
   return failures == 0 ? 0 : 1;

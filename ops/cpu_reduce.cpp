@@ -1,4 +1,5 @@
-// CPU reference kernels: reductions over the middle dim of [outer, r, inner], and softmax.
+// CPU reference kernels: reductions over the middle dim of [outer, r, inner], softmax, and the
+// count of NaN and inf values that anomaly detection makes.
 #include <cmath>
 #include <limits>
 #include <type_traits>
@@ -146,8 +147,28 @@ void softmax_backward(const Tensor& g, const Tensor& y, const Tensor& grad_x, bo
   write_doubles(grad_x, px);
 }
 
+void anomaly_check(const Tensor& t, const Tensor& flags, int64_t check) {
+  int64_t* f = static_cast<int64_t*>(flags.data_ptr());
+  if (f[0] != 0 && f[0] != check) return;
+  int64_t nan = 0, inf = 0;
+  visit_floating(t, "anomaly_check", [&](auto tag) {
+    using T = decltype(tag);
+    const T* p = static_cast<const T*>(t.data_ptr());
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      const double v = to_double(p[i]);
+      nan += std::isnan(v);
+      inf += std::isinf(v);
+    }
+  });
+  if (nan + inf == 0) return;
+  f[0] = check;
+  f[1] += nan;
+  f[2] += inf;
+}
+
 AG_REGISTER_KERNEL(kernel::reduce, kCPU, reduce);
 AG_REGISTER_KERNEL(kernel::softmax, kCPU, softmax);
 AG_REGISTER_KERNEL(kernel::softmax_backward, kCPU, softmax_backward);
+AG_REGISTER_KERNEL(kernel::anomaly_check, kCPU, anomaly_check);
 
 }  // namespace ampgrad::cpu

@@ -7,6 +7,7 @@
 #include <optional>
 
 #include <ampgrad/amp/policy.h>
+#include <ampgrad/autograd/anomaly.h>
 #include <ampgrad/core/device_hooks.h>
 #include <ampgrad/core/dispatch.h>
 #include <ampgrad/ops/op.h>
@@ -20,6 +21,7 @@ class OpScope {
   OpScope(const OpInfo& op, Ts&... inputs) : op_(op), current_(op.name) {
     if (op.duplicate) [[unlikely]] refuse_duplicate();
     remember_inputs({&inputs...});
+    if (autograd::detail::anomaly_guarded() && depth_.outermost) [[unlikely]] position_ = autograd::detail::anomaly_begin_op();
     if (depth_.outermost && amp::detail::policy_active()) {
       std::array<Tensor*, sizeof...(Ts)> ptrs{&inputs...};
       begin(ptrs.data(), ptrs.size());
@@ -29,6 +31,7 @@ class OpScope {
     if (op.duplicate) [[unlikely]] refuse_duplicate();
     for (size_t i = 0; i < inputs.size() && i < kNamedInputs; ++i) inputs_[n_inputs_++] = &inputs[i];
     current_.set_inputs(inputs_, n_inputs_);
+    if (autograd::detail::anomaly_guarded() && depth_.outermost) [[unlikely]] position_ = autograd::detail::anomaly_begin_op();
     if (depth_.outermost && amp::detail::policy_active()) {
       std::vector<Tensor*> ptrs;
       for (Tensor& t : inputs) ptrs.push_back(&t);
@@ -51,6 +54,8 @@ class OpScope {
     }
     // Sync debug (cuda::set_sync_debug): the device's errors raised by the op that caused them.
     if (detail::after_op_hook != nullptr && out.defined()) [[unlikely]] detail::after_op_hook(out.device());
+    // Anomaly detection (Note [Anomaly detection] in autograd/anomaly.h): the output is checked.
+    if (position_ != 0) [[unlikely]] autograd::detail::anomaly_check_output(op_.name, position_, out);
     return out;
   }
 
@@ -81,6 +86,7 @@ class OpScope {
   size_t n_inputs_ = 0;
   std::optional<amp::OpRecord> record_;
   std::optional<DType> autocast_dtype_;
+  int64_t position_ = 0;  // under anomaly detection, the op's position in the forward
 };
 
 }  // namespace ampgrad

@@ -119,6 +119,33 @@ TEST_CASE("ampgrad explain lists the ops that ran and the scaler's decision", "[
   CHECK_THAT(typo.out, Catch::Contains("no parameter named 'nope'") && Catch::Contains("1.weight"));
 }
 
+TEST_CASE("ampgrad explain --anomaly names the op whose gradient overflowed first, and by how much", "[cli][anomaly]") {
+  Run r = run("explain --device cpu --json --data /nonexistent --batch-size 8 --anomaly --init-scale 1e7");
+  REQUIRE(r.status == 0);
+  json e = json::parse(r.out);
+  CHECK(e["scaler"]["step_taken"] == false);
+  const json& a = e["anomaly"];
+  REQUIRE(a["overflowed"] == true);
+  // cross_entropy reads the float16 logits as they are and writes their float16 gradient:
+  // 1e7 / 8 times (softmax - one hot) is past 65504 (Note [Anomaly detection]).
+  CHECK(a["op"] == "cross_entropy");
+  CHECK(a["backward"] == true);
+  CHECK(a["position"] == 4);  // the trace's row
+  CHECK(e["ops"][3]["op"] == "cross_entropy");
+  CHECK(a["input"] == 0);
+  CHECK(a["tensor"] == "float16 [8, 10]");
+  CHECK(a["inf"].get<int64_t>() > 0);
+  CHECK(a["wide_dtype"] == "float32");
+  CHECK(a["wide_max_abs"].get<double>() > 65504.0);
+  CHECK(a["wide_max_abs"].get<double>() < 1e7);
+  CHECK(a["reached"].size() == 4);
+  Run plain = run("explain --device cpu --data /nonexistent --batch-size 8 --anomaly");
+  REQUIRE(plain.status == 0);
+  CHECK_THAT(plain.out, Catch::Contains("No gradient held inf or NaN"));
+  Run both = run("explain --device cpu --data /nonexistent --anomaly --inject-inf 1.bias");
+  CHECK(both.status != 0);
+}
+
 TEST_CASE("gradient health on a crafted gradient", "[cli]") {
   // scale 1024; true gradients: 0, 1e-6, 1e-5, 1e-3, 1, 2 (the last two scaled past 65504? no: 2048)
   ag::Tensor scaled = ag::tensor({0.0f, 1e-6f * 1024, 1e-5f * 1024, 1e-3f * 1024, 1.0f * 1024, 70.0f * 1024,

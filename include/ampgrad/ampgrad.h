@@ -9,6 +9,7 @@
 #include <ampgrad/amp/working_copy.h>
 #include <ampgrad/amp/op_table.h>
 #include <ampgrad/amp/trace.h>
+#include <ampgrad/autograd/anomaly.h>
 #include <ampgrad/autograd/gradcheck.h>
 #include <ampgrad/autograd/grad_mode.h>
 #include <ampgrad/core/config.h>
