@@ -33,11 +33,17 @@ GradScaler::GradScaler(GradScalerOptions options) : opt_(options) {
 // every update (or put back by unfold(), to be cleared by the update that follows).
 void GradScaler::lazy_init(Device device) {
   if (scale_.defined()) return;
+  // Made first, stored together: running out of memory halfway leaves the scaler unmade
+  // (Note [A failed step] in optim/optimizer.cpp).
   TensorOptions f32 = TensorOptions(kFloat32).device(device);
-  scale_ = full({}, opt_.init_scale_, f32);
-  inv_scale_ = full({}, 1.0f / static_cast<float>(opt_.init_scale_), f32);
-  growth_tracker_ = zeros({}, TensorOptions(kInt32).device(device));
-  hysteresis_left_ = full({}, opt_.hysteresis_, TensorOptions(kInt32).device(device));
+  Tensor scale = full({}, opt_.init_scale_, f32);
+  Tensor inv_scale = full({}, 1.0f / static_cast<float>(opt_.init_scale_), f32);
+  Tensor growth = zeros({}, TensorOptions(kInt32).device(device));
+  Tensor hysteresis = full({}, opt_.hysteresis_, TensorOptions(kInt32).device(device));
+  scale_ = std::move(scale);
+  inv_scale_ = std::move(inv_scale);
+  growth_tracker_ = std::move(growth);
+  hysteresis_left_ = std::move(hysteresis);
 }
 
 Tensor GradScaler::scale(const Tensor& loss) {
@@ -53,11 +59,17 @@ Tensor GradScaler::scale(const Tensor& loss) {
                "GradScaler.scale: loss {} is on {} but this step's gradients were checked on {}; call update() first",
                loss.desc(), loss.device().str(), scale_.device().str());
     NoGradGuard no_grad;
-    scale_ = scale_.to(loss.device());
-    inv_scale_ = inv_scale_.to(loss.device());
-    growth_tracker_ = growth_tracker_.to(loss.device());
-    hysteresis_left_ = hysteresis_left_.to(loss.device());
-    for (auto& [o, st] : per_opt_) st.found_inf = st.found_inf.to(loss.device());
+    const Device d = loss.device();
+    Tensor scale = scale_.to(d), inv_scale = inv_scale_.to(d), growth = growth_tracker_.to(d),
+           hysteresis = hysteresis_left_.to(d);
+    std::vector<Tensor> flags;
+    for (auto& [o, st] : per_opt_) flags.push_back(st.found_inf.to(d));
+    scale_ = std::move(scale);
+    inv_scale_ = std::move(inv_scale);
+    growth_tracker_ = std::move(growth);
+    hysteresis_left_ = std::move(hysteresis);
+    size_t i = 0;
+    for (auto& [o, st] : per_opt_) st.found_inf = std::move(flags[i++]);
   }
   // After a folded step (Note [One-launch scaled step]) scale_ already holds the next
   // iteration's scale; a loss scaled now (another optimizer's) takes this iteration's.
@@ -140,8 +152,13 @@ ScaleUpdate GradScaler::next_update() {
   u.rule = {opt_.growth_factor_, opt_.backoff_factor_, opt_.growth_interval_, opt_.hysteresis_, opt_.min_scale_,
             opt_.max_scale_};
   u.rec.inv_scale = inv_scale_;
-  u.rec.last_scale = empty({}, f32);  // fresh each update: a handle kept by a caller stays as it was
-  u.rec.last_found = empty({}, f32);
+  // Fresh each update: a handle kept by a caller stays as it was. step() makes them before the
+  // optimizer writes anything (Note [A failed step] in optim/optimizer.cpp), so that update()
+  // after it allocates nothing.
+  const bool ahead = ahead_.first.defined() && ahead_.first.device() == scale_.device();
+  u.rec.last_scale = ahead ? ahead_.first : empty({}, f32);
+  u.rec.last_found = ahead ? ahead_.second : empty({}, f32);
+  ahead_ = {};
   return u;
 }
 
@@ -200,6 +217,7 @@ void GradScaler::step(optim::Optimizer& opt) {
       folded_ = Folded{&opt, u.rec.last_scale, u.rec.last_found};
     } else {
       if (!checked) check(st, grads, Tensor(), /*write_back=*/false);
+      ahead_ = {empty({}, scale_.options()), empty({}, scale_.options())};  // update()'s records
       opt.step_gated(st.found_inf, inv_scale);
     }
   } catch (...) {

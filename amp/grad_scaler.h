@@ -5,6 +5,7 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include <ampgrad/optim/optimizer.h>
@@ -138,6 +139,7 @@ class GradScaler {
   // growth tracker and hysteresis left (int32 []); written by the kernel, read by unfold().
   Tensor last_inv_scale_, last_growth_, last_hysteresis_;
   std::optional<Folded> folded_;
+  std::pair<Tensor, Tensor> ahead_;  // the next update's records, made by step() (next_update)
   std::map<optim::Optimizer*, PerOptimizer> per_opt_;
   std::vector<Fault> faults_;
   int64_t updates_ = 0;

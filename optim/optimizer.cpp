@@ -89,27 +89,46 @@ Tensor Optimizer::master_of(const Tensor& param) const {
   return param;
 }
 
+// Note [A failed step]
+// Running out of memory in the middle of a step must leave the parameters and the optimizer's
+// state as they were, so that a smaller next step can train from them. Everything a step
+// allocates is therefore allocated before anything is written: every group's lists and its
+// lazily created state, which is stored only once all of it exists; then the fused kernels run
+// (they allocate nothing). A failure before them changes nothing; tests/test_faults.cpp fails
+// each allocation of a step in turn.
 void Optimizer::step_gated(const Tensor& found_inf, const Tensor& inv_scale, const ScaleUpdate* update,
                            bool check_grads) {
   AG_INTERNAL_ASSERT(!update || groups_.size() == 1, "optimizer: a folded scale update needs one parameter group");
   NoGradGuard no_grad;
   CurrentOp current("optimizer step");  // names the step's device errors
+  struct Planned {
+    Group* g;
+    FusedStep s;
+    std::vector<size_t> idx;
+  };
+  std::vector<Planned> plan;
+  std::vector<FreshState> fresh;
   for (Group& g : groups_) {
     std::vector<size_t> idx;
-    FusedStep s = gather(g, found_inf, inv_scale, idx);
+    FusedStep s = gather(g, found_inf, inv_scale, idx, fresh);
     AG_INTERNAL_ASSERT(!update || !s.params.empty(), "optimizer: a folded scale update needs a gradient");
     if (s.params.empty()) continue;
     s.update = update;
     s.check_grads = check_grads;
-    fused_step(g, s, idx);
-    step_written(s);
+    plan.push_back({&g, std::move(s), std::move(idx)});
+  }
+  for (FreshState& f : fresh) *f.slot = std::move(f.value);
+  for (Planned& p : plan) {
+    fused_step(*p.g, p.s, p.idx);
+    step_written(p.s);
     // A phase of the step ends: its calls, and the backward's, go to the device now (Note
     // [Device hooks] in core/device_hooks.h).
-    end_phase(s.params[0].device());
+    end_phase(p.s.params[0].device());
   }
 }
 
-FusedStep Optimizer::gather(Group& g, const Tensor& found_inf, const Tensor& inv_scale, std::vector<size_t>& idx) {
+FusedStep Optimizer::gather(Group& g, const Tensor& found_inf, const Tensor& inv_scale, std::vector<size_t>& idx,
+                            std::vector<FreshState>& fresh) {
   FusedStep s;
   s.found_inf = found_inf;
   s.inv_scale = inv_scale;
@@ -137,16 +156,18 @@ FusedStep Optimizer::gather(Group& g, const Tensor& found_inf, const Tensor& inv
     if (std::any_of(copies.begin(), copies.end(), [](const Tensor& c) { return c.defined(); }))
       s.working = std::move(copies);
   }
-  // State is created lazily, like PyTorch's, in the dtype of what is updated.
+  // State is created lazily, like PyTorch's, in the dtype of what is updated; the caller stores
+  // it (Note [A failed step]). The slots exist first: resizing later would move them.
+  for (const std::string& name : state_names_) g.state[name].resize(g.params.size());
+  g.steps.resize(g.params.size());
   for (const std::string& name : state_names_) {
     auto& st = g.state[name];
-    st.resize(g.params.size());
     for (size_t i : idx)
-      if (!st[i].defined()) st[i] = zeros_like(masters ? g.masters[i] : g.params[i]);
+      if (!st[i].defined()) fresh.push_back({&st[i], zeros_like(masters ? g.masters[i] : g.params[i])});
   }
-  g.steps.resize(g.params.size());
   for (size_t i : idx)
-    if (!g.steps[i].defined()) g.steps[i] = zeros({1}, TensorOptions(kFloat32).device(g.params[i].device()));
+    if (!g.steps[i].defined())
+      fresh.push_back({&g.steps[i], zeros({1}, TensorOptions(kFloat32).device(g.params[i].device()))});
   return s;
 }
 

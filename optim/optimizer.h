@@ -139,9 +139,15 @@ class Optimizer {
   // Runs this optimizer's fused kernel (core/fused_kernels.h) on `s`, the step of group g (the
   // params at positions idx of it), on their device.
   virtual void fused_step(Group& g, const FusedStep& s, const std::vector<size_t>& idx) = 0;
-  // Creates missing state (zeros like the master or param) and collects the params that have
-  // gradients into a FusedStep; `idx` receives their positions in the group.
-  FusedStep gather(Group& g, const Tensor& found_inf, const Tensor& inv_scale, std::vector<size_t>& idx);
+  // Collects the params that have gradients into a FusedStep (`idx` receives their positions in
+  // the group) and makes their missing state (zeros like the master or param) into `fresh`,
+  // for the caller to store (Note [A failed step] in optim/optimizer.cpp).
+  struct FreshState {
+    Tensor* slot;
+    Tensor value;
+  };
+  FusedStep gather(Group& g, const Tensor& found_inf, const Tensor& inv_scale, std::vector<size_t>& idx,
+                   std::vector<FreshState>& fresh);
   // After a fused step: bumps the versions of what it wrote and marks autocast's kept copies
   // current (Note [Working copies]).
   static void step_written(const FusedStep& s);
