@@ -197,13 +197,13 @@ bool anomaly_begin_backward(const Tensor& seed) {
   if (!active()) return false;
   read_flags();  // the forward's
   t_state.nodes = 0;
-  ++t_state.backwards;  // until anomaly_backward_done
   if (is_floating(seed.dtype()) && seed.numel() > 0) {
     Anomaly a;
     a.op = "backward()";
     a.backward = true;
-    check(seed, std::move(a), {}, Tensor());
+    check(seed, std::move(a), {}, Tensor());  // may raise (the CPU): before the count below
   }
+  ++t_state.backwards;  // until anomaly_backward_done
   return true;
 }
 
