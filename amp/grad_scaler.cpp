@@ -86,12 +86,14 @@ std::function<void(const Tensor&)>& found_inf_reducer() {
 void set_found_inf_reducer(std::function<void(const Tensor&)> reducer) { found_inf_reducer() = std::move(reducer); }
 
 GradScaler::PerOptimizer& GradScaler::state_of(optim::Optimizer& opt) {
+  auto it = per_opt_.find(&opt);
+  if (it != per_opt_.end() && it->second.found_inf.defined()) return it->second;
+  // The flag is made before the optimizer's entry: running out of memory leaves none.
+  Device dev = scale_.defined() ? scale_.device() : opt.params().at(0).device();
+  lazy_init(dev);
+  Tensor flag = zeros({}, TensorOptions(kFloat32).device(dev));
   PerOptimizer& st = per_opt_[&opt];
-  if (!st.found_inf.defined()) {
-    Device dev = scale_.defined() ? scale_.device() : opt.params().at(0).device();
-    lazy_init(dev);
-    st.found_inf = zeros({}, TensorOptions(kFloat32).device(dev));
-  }
+  st.found_inf = std::move(flag);
   return st;
 }
 
@@ -252,8 +254,8 @@ void GradScaler::update(std::optional<double> new_scale) {
   // One optimizer (the usual case): its flag is read, recorded and cleared by the update
   // kernel. Several: their sum is, and each flag is cleared here.
   const bool one = flags.size() == 1;
-  Tensor found = *flags[0];
-  for (size_t i = 1; i < flags.size(); ++i) found = add(found, *flags[i]);
+  Tensor found = *flags[0];  // summed in place: update() allocates nothing (Note [A failed step])
+  for (size_t i = 1; i < flags.size(); ++i) found.add_(*flags[i]);
   ScaleUpdate u = next_update();
   ScaleRecord& rec = u.rec;
   rec.clear_found = one;

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include <ampgrad/autograd/node.h>
+#include <ampgrad/core/device_hooks.h>
 #include <ampgrad/core/kernels.h>
 #include <ampgrad/ops/ops.h>
 
@@ -23,11 +24,14 @@ struct Site {
 struct State {
   int guards = 0;     // guards alive on this thread
   bool check = false;  // the innermost guard's check_nan
+  bool forward = true;  // and its check_forward
   bool busy = false;   // the checks' own ops are not checked
   int64_t ops = 0;     // outermost ops since the guard began or the last backward ended
   int64_t current = 0;
   int64_t nodes = 0;   // nodes the running backward has checked
   int backwards = 0;   // backward passes running: their formulas' ops are not the forward's
+  bool ended = false;  // the running backward reached its end (anomaly_end_backward)
+  bool dirty = false;  // the flags may hold a check of a backward that ended by an exception
   std::vector<Site> sites;  // CUDA checks not read yet; a site's check number is its index + 1
   std::vector<std::pair<Device, Tensor>> flags;
 };
@@ -41,6 +45,14 @@ struct Busy {
   Busy() { t_state.busy = true; }
   ~Busy() { t_state.busy = prev; }
 };
+
+// A backward that ended by an exception left checks nobody will read: their flags are cleared
+// before the next check or read (sites and flags must agree).
+void clean() {
+  if (!t_state.dirty) return;
+  t_state.dirty = false;
+  for (auto& [dev, f] : t_state.flags) f.zero_();
+}
 
 Tensor& flags_for(Device d) {
   for (auto& [dev, f] : t_state.flags)
@@ -66,6 +78,9 @@ void recompute(Anomaly& a, FunctionNode& node, const Tensor& grad) {
     Grads g = node.apply_widened(grad, wide);
     const auto i = static_cast<size_t>(a.input);
     if (i >= g.size() || !g[i].defined()) return;
+    // Reduced to the input's shape in the wide dtype: the float16 sum of a broadcast is what
+    // may have overflowed (Note [Grad shape and dtype] in autograd/node.h).
+    if (i < node.inputs.size() && g[i].shape() != node.inputs[i].shape) g[i] = sum_to(g[i], node.inputs[i].shape);
     a.wide_max_abs = max(abs(g[i].to(kFloat64))).item<double>();
     a.wide_dtype = g[i].dtype();
     a.recomputed = true;
@@ -75,13 +90,18 @@ void recompute(Anomaly& a, FunctionNode& node, const Tensor& grad) {
 }
 
 [[noreturn]] void raise(Anomaly a, const std::shared_ptr<Node>& node, const Tensor& grad) {
-  if (auto* f = dynamic_cast<FunctionNode*>(node.get())) recompute(a, *f, grad);
+  auto* f = dynamic_cast<FunctionNode*>(node.get());
+  if (f != nullptr && f->part == FunctionNode::Part::whole) recompute(a, *f, grad);
+  t_state.ops = 0;  // the forward or backward it ends is over: the next forward counts from 1
   throw AnomalyError(std::move(a));
 }
 
 // Checks `t` for the anomaly `a`: at once on the CPU, else later (read_flags).
 void check(const Tensor& t, Anomaly a, std::shared_ptr<Node> node, const Tensor& grad) {
+  // A captured graph holds no checks: their kernels would replay, and the read synchronizes.
+  if (graph_capturing(t.device())) return;
   Busy busy;
+  clean();
   a.tensor = fmt::format("{} {}", dtype_name(t.dtype()), shape_str(t.shape()));
   a.dtype = t.dtype();
   a.numel = t.numel();
@@ -103,11 +123,12 @@ void check(const Tensor& t, Anomaly a, std::shared_ptr<Node> node, const Tensor&
 
 // Reads the devices' flags (a synchronization each) and raises the first site they name.
 void read_flags() {
-  if (t_state.sites.empty()) return;
   Busy busy;
+  clean();
+  if (t_state.sites.empty()) return;
   int64_t first = 0, nan = 0, inf = 0;
   for (auto& [dev, f] : t_state.flags) {
-    if (dev.type == DeviceType::CPU) continue;
+    if (dev.type == DeviceType::CPU || graph_capturing(dev)) continue;
     const std::vector<int64_t> v = f.to_vector<int64_t>();
     if (v[0] != 0 && (first == 0 || v[0] < first)) {
       first = v[0];
@@ -130,26 +151,34 @@ std::string count_text(int64_t n, const char* what) { return fmt::format("{} {} 
 
 }  // namespace
 
-DetectAnomalyGuard::DetectAnomalyGuard(bool check_nan) : prev_check_(t_state.check) {
+DetectAnomalyGuard::DetectAnomalyGuard(bool check_nan, bool check_forward)
+    : prev_check_(t_state.check), prev_forward_(t_state.forward) {
   if (t_state.guards++ == 0) t_state.ops = 0;
   t_state.check = check_nan;
+  t_state.forward = check_forward;
   detail::anomaly_guards.fetch_add(1, std::memory_order_relaxed);
 }
 
 DetectAnomalyGuard::~DetectAnomalyGuard() {
   t_state.check = prev_check_;
+  t_state.forward = prev_forward_;
   if (--t_state.guards == 0) {
     t_state.sites.clear();  // checks nobody read: a destructor cannot raise them
     t_state.flags.clear();
+    t_state.dirty = false;
   }
   detail::anomaly_guards.fetch_sub(1, std::memory_order_relaxed);
 }
 
 void DetectAnomalyGuard::check() {
-  if (t_state.guards > 0) read_flags();
+  if (t_state.guards == 0) return;
+  t_state.ops = 0;  // a forward ends here: the next one counts from 1
+  read_flags();
 }
 
 bool anomaly_mode_enabled() { return t_state.guards > 0 && t_state.check; }
+
+double Anomaly::dtype_max() const { return largest_finite(dtype); }
 
 std::string Anomaly::message() const {
   std::string what = nan > 0 && inf > 0 ? count_text(nan, "NaN") + " and " + count_text(inf, "inf")
@@ -159,9 +188,17 @@ std::string Anomaly::message() const {
   if (!backward)
     return fmt::format("anomaly detected: {} (op {} of the forward) returned {} in its output ({}, {} elements){}", op,
                        position, what, tensor, numel, where);
-  if (input < 0)
+  if (input < 0 && !sum)
     return fmt::format("anomaly detected: the gradient given to backward() holds {} ({}, {} elements){}", what,
                        tensor, numel, where);
+  if (sum) {
+    const std::string who = op == "AccumulateGrad" ? std::string("a leaf's accumulated gradient")
+                                                   : fmt::format("the gradient reaching {}'s backward", op);
+    return fmt::format("anomaly detected: {} (node {} of the backward{}), the sum of gradients that each were finite, "
+                       "holds {} ({}, {} elements): several paths add up past {}'s largest finite value {:.5g}{}",
+                       who, node, position > 0 ? fmt::format("; {} was op {} of the forward", op, position) : "", what,
+                       tensor, numel, dtype_name(dtype), dtype_max(), where);
+  }
   std::string s = fmt::format("anomaly detected: {}'s backward (node {} of the backward{}) returned {} in its gradient "
                               "for input {} ({}, {} elements)",
                               op, node, position > 0 ? fmt::format("; {} was op {} of the forward", op, position) : "",
@@ -169,7 +206,7 @@ std::string Anomaly::message() const {
   if (recomputed) {
     s += fmt::format("; run again in {}, that gradient's largest magnitude is {:.3g}", dtype_name(wide_dtype),
                      wide_max_abs);
-    const double top = largest_finite(dtype);
+    const double top = dtype_max();
     if (std::isfinite(wide_max_abs) && wide_max_abs > top)
       s += fmt::format(", {:.3g}x {}'s largest finite value {:.5g}", wide_max_abs / top, dtype_name(dtype), top);
   }
@@ -186,7 +223,7 @@ int64_t anomaly_begin_op() {
 int64_t anomaly_position() { return active() ? t_state.current : 0; }
 
 void anomaly_check_output(std::string_view op, int64_t position, const Tensor& out) {
-  if (!active() || !out.defined() || !is_floating(out.dtype()) || out.numel() == 0) return;
+  if (!active() || !t_state.forward || !out.defined() || !is_floating(out.dtype()) || out.numel() == 0) return;
   Anomaly a;
   a.op = std::string(op);
   a.position = position;
@@ -197,6 +234,7 @@ bool anomaly_begin_backward(const Tensor& seed) {
   if (!active()) return false;
   read_flags();  // the forward's
   t_state.nodes = 0;
+  t_state.ended = false;
   if (is_floating(seed.dtype()) && seed.numel() > 0) {
     Anomaly a;
     a.op = "backward()";
@@ -208,7 +246,7 @@ bool anomaly_begin_backward(const Tensor& seed) {
 }
 
 void anomaly_check_gradients(FunctionNode& node, const Tensor& grad, const std::vector<Tensor>& grads) {
-  if (!active()) return;
+  if (!active() || node.part == FunctionNode::Part::output) return;  // a marker, not a gradient
   const int64_t n = ++t_state.nodes;
   const std::shared_ptr<Node> self = node.weak_from_this().lock();
   for (size_t i = 0; i < grads.size(); ++i) {
@@ -226,10 +264,35 @@ void anomaly_check_gradients(FunctionNode& node, const Tensor& grad, const std::
 
 void anomaly_end_backward() {
   t_state.ops = 0;
+  t_state.ended = true;
   if (t_state.guards > 0) read_flags();
 }
 
-void anomaly_backward_done() noexcept { --t_state.backwards; }
+void anomaly_backward_done() noexcept {
+  --t_state.backwards;
+  t_state.ops = 0;
+  t_state.current = 0;
+  if (!t_state.ended) {
+    // Ended by an exception: its checks are dropped with their nodes.
+    t_state.sites.clear();
+    t_state.dirty = true;
+  }
+  t_state.ended = false;
+}
+
+void anomaly_check_sum(Node& node, const Tensor& sum) {
+  if (!active() || !is_floating(sum.dtype()) || sum.numel() == 0) return;
+  Anomaly a;
+  a.op = std::string(node.name());
+  a.backward = true;
+  a.sum = true;
+  a.position = node.forward_position;
+  a.node = t_state.nodes + 1;
+  check(sum, std::move(a), {}, Tensor());
+}
+
+AnomalyQuiet::AnomalyQuiet() : prev_(t_state.busy) { t_state.busy = true; }
+AnomalyQuiet::~AnomalyQuiet() { t_state.busy = prev_; }
 
 }  // namespace detail
 

@@ -1,4 +1,5 @@
 // The backward engine: runs the graph's nodes in reverse topological order.
+#include <optional>
 #include <queue>
 #include <unordered_map>
 
@@ -70,6 +71,9 @@ void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph) {
            "an input, or run the forward under NoGradGuard?",
            root.desc());
   Tensor g = grad;
+  // The seed's own ops are not the forward's (Note [Anomaly detection] in autograd/anomaly.h).
+  std::optional<detail::AnomalyQuiet> quiet;
+  if (detail::anomaly_guarded()) [[unlikely]] quiet.emplace();
   if (!g.defined()) {
     AG_CHECK(root.numel() == 1,
              "backward: grad can be implicitly created only for scalar outputs, but the output is {}; pass a "
@@ -90,19 +94,25 @@ void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph) {
   // The forward's calls go to the device now, while the host works out the backward's (Note
   // [Device hooks] in core/device_hooks.h).
   end_phase(root.device());
-  // Under anomaly detection the forward's checks are read here, and the nodes keep their saved
-  // tensors until the backward's are (Note [Anomaly detection] in autograd/anomaly.h).
+
+  Edge start = gradient_edge(root);
+  quiet.reset();
+  // Under anomaly detection the forward's checks are read here, and on a device that checks
+  // later (not the CPU) the nodes keep their saved tensors until the backward's are read
+  // (Note [Anomaly detection] in autograd/anomaly.h). Declared after `start`, which may hold
+  // the root's only reference (a leaf's accumulator).
   const bool anomaly = detail::anomaly_guarded() && detail::anomaly_begin_backward(g);
   struct Kept {
     bool anomaly;
+    bool keep;
     std::vector<Node*> nodes;
     ~Kept() {
       for (Node* n : nodes) n->release();
       if (anomaly) detail::anomaly_backward_done();
     }
-  } kept{anomaly, {}};
+  } kept{anomaly, anomaly && root.device().type != DeviceType::CPU, {}};
+  std::unordered_map<Node*, bool> summed;  // anomaly detection: nodes whose gradient is a sum
 
-  Edge start = gradient_edge(root);
   // Count, for each node, how many edges lead into it from nodes reachable from the root.
   std::unordered_map<Node*, int> deps;
   std::vector<Node*> stack{start.node.get()};
@@ -139,6 +149,7 @@ void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph) {
     pending.erase(it);
     // A node all of whose incoming gradients are undefined still passes "nothing" on, so
     // that its children's dependency counts reach zero.
+    if (anomaly && in.defined() && summed.erase(n) > 0) [[unlikely]] detail::anomaly_check_sum(*n, in);
     Grads outs = in.defined() ? n->apply(in) : Grads(n->next.size());
     for (size_t i = 0; i < outs.size(); ++i) {
       const Edge& e = n->next[i];
@@ -149,8 +160,12 @@ void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph) {
         // (Note [Gradient accumulation]).
         auto [slot, inserted] = pending.try_emplace(child, std::move(outs[i]));
         if (!inserted) {
-          if (slot->second.defined()) child->accumulate_incoming(slot->second, outs[i]);
-          else slot->second = std::move(outs[i]);
+          if (slot->second.defined()) {
+            child->accumulate_incoming(slot->second, outs[i]);
+            if (anomaly) [[unlikely]] summed[child] = true;
+          } else {
+            slot->second = std::move(outs[i]);
+          }
         }
       } else {
         pending.try_emplace(child, Tensor());
@@ -158,7 +173,7 @@ void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph) {
       if (--deps[child] == 0) ready.push(child);
     }
     if (retain_graph) continue;
-    if (anomaly) kept.nodes.push_back(n);
+    if (kept.keep) kept.nodes.push_back(n);
     else n->release();
   }
   if (anomaly) detail::anomaly_end_backward();

@@ -29,6 +29,7 @@ void record_outputs(const OpInfo& op, const std::vector<Tensor>& outs, const std
     slots->token_sent = false;  // a second backward (retain_graph) starts afresh
     return fn(grads, s);
   });
+  static_cast<FunctionNode&>(*token.grad_fn()).part = FunctionNode::Part::formula;
   const Tensor marker = outs[0].detach();  // what the first output's node passes on (no grad_fn)
   for (size_t j = 0; j < outs.size(); ++j) {
     record(op, outs[j], {token}, {}, [slots, marker, j](const Tensor& g, const std::vector<Tensor>&) {
@@ -37,6 +38,7 @@ void record_outputs(const OpInfo& op, const std::vector<Tensor>& outs, const std
       slots->token_sent = true;
       return Grads{marker};
     });
+    static_cast<FunctionNode&>(*outs[j].grad_fn()).part = FunctionNode::Part::output;
   }
 }
 

@@ -99,6 +99,11 @@ class FunctionNode final : public Node {
   std::vector<InputMeta> inputs;
   std::vector<SavedTensor> saved;
   bool cast = false;  // the node of a dtype cast
+  // For anomaly detection: a node of record_outputs (Note [Several outputs] in
+  // autograd/multi_output.h). Its formula's node reads its gradients from the outputs' slots
+  // (it cannot run again); an output's node passes a marker on, not a gradient (not checked).
+  enum class Part : uint8_t { whole, formula, output };
+  Part part = Part::whole;
 
  private:
   const OpInfo& op_;
@@ -154,6 +159,19 @@ void anomaly_check_gradients(FunctionNode& node, const Tensor& grad, const std::
 void anomaly_end_backward();
 // After anomaly_begin_backward returned true, when the backward is over, however it ended.
 void anomaly_backward_done() noexcept;
+// `node` is about to run on `sum`, the sum of the gradients that reached it along several edges.
+void anomaly_check_sum(Node& node, const Tensor& sum);
+// While alive, this thread's ops are neither counted nor checked (the engine's own ops).
+class AnomalyQuiet {
+ public:
+  AnomalyQuiet();
+  ~AnomalyQuiet();
+  AnomalyQuiet(const AnomalyQuiet&) = delete;
+  AnomalyQuiet& operator=(const AnomalyQuiet&) = delete;
+
+ private:
+  bool prev_;
+};
 }  // namespace detail
 
 // Only while a backward runs (from a node or a hook): `fn` runs once after its last node,

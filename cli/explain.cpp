@@ -41,7 +41,7 @@ struct NamedHealth {
   amp::GradHealth h;
 };
 
-void print_overflow(const Overflow& o, double scale, DType amp_dtype) {
+void print_overflow(const Overflow& o, double scale) {
   std::printf("\n4. Which op overflowed (--anomaly)\n\n");
   if (!o.ran) {
     std::printf("   No gradient held inf or NaN: the scaler took the step and there is no overflow to trace.\n"
@@ -68,7 +68,7 @@ void print_overflow(const Overflow& o, double scale, DType amp_dtype) {
   } else {
     std::printf("   first: %s\n", f.message().c_str());
   }
-  const double top = f.dtype == kBFloat16 ? 3.3895313892515355e38 : amp::kFp16Max;
+  const double top = f.dtype_max();
   if (f.recomputed && std::isfinite(f.wide_max_abs) && f.wide_max_abs > top) {
     const double ratio = f.wide_max_abs / top;
     const int halvings = static_cast<int>(std::ceil(std::log2(ratio)));
@@ -76,7 +76,7 @@ void print_overflow(const Overflow& o, double scale, DType amp_dtype) {
                 "   value %g. The scale %g was too large by that much; the scaler halves it at each skipped\n"
                 "   step, so %d skipped step%s bring%s it under (scale %g).\n",
                 std::string(dtype_name(f.wide_dtype)).c_str(), f.wide_max_abs, ratio,
-                std::string(dtype_name(amp_dtype)).c_str(), top, scale, halvings, halvings == 1 ? "" : "s",
+                std::string(dtype_name(f.dtype)).c_str(), top, scale, halvings, halvings == 1 ? "" : "s",
                 halvings == 1 ? "s" : "", scale / std::pow(2.0, halvings));
   }
   std::printf("   The overflow reached the gradients of %s; the scaler skipped the step for every parameter.\n",
@@ -268,7 +268,7 @@ void run_explain(const ExplainArgs& a) {
                 "   skipped the step for every parameter, and cut the scale from %g to %g. Training resumes next step.\n",
                 a.inject_inf.c_str(), d.scale, next_scale);
   }
-  if (a.anomaly) print_overflow(overflow, d.scale, amp_dtype);
+  if (a.anomaly) print_overflow(overflow, d.scale);
 }
 
 }  // namespace

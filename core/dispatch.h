@@ -45,46 +45,43 @@ class Tensor;
 // failed launch, cuBLAS, cuDNN: cuda/runtime.cpp). `name` must outlive the scope (an OpInfo's).
 class CurrentOp {
  public:
-  explicit CurrentOp(std::string_view name, bool backward = false)
-      : prev_(current_), prev_backward_(backward_), prev_inputs_(inputs_), prev_n_(n_inputs_) {
-    current_ = name;
-    backward_ = backward;
-    inputs_ = nullptr;
-    n_inputs_ = 0;
+  explicit CurrentOp(std::string_view name, bool backward = false) {
+    State& s = state_;  // one thread-local lookup (from a shared library, a call) per scope
+    prev_ = s;
+    s = State{name, backward, nullptr, 0};
   }
-  ~CurrentOp() {
-    current_ = prev_;
-    backward_ = prev_backward_;
-    inputs_ = prev_inputs_;
-    n_inputs_ = prev_n_;
-  }
+  ~CurrentOp() { state_ = prev_; }
   // The op's tensor arguments, for errors that name their shapes (Note [Device-side errors] in
   // cuda/device_error.h); they must outlive the scope (OpScope's).
   void set_inputs(const Tensor* const* inputs, size_t n) {
-    inputs_ = inputs;
-    n_inputs_ = n;
+    State& s = state_;
+    s.inputs = inputs;
+    s.n_inputs = n;
   }
-  static const Tensor* const* inputs() { return inputs_; }
-  static size_t input_count() { return n_inputs_; }
+  static const Tensor* const* inputs() { return state_.inputs; }
+  static size_t input_count() { return state_.n_inputs; }
   CurrentOp(const CurrentOp&) = delete;
   CurrentOp& operator=(const CurrentOp&) = delete;
-  static std::string_view name() { return current_; }
-  static bool backward() { return backward_; }
+  static std::string_view name() { return state_.name; }
+  static bool backward() { return state_.backward; }
   // "linear", "linear's backward", or "" outside any op: for error messages.
-  static std::string label() { return label(current_, backward_); }
+  static std::string label() {
+    const State& s = state_;
+    return label(s.name, s.backward);
+  }
   static std::string label(std::string_view name, bool backward) {
     return backward && !name.empty() ? std::string(name) + "'s backward" : std::string(name);
   }
 
  private:
-  std::string_view prev_;
-  bool prev_backward_;
-  const Tensor* const* prev_inputs_;
-  size_t prev_n_;
-  static inline thread_local std::string_view current_;
-  static inline thread_local bool backward_ = false;
-  static inline thread_local const Tensor* const* inputs_ = nullptr;
-  static inline thread_local size_t n_inputs_ = 0;
+  struct State {  // no member initializers: a thread-local is zero-initialized
+    std::string_view name;
+    bool backward;
+    const Tensor* const* inputs;
+    size_t n_inputs;
+  };
+  State prev_;
+  static inline thread_local State state_;
 };
 
 namespace detail {

@@ -43,6 +43,14 @@ const std::vector<OptionField<AdamOptions>>& AdamOptions::fields() {
   return f;
 }
 
+void Adam::check_group(const Group& g) const {
+  // The state is made for the amsgrad the optimizer was built with (Note [Typed options]).
+  AG_CHECK(!options_of<AdamOptions>(g).amsgrad_ ||
+               std::find(state_names_.begin(), state_names_.end(), "max_exp_avg_sq") != state_names_.end(),
+           "Adam: amsgrad was turned on after the optimizer was built (by its options or a state dict); build it "
+           "with AdamOptions().amsgrad(true)");
+}
+
 void Adam::fused_step(Group& g, const FusedStep& s, const std::vector<size_t>& idx) {
   const AdamOptions& o = options_of<AdamOptions>(g);
   AdamHyper h;
@@ -54,10 +62,6 @@ void Adam::fused_step(Group& g, const FusedStep& s, const std::vector<size_t>& i
   h.amsgrad = o.amsgrad_;
   h.maximize = o.maximize_;
   h.decoupled_weight_decay = o.decoupled_weight_decay_;
-  // The state is made for the amsgrad the optimizer was built with (Note [Typed options]).
-  AG_CHECK(!h.amsgrad || std::find(state_names_.begin(), state_names_.end(), "max_exp_avg_sq") != state_names_.end(),
-           "Adam: amsgrad was turned on after the optimizer was built (by its options or a state dict); build it "
-           "with AdamOptions().amsgrad(true)");
   std::vector<Tensor> m = state_at(g, "exp_avg", idx), v = state_at(g, "exp_avg_sq", idx);
   std::vector<Tensor> vmax = h.amsgrad ? state_at(g, "max_exp_avg_sq", idx) : std::vector<Tensor>{};
   std::vector<Tensor> steps = steps_at(g, idx);

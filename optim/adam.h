@@ -40,6 +40,7 @@ class Adam : public Optimizer {
 
  protected:
   void fused_step(Group& g, const FusedStep& s, const std::vector<size_t>& idx) override;
+  void check_group(const Group& g) const override;
 };
 
 class AdamW final : public Adam {

@@ -92,9 +92,10 @@ Tensor Optimizer::master_of(const Tensor& param) const {
 // Note [A failed step]
 // Running out of memory in the middle of a step must leave the parameters and the optimizer's
 // state as they were, so that a smaller next step can train from them. Everything a step
-// allocates is therefore allocated before anything is written: every group's lists and its
-// lazily created state, which is stored only once all of it exists; then the fused kernels run
-// (they allocate nothing). A failure before them changes nothing; tests/test_faults.cpp fails
+// allocates is therefore allocated, and every group's options checked, before anything is
+// written: every group's lists and its lazily created state, which is stored only once all of
+// it exists; then the fused kernels run (they allocate nothing). GradScaler makes what its
+// step and update need before the optimizer's step too. A failure before them changes nothing; tests/test_faults.cpp fails
 // each allocation of a step in turn.
 void Optimizer::step_gated(const Tensor& found_inf, const Tensor& inv_scale, const ScaleUpdate* update,
                            bool check_grads) {
@@ -108,6 +109,7 @@ void Optimizer::step_gated(const Tensor& found_inf, const Tensor& inv_scale, con
   };
   std::vector<Planned> plan;
   std::vector<FreshState> fresh;
+  for (const Group& g : groups_) check_group(g);
   for (Group& g : groups_) {
     std::vector<size_t> idx;
     FusedStep s = gather(g, found_inf, inv_scale, idx, fresh);

@@ -139,6 +139,9 @@ class Optimizer {
   // Runs this optimizer's fused kernel (core/fused_kernels.h) on `s`, the step of group g (the
   // params at positions idx of it), on their device.
   virtual void fused_step(Group& g, const FusedStep& s, const std::vector<size_t>& idx) = 0;
+  // Raises if group g's options cannot be stepped; runs for every group before any is
+  // (Note [A failed step] in optim/optimizer.cpp).
+  virtual void check_group(const Group& g) const {}
   // Collects the params that have gradients into a FusedStep (`idx` receives their positions in
   // the group) and makes their missing state (zeros like the master or param) into `fresh`,
   // for the caller to store (Note [A failed step] in optim/optimizer.cpp).

@@ -165,7 +165,9 @@ void clean_steps(ag::Device dev) {
 
 void seed_and_off(ag::Device dev) {
   ag::Tensor x = on(dev, {1.0, 2.0}, ag::kFloat32).requires_grad_();
-  const ag::Tensor seed = on(dev, {1.0, NAN}, ag::kFloat32);  // made outside the guard: its copy would be flagged
+  // Made outside the guard (its copy would be flagged), and float64: the engine's cast of it to
+  // the root's dtype is not a forward op.
+  const ag::Tensor seed = on(dev, {1.0, NAN}, ag::kFloat64);
   {
     DetectAnomalyGuard guard;
     const Anomaly a = anomaly_of([&] { (x * 2.0).backward(seed); });
@@ -186,6 +188,55 @@ void seed_and_off(ag::Device dev) {
   forward_overflow(dev);  // an anomaly raised where a backward begins leaves the next guard whole
 }
 
+
+// The seed given to a leaf: the engine's root is the leaf's own accumulator.
+void leaf_root(ag::Device dev) {
+  ag::Tensor x = on(dev, {1.0, 2.0}, ag::kFloat32).requires_grad_();
+  const ag::Tensor seed = on(dev, {3.0, 4.0}, ag::kFloat32);
+  DetectAnomalyGuard guard;
+  x.backward(seed);
+  CHECK(x.grad().to_vector<double>() == std::vector<double>{3.0, 4.0});
+}
+
+// Two finite float16 gradients of one leaf add up to inf where the engine sums them.
+void summed_overflow(ag::Device dev) {
+  ag::Tensor x = on(dev, {1.0, 2.0}, ag::kFloat16).requires_grad_();
+  const ag::Tensor seed = ag::full({2}, 40000.0, ag::TensorOptions(ag::kFloat16).device(dev));
+  DetectAnomalyGuard guard;
+  const Anomaly a = anomaly_of([&] { (x * 1.0 + x * 1.0).backward(seed); });
+  CHECK(a.sum);
+  CHECK(a.backward);
+  CHECK(a.op == "AccumulateGrad");
+  CHECK(a.inf == 2);
+  CHECK_THAT(a.message(), Catch::StartsWith("anomaly detected: a leaf's accumulated gradient (node 4 of the backward)"));
+}
+
+// A broadcast input's gradient overflows in its float16 reduction, not in the formula: the
+// magnitude is the reduced one.
+void broadcast_overflow(ag::Device dev) {
+  ag::Tensor x = ag::full({1000, 3}, 1.0, ag::TensorOptions(ag::kFloat16).device(dev));
+  ag::Tensor b = on(dev, {1.0, 2.0, 3.0}, ag::kFloat16).requires_grad_();
+  const ag::Tensor seed = ag::full({1000, 3}, 100.0, ag::TensorOptions(ag::kFloat16).device(dev));
+  DetectAnomalyGuard guard;
+  const Anomaly a = anomaly_of([&] { (x + b).backward(seed); });
+  CHECK(a.op == "add");
+  CHECK(a.input == 1);
+  CHECK(a.inf == 3);
+  REQUIRE(a.recomputed);
+  CHECK(a.wide_max_abs == 100000.0);
+}
+
+// An op with several outputs: its outputs' nodes pass a marker (the forward's values) on, which
+// is not a gradient and is not checked; the forward's inf is left alone with check_forward off.
+void several_outputs(ag::Device dev) {
+  ag::Tensor x = on(dev, {INFINITY, 1.0, 2.0, 3.0}, ag::kFloat32).reshape({2, 2});
+  x.requires_grad_();
+  DetectAnomalyGuard guard(/*check_nan=*/true, /*check_forward=*/false);
+  std::vector<ag::Tensor> parts = ag::unbind(x, 0);
+  CHECK_NOTHROW((parts[1] * 2.0).sum().backward());
+  CHECK(x.grad().to_vector<double>() == std::vector<double>{0.0, 0.0, 2.0, 2.0});
+}
+
 }  // namespace
 
 TEST_CASE("anomaly detection: the first op whose output overflows, forward and backward, on the cpu",
@@ -197,6 +248,14 @@ TEST_CASE("anomaly detection: the first op whose output overflows, forward and b
   SECTION("float16 autocast with too large a loss scale") { scaled_amp_overflow(cpu); }
   SECTION("clean steps are unchanged; steps after an anomaly run") { clean_steps(cpu); }
   SECTION("the seed, check_nan = false, no guard") { seed_and_off(cpu); }
+  SECTION("a leaf as the root") { leaf_root(cpu); }
+  SECTION("gradients that overflow where they are summed") { summed_overflow(cpu); }
+  SECTION("a broadcast input's gradient") { broadcast_overflow(cpu); }
+  SECTION("an op with several outputs") { several_outputs(cpu); }
+  SECTION("positions after a backward's anomaly") {
+    backward_overflow(cpu);
+    forward_overflow(cpu);
+  }
 }
 
 TEST_CASE("anomaly detection on cuda: device flags, read where the forward and the backward end",
@@ -209,6 +268,14 @@ TEST_CASE("anomaly detection on cuda: device flags, read where the forward and t
   SECTION("float16 autocast with too large a loss scale") { scaled_amp_overflow(cuda); }
   SECTION("clean steps are unchanged; steps after an anomaly run") { clean_steps(cuda); }
   SECTION("the seed, check_nan = false, no guard") { seed_and_off(cuda); }
+  SECTION("a leaf as the root") { leaf_root(cuda); }
+  SECTION("gradients that overflow where they are summed") { summed_overflow(cuda); }
+  SECTION("a broadcast input's gradient") { broadcast_overflow(cuda); }
+  SECTION("an op with several outputs") { several_outputs(cuda); }
+  SECTION("positions after a backward's anomaly") {
+    backward_overflow(cuda);
+    forward_overflow(cuda);
+  }
   SECTION("a forward with no backward: check() reads the flags") {
     ag::Tensor x = on(cuda, {1.0, 1e30}, ag::kFloat32);
     DetectAnomalyGuard guard;

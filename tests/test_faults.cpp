@@ -83,7 +83,7 @@ Values snapshot(ag::nn::Module& model, const ag::optim::Optimizer& opt, const ag
 enum Phase { kForward, kBackward, kScalerStep, kScalerUpdate, kPhases };
 const char* const kPhaseNames[] = {"forward", "backward", "scaler.step", "scaler.update"};
 
-void failed_steps_change_nothing(ag::Device dev, bool warm, bool adam) {
+void failed_steps_change_nothing(ag::Device dev, bool warm, bool adam, bool two_groups = false) {
   ag::manual_seed(fresh_seed());
   auto model = std::make_shared<ag::nn::Sequential>();
   model->push_back(std::make_shared<ag::nn::Linear>(12, 16));
@@ -91,8 +91,17 @@ void failed_steps_change_nothing(ag::Device dev, bool warm, bool adam) {
   model->push_back(std::make_shared<ag::nn::Linear>(16, 4));
   model->to(dev);
   std::unique_ptr<ag::optim::Optimizer> opt;
-  if (adam) opt = std::make_unique<ag::optim::AdamW>(model->parameters(), ag::optim::AdamWOptions(1e-2));
-  else opt = std::make_unique<ag::optim::SGD>(model->parameters(), ag::optim::SGDOptions(0.05).momentum(0.9));
+  if (two_groups) {
+    // Each layer a group of its own: every group is planned before any is stepped.
+    std::vector<ag::Tensor> all = model->parameters();
+    std::vector<std::vector<ag::Tensor>> groups{{all[0], all[1]}, {all[2], all[3]}};
+    opt = std::make_unique<ag::optim::SGD>(groups, ag::optim::SGDOptions(0.05).momentum(0.9),
+                                           std::vector<double>{0.05, 0.02});
+  } else if (adam) {
+    opt = std::make_unique<ag::optim::AdamW>(model->parameters(), ag::optim::AdamWOptions(1e-2));
+  } else {
+    opt = std::make_unique<ag::optim::SGD>(model->parameters(), ag::optim::SGDOptions(0.05).momentum(0.9));
+  }
   ag::amp::GradScaler scaler(ag::amp::GradScalerOptions().init_scale(1024));
   const int64_t batch = 32;
   ag::Tensor x = ag::randn({batch, 12}, ag::TensorOptions().device(dev));
@@ -186,6 +195,7 @@ TEST_CASE("faults: out of memory at any allocation of an AMP step leaves paramet
   SECTION("SGD with momentum, a later step") { failed_steps_change_nothing(cpu, true, false); }
   SECTION("AdamW, its first step") { failed_steps_change_nothing(cpu, false, true); }
   SECTION("AdamW, a later step") { failed_steps_change_nothing(cpu, true, true); }
+  SECTION("SGD with two parameter groups, its first step") { failed_steps_change_nothing(cpu, false, false, true); }
 }
 
 TEST_CASE("faults: out of memory at any allocation of an AMP step leaves parameters, optimizer and scaler as they "
@@ -197,4 +207,5 @@ TEST_CASE("faults: out of memory at any allocation of an AMP step leaves paramet
   SECTION("SGD with momentum, a later step") { failed_steps_change_nothing(cuda, true, false); }
   SECTION("AdamW, its first step") { failed_steps_change_nothing(cuda, false, true); }
   SECTION("AdamW, a later step") { failed_steps_change_nothing(cuda, true, true); }
+  SECTION("SGD with two parameter groups, its first step") { failed_steps_change_nothing(cuda, false, false, true); }
 }
