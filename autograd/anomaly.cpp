@@ -17,8 +17,10 @@ namespace {
 // A check whose flags are read later (CUDA): what the anomaly is, if it is found there.
 struct Site {
   Anomaly a;
-  std::shared_ptr<Node> node;  // backward: the node (its saved tensors kept until the backward ends)
-  Tensor grad;                 // the gradient it ran on
+  // Backward: the node, alive (with its saved tensors) until the backward ends, which reads or
+  // drops every check it made (anomaly_end_backward, anomaly_backward_done).
+  FunctionNode* node = nullptr;
+  Tensor grad;  // the gradient it ran on
 };
 
 struct State {
@@ -89,15 +91,14 @@ void recompute(Anomaly& a, FunctionNode& node, const Tensor& grad) {
   }
 }
 
-[[noreturn]] void raise(Anomaly a, const std::shared_ptr<Node>& node, const Tensor& grad) {
-  auto* f = dynamic_cast<FunctionNode*>(node.get());
-  if (f != nullptr && f->part == FunctionNode::Part::whole) recompute(a, *f, grad);
+[[noreturn]] void raise(Anomaly a, FunctionNode* node, const Tensor& grad) {
+  if (node != nullptr && node->part == FunctionNode::Part::whole) recompute(a, *node, grad);
   t_state.ops = 0;  // the forward or backward it ends is over: the next forward counts from 1
   throw AnomalyError(std::move(a));
 }
 
 // Checks `t` for the anomaly `a`: at once on the CPU, else later (read_flags).
-void check(const Tensor& t, Anomaly a, std::shared_ptr<Node> node, const Tensor& grad) {
+void check(const Tensor& t, Anomaly a, FunctionNode* node, const Tensor& grad) {
   // A captured graph holds no checks: their kernels would replay, and the read synchronizes.
   if (graph_capturing(t.device())) return;
   Busy busy;
@@ -117,7 +118,7 @@ void check(const Tensor& t, Anomaly a, std::shared_ptr<Node> node, const Tensor&
     p[0] = p[1] = p[2] = 0;
     raise(std::move(a), node, grad);
   }
-  t_state.sites.push_back({std::move(a), std::move(node), grad});
+  t_state.sites.push_back({std::move(a), node, grad});
   kernel::anomaly_check(x.device(), x, f, static_cast<int64_t>(t_state.sites.size()));
 }
 
@@ -227,7 +228,7 @@ void anomaly_check_output(std::string_view op, int64_t position, const Tensor& o
   Anomaly a;
   a.op = std::string(op);
   a.position = position;
-  check(out, std::move(a), {}, Tensor());
+  check(out, std::move(a), nullptr, Tensor());
 }
 
 bool anomaly_begin_backward(const Tensor& seed) {
@@ -239,7 +240,7 @@ bool anomaly_begin_backward(const Tensor& seed) {
     Anomaly a;
     a.op = "backward()";
     a.backward = true;
-    check(seed, std::move(a), {}, Tensor());  // may raise (the CPU): before the count below
+    check(seed, std::move(a), nullptr, Tensor());  // may raise (the CPU): before the count below
   }
   ++t_state.backwards;  // until anomaly_backward_done
   return true;
@@ -248,7 +249,6 @@ bool anomaly_begin_backward(const Tensor& seed) {
 void anomaly_check_gradients(FunctionNode& node, const Tensor& grad, const std::vector<Tensor>& grads) {
   if (!active() || node.part == FunctionNode::Part::output) return;  // a marker, not a gradient
   const int64_t n = ++t_state.nodes;
-  const std::shared_ptr<Node> self = node.weak_from_this().lock();
   for (size_t i = 0; i < grads.size(); ++i) {
     const Tensor& g = grads[i];
     if (!g.defined() || !is_floating(g.dtype()) || g.numel() == 0) continue;
@@ -258,7 +258,7 @@ void anomaly_check_gradients(FunctionNode& node, const Tensor& grad, const std::
     a.position = node.forward_position;
     a.node = n;
     a.input = static_cast<int64_t>(i);
-    check(g, std::move(a), self, grad);
+    check(g, std::move(a), &node, grad);
   }
 }
 
@@ -288,7 +288,7 @@ void anomaly_check_sum(Node& node, const Tensor& sum) {
   a.sum = true;
   a.position = node.forward_position;
   a.node = t_state.nodes + 1;
-  check(sum, std::move(a), {}, Tensor());
+  check(sum, std::move(a), nullptr, Tensor());
 }
 
 AnomalyQuiet::AnomalyQuiet() : prev_(t_state.busy) { t_state.busy = true; }

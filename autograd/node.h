@@ -50,7 +50,7 @@ using Grads = std::vector<Tensor>;
 // (an undefined Tensor where an input gets none).
 using BackwardFn = std::function<Grads(const Tensor& grad, const std::vector<Tensor>& saved)>;
 
-class Node : public std::enable_shared_from_this<Node> {
+class Node {
  public:
   virtual ~Node() = default;
   virtual std::string_view name() const = 0;
