@@ -41,11 +41,10 @@ thread_local State t_state;
 
 bool active() { return t_state.guards > 0 && t_state.check && !t_state.busy; }
 
+// The checks' own ops: neither counted nor checked, and not recorded.
 struct Busy {
-  bool prev = t_state.busy;
+  detail::AnomalyQuiet quiet;
   NoGradGuard no_grad;
-  Busy() { t_state.busy = true; }
-  ~Busy() { t_state.busy = prev; }
 };
 
 // A backward that ended by an exception left checks nobody will read: their flags are cleared
@@ -97,8 +96,10 @@ void recompute(Anomaly& a, FunctionNode& node, const Tensor& grad) {
   throw AnomalyError(std::move(a));
 }
 
-// Checks `t` for the anomaly `a`: at once on the CPU, else later (read_flags).
+// Checks `t` (if floating and not empty) for the anomaly `a`: at once on the CPU, else later
+// (read_flags).
 void check(const Tensor& t, Anomaly a, FunctionNode* node, const Tensor& grad) {
+  if (!is_floating(t.dtype()) || t.numel() == 0) return;
   // A captured graph holds no checks: their kernels would replay, and the read synchronizes.
   if (graph_capturing(t.device())) return;
   Busy busy;
@@ -224,7 +225,7 @@ int64_t anomaly_begin_op() {
 int64_t anomaly_position() { return active() ? t_state.current : 0; }
 
 void anomaly_check_output(std::string_view op, int64_t position, const Tensor& out) {
-  if (!active() || !t_state.forward || !out.defined() || !is_floating(out.dtype()) || out.numel() == 0) return;
+  if (!active() || !t_state.forward || !out.defined()) return;
   Anomaly a;
   a.op = std::string(op);
   a.position = position;
@@ -236,12 +237,10 @@ bool anomaly_begin_backward(const Tensor& seed) {
   read_flags();  // the forward's
   t_state.nodes = 0;
   t_state.ended = false;
-  if (is_floating(seed.dtype()) && seed.numel() > 0) {
-    Anomaly a;
-    a.op = "backward()";
-    a.backward = true;
-    check(seed, std::move(a), nullptr, Tensor());  // may raise (the CPU): before the count below
-  }
+  Anomaly a;
+  a.op = "backward()";
+  a.backward = true;
+  check(seed, std::move(a), nullptr, Tensor());  // may raise (the CPU): before the count below
   ++t_state.backwards;  // until anomaly_backward_done
   return true;
 }
@@ -251,7 +250,7 @@ void anomaly_check_gradients(FunctionNode& node, const Tensor& grad, const std::
   const int64_t n = ++t_state.nodes;
   for (size_t i = 0; i < grads.size(); ++i) {
     const Tensor& g = grads[i];
-    if (!g.defined() || !is_floating(g.dtype()) || g.numel() == 0) continue;
+    if (!g.defined()) continue;
     Anomaly a;
     a.op = std::string(node.name());
     a.backward = true;
@@ -281,7 +280,7 @@ void anomaly_backward_done() noexcept {
 }
 
 void anomaly_check_sum(Node& node, const Tensor& sum) {
-  if (!active() || !is_floating(sum.dtype()) || sum.numel() == 0) return;
+  if (!active()) return;
   Anomaly a;
   a.op = std::string(node.name());
   a.backward = true;

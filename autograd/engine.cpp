@@ -2,6 +2,7 @@
 #include <optional>
 #include <queue>
 #include <unordered_map>
+#include <unordered_set>
 
 #include <ampgrad/amp/autocast.h>
 #include <ampgrad/autograd/anomaly.h>
@@ -111,7 +112,7 @@ void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph) {
       if (anomaly) detail::anomaly_backward_done();
     }
   } kept{anomaly, anomaly && root.device().type != DeviceType::CPU, {}};
-  std::unordered_map<Node*, bool> summed;  // anomaly detection: nodes whose gradient is a sum
+  std::unordered_set<Node*> summed;  // anomaly detection: nodes whose gradient is a sum
 
   // Count, for each node, how many edges lead into it from nodes reachable from the root.
   std::unordered_map<Node*, int> deps;
@@ -162,7 +163,7 @@ void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph) {
         if (!inserted) {
           if (slot->second.defined()) {
             child->accumulate_incoming(slot->second, outs[i]);
-            if (anomaly) [[unlikely]] summed[child] = true;
+            if (anomaly) [[unlikely]] summed.insert(child);
           } else {
             slot->second = std::move(outs[i]);
           }

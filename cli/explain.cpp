@@ -30,9 +30,10 @@ struct ExplainArgs {
 
 // --anomaly: which op's gradient overflowed first, and whose gradients it reached.
 struct Overflow {
-  bool ran = false;  // the step overflowed, so it was run again under DetectAnomalyGuard
+  // Parameters whose gradient holds inf or NaN: when there are any, the step ran again under
+  // DetectAnomalyGuard, and `found` is what it raised.
+  std::vector<std::string> reached;
   std::optional<autograd::Anomaly> found;
-  std::vector<std::string> reached;  // parameters whose gradient holds inf or NaN
 };
 
 struct NamedHealth {
@@ -43,7 +44,7 @@ struct NamedHealth {
 
 void print_overflow(const Overflow& o, double scale) {
   std::printf("\n4. Which op overflowed (--anomaly)\n\n");
-  if (!o.ran) {
+  if (o.reached.empty()) {
     std::printf("   No gradient held inf or NaN: the scaler took the step and there is no overflow to trace.\n"
                 "   (A larger --init-scale, such as 1e7, makes one.)\n");
     return;
@@ -52,7 +53,7 @@ void print_overflow(const Overflow& o, double scale) {
   for (const std::string& n : o.reached) reached += (reached.empty() ? "" : ", ") + n;
   if (!o.found) {
     std::printf("   The step ran again under autograd::DetectAnomalyGuard, and no op's output or gradient held inf\n"
-                "   or NaN: the overflow arose where gradients were summed into %s.\n",
+                "   or NaN this time (the gradients of %s did in the step shown).\n",
                 reached.c_str());
     return;
   }
@@ -155,7 +156,6 @@ void run_explain(const ExplainArgs& a) {
       if (h.nonfinite) overflow.reached.push_back(name);
   }
   if (!overflow.reached.empty()) {
-    overflow.ran = true;
     std::vector<Tensor> grads;
     for (auto& [n, p] : named) {
       grads.push_back(p.grad());
@@ -205,7 +205,7 @@ void run_explain(const ExplainArgs& a) {
                                   {"nonfinite", h.nonfinite}});
     if (!a.inject_inf.empty()) out["injected_inf"] = a.inject_inf;
     if (a.anomaly) {
-      nlohmann::json an = {{"overflowed", overflow.ran}, {"reached", overflow.reached}};
+      nlohmann::json an = {{"overflowed", !overflow.reached.empty()}, {"reached", overflow.reached}};
       if (const auto& f = overflow.found) {
         an["op"] = f->op;
         an["backward"] = f->backward;

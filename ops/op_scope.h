@@ -19,19 +19,12 @@ class OpScope {
   // `inputs` are the op's local copies of its tensor arguments; the policy may replace them.
   template <class... Ts>
   OpScope(const OpInfo& op, Ts&... inputs) : op_(op), current_(op.name) {
-    if (op.duplicate) [[unlikely]] refuse_duplicate();
-    remember_inputs({&inputs...});
-    if (autograd::detail::anomaly_guarded() && depth_.outermost) [[unlikely]] position_ = autograd::detail::anomaly_begin_op();
-    if (depth_.outermost && amp::detail::policy_active()) {
-      std::array<Tensor*, sizeof...(Ts)> ptrs{&inputs...};
-      begin(ptrs.data(), ptrs.size());
-    }
+    std::array<Tensor*, sizeof...(Ts)> ptrs{&inputs...};
+    enter(ptrs.size(), [&](size_t i) { return ptrs[i]; });
+    if (depth_.outermost && amp::detail::policy_active()) begin(ptrs.data(), ptrs.size());
   }
   OpScope(const OpInfo& op, std::vector<Tensor>& inputs) : op_(op), current_(op.name) {
-    if (op.duplicate) [[unlikely]] refuse_duplicate();
-    for (size_t i = 0; i < inputs.size() && i < kNamedInputs; ++i) inputs_[n_inputs_++] = &inputs[i];
-    current_.set_inputs(inputs_, n_inputs_);
-    if (autograd::detail::anomaly_guarded() && depth_.outermost) [[unlikely]] position_ = autograd::detail::anomaly_begin_op();
+    enter(inputs.size(), [&](size_t i) { return &inputs[i]; });
     if (depth_.outermost && amp::detail::policy_active()) {
       std::vector<Tensor*> ptrs;
       for (Tensor& t : inputs) ptrs.push_back(&t);
@@ -62,10 +55,14 @@ class OpScope {
  private:
   // The first kNamedInputs tensor arguments, named by errors found later (CurrentOp::inputs).
   static constexpr size_t kNamedInputs = 6;
-  void remember_inputs(std::initializer_list<const Tensor*> ts) {
-    for (const Tensor* t : ts)
-      if (n_inputs_ < kNamedInputs) inputs_[n_inputs_++] = t;
+  // What both constructors do first: refuse a duplicate record, remember the first inputs
+  // (input(i) for i < n), and under anomaly detection number an outermost op.
+  template <class Input> void enter(size_t n, Input&& input) {
+    if (op_.duplicate) [[unlikely]] refuse_duplicate();
+    for (size_t i = 0; i < n && i < kNamedInputs; ++i) inputs_[n_inputs_++] = input(i);
     current_.set_inputs(inputs_, n_inputs_);
+    if (autograd::detail::anomaly_guarded() && depth_.outermost) [[unlikely]]
+      position_ = autograd::detail::anomaly_begin_op();
   }
   void begin(Tensor* const* inputs, size_t n) {
     if (amp::detail::tracing()) record_.emplace();

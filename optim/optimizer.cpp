@@ -95,8 +95,8 @@ Tensor Optimizer::master_of(const Tensor& param) const {
 // allocates is therefore allocated, and every group's options checked, before anything is
 // written: every group's lists and its lazily created state, which is stored only once all of
 // it exists; then the fused kernels run (they allocate nothing). GradScaler makes what its
-// step and update need before the optimizer's step too. A failure before them changes nothing; tests/test_faults.cpp fails
-// each allocation of a step in turn.
+// step and update need before the optimizer's step too. A failure before the kernels changes
+// nothing; tests/test_faults.cpp fails each allocation of a step in turn.
 void Optimizer::step_gated(const Tensor& found_inf, const Tensor& inv_scale, const ScaleUpdate* update,
                            bool check_grads) {
   AG_INTERNAL_ASSERT(!update || groups_.size() == 1, "optimizer: a folded scale update needs one parameter group");
@@ -108,6 +108,7 @@ void Optimizer::step_gated(const Tensor& found_inf, const Tensor& inv_scale, con
     std::vector<size_t> idx;
   };
   std::vector<Planned> plan;
+  plan.reserve(groups_.size());
   std::vector<FreshState> fresh;
   for (const Group& g : groups_) check_group(g);
   for (Group& g : groups_) {
