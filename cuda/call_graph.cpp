@@ -342,21 +342,53 @@ void submit_all_locked(Table& t) {
 }
 
 // Note [Kernel graphs] (the backlog probe): every kProbeLaunches-th kernel launch records an
-// event in a ring of kProbeEvents; before it does, it asks whether the event it overwrites,
-// recorded kProbeLaunches * kProbeEvents launches ago, has completed. If not, the device is
-// that far behind the host and launches go directly until the next probe.
-// The event looked at was recorded 128 launches ago, twice kMaxHeldCalls: a batch of held calls
-// reaches the device at once, and with a horizon shorter than a batch the probe found the
-// device behind on each batch's work alone, so calls went directly, at moments that varied
-// from step to step, and the batches' sequences did not repeat (Note [Launch batches]).
+// event in a ring of kProbeEvents, after asking whether an event recorded earlier has
+// completed. The device counts as behind once the event recorded 512 launches ago has not (it
+// has that much work queued ahead of the host), and as caught up again once the one recorded
+// 128 launches ago has; while behind, launches go directly.
+// Why two horizons, and why these: a batch of held calls reaches the device at once, so a
+// horizon shorter than a batch (32 launches, once) found the device behind on each batch's own
+// work. With one horizon of 128 launches, a step near the balance of host and device (the
+// LSTMCell loop of `ampgrad bench step`, ~1800 small launches a step) flipped between the two
+// modes many times a step: direct launches made the host slower, the device caught up, held
+// calls resumed, and every flip cut the held sequences at a new place. Measured on the H200 in
+// one call, in turns, ms/step against one horizon of 128 (docs/benchmarks.md, "The backlog
+// probe"): the LSTMCell loop 8.5-10.2 against 11.9-12.4 (fp32) and 5.6-9.4 against 9.9-10.0
+// (AMP), the Fashion-MNIST CNN's eager step 0.652 against 0.688 (fp32) and 0.511 against 0.564
+// (AMP), the MLP and 4x Linear(4096) rows unchanged. AMPGRAD_PROBE_ENTER and
+// AMPGRAD_PROBE_EXIT set the two horizons, in launches, to measure others: rounded down to a
+// multiple of 16, from 16 to 1024 (others are ignored), the exit horizon at most the enter one.
 constexpr int kProbeLaunches = 16;
-constexpr int kProbeEvents = 8;
-static_assert(kProbeLaunches * kProbeEvents >= 2 * kMaxHeldCalls);
+constexpr int kProbeEvents = 64;  // the ring: horizons of up to 1024 launches
+constexpr int kEnterProbes = 32, kExitProbes = 8;  // the horizons' defaults: 512 and 128 launches
+static_assert(kProbeLaunches * kExitProbes >= 2 * kMaxHeldCalls && kExitProbes <= kEnterProbes &&
+              kEnterProbes <= kProbeEvents);
+
+// The two horizons (above), in probes of kProbeLaunches launches each.
+struct Horizons {
+  int enter = kEnterProbes, exit = kExitProbes;
+  Horizons() {
+    auto read = [](const char* name, int& v) {
+      const char* e = std::getenv(name);
+      if (!e) return;
+      const int launches = std::atoi(e);
+      if (launches >= kProbeLaunches && launches <= kProbeLaunches * kProbeEvents) v = launches / kProbeLaunches;
+    };
+    read("AMPGRAD_PROBE_ENTER", enter);
+    read("AMPGRAD_PROBE_EXIT", exit);
+    if (exit > enter) exit = enter;
+  }
+};
+const Horizons& horizons() {
+  static const Horizons h;
+  return h;
+}
 
 struct Backlog {
   std::mutex mu;
   int launches = 0;
-  int next = 0;
+  int next = 0;      // the ring's slot the next probe records into
+  int recorded = 0;  // events recorded since the stream was set, up to kProbeEvents
   std::atomic<bool> behind{false};  // read without the lock by kernels_as_graphs_now
   cudaStream_t stream = nullptr;
   cudaEvent_t events[kProbeEvents] = {};
@@ -380,6 +412,7 @@ bool device_behind(int device, cudaStream_t stream) {
     }
     b.stream = stream;
     b.next = 0;
+    b.recorded = 0;
     b.behind = false;
   }
   // A capture ampgrad does not know of (another device's CudaGraph in global mode, say): no
@@ -389,18 +422,23 @@ bool device_behind(int device, cudaStream_t stream) {
     (void)cudaGetLastError();
     return b.behind = true;
   }
-  cudaEvent_t& e = b.events[b.next];
-  if (e) {
-    const cudaError_t q = cudaEventQuery(e);
+  const Horizons& hz = horizons();
+  const int ago = b.behind ? hz.exit : hz.enter;
+  if (b.recorded >= ago) {
+    cudaEvent_t old = b.events[(b.next - ago + kProbeEvents) % kProbeEvents];
+    const cudaError_t q = cudaEventQuery(old);
     b.behind = q == cudaErrorNotReady;
     if (q != cudaSuccess && q != cudaErrorNotReady) (void)cudaGetLastError();  // reported by the launch
-  } else if (cudaEventCreateWithFlags(&e, cudaEventDisableTiming) != cudaSuccess) {
+  }
+  cudaEvent_t& e = b.events[b.next];
+  if (!e && cudaEventCreateWithFlags(&e, cudaEventDisableTiming) != cudaSuccess) {
     (void)cudaGetLastError();
     e = nullptr;
     return b.behind;
   }
   if (cudaEventRecord(e, stream) != cudaSuccess) (void)cudaGetLastError();
   b.next = (b.next + 1) % kProbeEvents;
+  if (b.recorded < kProbeEvents) ++b.recorded;
   return b.behind;
 }
 

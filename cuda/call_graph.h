@@ -92,11 +92,12 @@ namespace ampgrad::cuda {
 // behind, holding would only delay its work (and kernels launched directly would submit the
 // held calls every few calls anyway). A kernel's launch probes the backlog in
 // launch_kernels_as_graphs(); a library call probes it in run_call, so that a loop of GEMMs
-// alone does not hold calls on an old answer. The probe's event sees only submitted work, and
-// is the one recorded 128 launches before, twice the largest batch: a batch's work reaching the
-// device at once is not a backlog. (With 32 it was: the LSTMCell loop of `ampgrad bench step`
-// went direct at moments that moved from step to step, so its batches never repeated, and a
-// third of its host time was the graphs of held calls launched one by one.)
+// alone does not hold calls on an old answer. The probe's events see only submitted work, and
+// its horizons (512 launches to count as behind, 128 to count as caught up) are longer than
+// the largest batch: a batch's work reaching the device at once is not a backlog. (With 32 it
+// was: the LSTMCell loop of `ampgrad bench step` went direct at moments that moved from step to
+// step, so its batches never repeated, and a third of its host time was the graphs of held
+// calls launched one by one.)
 // set_launch_batches(false) or AMPGRAD_LAUNCH_BATCHES=0 launches every graph at once.
 
 // Everything that determines what a call enqueues, as 64-bit words: a GEMM's few dozen, a
