@@ -14,8 +14,8 @@ namespace ampgrad::cuda {
 // Note [Device-side errors]
 // An index or target lives on the device, so the op cannot validate it on the host without a
 // synchronizing copy, and PyTorch's answer, an assertion in the kernel, poisons the whole CUDA
-// context. ampgrad's kernels that read indices (index_select, index_add, index_copy, gather,
-// scatter_add, index_put through them, nll_loss, cross_entropy) keep every access in bounds
+// context. ampgrad's kernels that read indices (index_select, embedding, index_add, index_copy,
+// gather, scatter_add, index_put through them, nll_loss, cross_entropy) keep every access in bounds
 // (an out-of-range index reads 0 or is skipped) and record the first violation in the
 // device's DeviceErrorRecord: which call (a site: the op, what it checks, the shapes), the
 // value, its position in the index tensor and the range it must be in. The record lives in

@@ -40,6 +40,7 @@ using ampgrad::conv_transpose2d;
 using ampgrad::conv_transpose3d;
 using ampgrad::cross_entropy;
 using ampgrad::dropout;
+using ampgrad::embedding;
 using ampgrad::gelu;
 using ampgrad::layer_norm;
 using ampgrad::linear;

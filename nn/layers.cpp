@@ -36,6 +36,37 @@ Tensor AvgPool2d::forward(const Tensor& x) { return avg_pool2d(x, kernel_, strid
 Tensor AdaptiveAvgPool2d::forward(const Tensor& x) { return adaptive_avg_pool2d(x, out_); }
 Tensor ReLU::forward(const Tensor& x) { return relu(x); }
 
+Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim, EmbeddingOptions o)
+    : Module("Embedding"), opts_(o) {
+  AG_CHECK(num_embeddings > 0 && embedding_dim >= 0,
+           "Embedding: num_embeddings must be positive and embedding_dim non-negative, got {} and {}", num_embeddings,
+           embedding_dim);
+  if (o.padding_idx) {
+    AG_CHECK(*o.padding_idx >= -num_embeddings && *o.padding_idx < num_embeddings,
+             "Embedding: padding_idx {} must be within [-{}, {})", *o.padding_idx, num_embeddings, num_embeddings);
+    if (*o.padding_idx < 0) opts_.padding_idx = *o.padding_idx + num_embeddings;
+  }
+  Tensor w = randn({num_embeddings, embedding_dim}, o.options);
+  if (opts_.padding_idx) w.select(0, *opts_.padding_idx).fill_(0);
+  weight = register_parameter("weight", w);
+}
+
+std::shared_ptr<Embedding> Embedding::from_pretrained(const Tensor& embeddings, bool freeze, EmbeddingOptions o) {
+  AG_CHECK(embeddings.defined() && embeddings.dim() == 2,
+           "Embedding.from_pretrained: embeddings must be 2-D [num_embeddings, embedding_dim], got {}",
+           embeddings.defined() ? embeddings.desc() : std::string("an undefined tensor"));
+  o.options = embeddings.options();
+  auto e = std::make_shared<Embedding>(embeddings.size(0), embeddings.size(1), o);
+  NoGradGuard no_grad;
+  e->weight.copy_(embeddings);
+  e->weight.requires_grad_(!freeze);
+  return e;
+}
+
+Tensor Embedding::forward(const Tensor& input) {
+  return embedding(input, weight, opts_.padding_idx, opts_.scale_grad_by_freq);
+}
+
 PReLU::PReLU(int64_t num_parameters, double init, TensorOptions o) : Module("PReLU") {
   AG_CHECK(num_parameters > 0, "PReLU: num_parameters must be positive, got {}", num_parameters);
   weight = register_parameter("weight", full({num_parameters}, init, o));

@@ -1,9 +1,11 @@
-// The layers: Linear, pooling, activations, Dropout, Flatten, BatchNorm2d, LayerNorm,
+// The layers: Linear, Embedding, pooling, activations, Dropout, Flatten, BatchNorm2d, LayerNorm,
 // GroupNorm (the losses are in nn/losses.h).
 // Each initializes its parameters as PyTorch's layer of the same name does.
 #pragma once
 
 #include <array>
+#include <memory>
+#include <optional>
 
 #include <ampgrad/nn/conv.h>  // Conv1d, Conv2d, Conv3d, ConvTranspose1d/2d/3d
 #include <ampgrad/nn/module.h>
@@ -20,6 +22,28 @@ class Linear : public Module {
   Linear(int64_t in_features, int64_t out_features, LinearOptions o = {});
   Tensor forward(const Tensor& x) override;
   Tensor weight, bias;
+};
+
+struct EmbeddingOptions {
+  std::optional<int64_t> padding_idx;  // its row starts at zero and gets no gradient
+  bool scale_grad_by_freq = false;     // each row's gradient divided by its index's count in the batch
+  TensorOptions options;               // dtype/device of the weight
+};
+
+// A table of num_embeddings vectors of embedding_dim, looked up by integer indices: weight
+// drawn from N(0, 1), the padding row zeroed, as torch.nn.Embedding (ops/embedding.cpp).
+class Embedding : public Module {
+ public:
+  Embedding(int64_t num_embeddings, int64_t embedding_dim, EmbeddingOptions o = {});
+  // A table holding `embeddings` [num_embeddings, embedding_dim] (copied), frozen (no gradient)
+  // unless freeze is false, as torch.nn.Embedding.from_pretrained.
+  static std::shared_ptr<Embedding> from_pretrained(const Tensor& embeddings, bool freeze = true,
+                                                    EmbeddingOptions o = {});
+  Tensor forward(const Tensor& input) override;
+  Tensor weight;
+
+ private:
+  EmbeddingOptions opts_;
 };
 
 // y = x1^T W x2 + b: weight [out, in1, in2] and bias [out] uniform in +-1/sqrt(in1), as

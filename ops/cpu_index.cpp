@@ -1,6 +1,9 @@
-// CPU reference kernels of index_copy, gather and scatter_add (the ops check every index
-// against its dim's size before these run).
+// CPU reference kernels of index_copy, gather, scatter_add and embedding (the ops check every
+// index against its dim's size before these run).
+#include <algorithm>
 #include <cstring>
+#include <numeric>
+#include <vector>
 
 #include <ampgrad/core/kernels.h>
 #include <ampgrad/ops/cpu_loop.h>
@@ -66,7 +69,53 @@ void scatter_add(const Tensor& out, const Tensor& index, const Tensor& src, int6
   });
 }
 
+void embedding(const Tensor& weight, const Tensor& index, const Tensor& out) {
+  const int64_t n = index.numel(), dim = weight.size(1);
+  const int64_t* idx = static_cast<const int64_t*>(index.data_ptr());
+  const size_t row = static_cast<size_t>(dim) * weight.element_size();
+  const char* pw = static_cast<const char*>(weight.data_ptr());
+  char* po = static_cast<char*>(out.data_ptr());
+  for (int64_t j = 0; j < n; ++j) std::memcpy(po + j * row, pw + idx[j] * row, row);
+}
+
+// Note [Embedding backward] in ops/embedding.cpp: positions stably sorted by index, each
+// index's rows summed in ascending position order, as cuda/embedding.cu does.
+void embedding_backward(const Tensor& grad, const Tensor& index, int64_t padding_idx, bool scale_grad_by_freq,
+                        const Tensor& out) {
+  const int64_t n = index.numel(), dim = grad.size(1), num = out.size(0);
+  const int64_t* idx = static_cast<const int64_t*>(index.data_ptr());
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  std::iota(order.begin(), order.end(), int64_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return idx[a] < idx[b]; });
+  visit_dtype(out.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    using A = acc_t<T>;
+    if constexpr (!std::is_floating_point_v<A>) {
+      AG_INTERNAL_ASSERT(false, "cpu embedding_backward on {}", dtype_name(out.dtype()));
+    } else {
+      const T* pg = static_cast<const T*>(grad.data_ptr());
+      T* po = static_cast<T*>(out.data_ptr());
+      std::vector<A> sum(static_cast<size_t>(dim));
+      for (int64_t begin = 0; begin < n;) {
+        const int64_t r = idx[order[begin]];
+        int64_t end = begin;
+        while (end < n && idx[order[end]] == r) ++end;
+        if (r != padding_idx && r >= 0 && r < num) {
+          std::fill(sum.begin(), sum.end(), A(0));
+          for (int64_t k = begin; k < end; ++k)
+            for (int64_t c = 0; c < dim; ++c) sum[c] += static_cast<A>(pg[order[k] * dim + c]);
+          const A scale = scale_grad_by_freq ? A(1) / static_cast<A>(end - begin) : A(1);
+          for (int64_t c = 0; c < dim; ++c) po[r * dim + c] = static_cast<T>(scale_grad_by_freq ? sum[c] * scale : sum[c]);
+        }
+        begin = end;
+      }
+    }
+  });
+}
+
 AG_REGISTER_KERNEL(kernel::check_index, kCPU, check_index);
+AG_REGISTER_KERNEL(kernel::embedding, kCPU, embedding);
+AG_REGISTER_KERNEL(kernel::embedding_backward, kCPU, embedding_backward);
 AG_REGISTER_KERNEL(kernel::index_copy, kCPU, index_copy);
 AG_REGISTER_KERNEL(kernel::gather, kCPU, gather);
 AG_REGISTER_KERNEL(kernel::scatter_add, kCPU, scatter_add);

@@ -63,6 +63,13 @@ Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight = Te
 // input of fewer than 2 dims has one channel) (ops/prelu.cpp).
 Tensor prelu(const Tensor& x, const Tensor& weight);
 
+// The rows of weight [num_embeddings, embedding_dim] picked by input (int64 or int32 indices,
+// any shape): input.shape() + [embedding_dim], as torch.nn.functional.embedding. padding_idx
+// (negative counts from the end) gets no gradient; scale_grad_by_freq divides each row's
+// gradient by its index's count in input. The backward is deterministic (ops/embedding.cpp).
+Tensor embedding(const Tensor& input, const Tensor& weight, std::optional<int64_t> padding_idx = std::nullopt,
+                 bool scale_grad_by_freq = false);
+
 // Zeroes each element with probability p and scales the rest by 1/(1-p) (training only).
 // Masks come from a counter-based hash, identical on the CPU and CUDA for the same seed.
 Tensor dropout(const Tensor& x, double p, bool training = true);

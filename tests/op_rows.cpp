@@ -350,6 +350,16 @@ const std::vector<Row>& rows() {
           [](const V& v) { return ag::index_select(v[0], 0, v[1]); }),
       row("index_select", "dim 1, repeated indices", {nrm({3, N}), In{{5}, indices(N)}},
           [](const V& v) { return v[0].index_select(1, v[1]); }),
+      // embedding (#27): repeated indices' rows summed in position order (Note [Embedding backward]).
+      row("embedding", "2-D input, repeated indices", {In{{3, 4}, indices(N)}, nrm({N, 5})},
+          [](const V& v) { return ag::embedding(v[0], v[1]); }),
+      row("embedding", "a transposed table", {In{{6}, indices(N)}, nrm({3, N})},
+          [](const V& v) { return ag::embedding(v[0], v[1].t()); }),
+      // The padding row: the last, appended, never picked (padding_idx's zero gradient is not
+      // the forward's derivative, nor is scale_grad_by_freq's scaled one: both are checked by
+      // value in test_nn.cpp, and against the CPU on CUDA).
+      row("embedding", "padding_idx -1", {In{{9}, indices(N)}, nrm({N, 3}), nrm({1, 3})},
+          [](const V& v) { return ag::embedding(v[0], ag::cat({v[1], v[2]}, 0), -1); }),
 
       // ---- Matrix products (sums of n products) --------------------------------------------------
       // Values in [-1, 1): sums of n products stay near sqrt(n) / 3, which the CUDA check's

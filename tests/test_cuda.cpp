@@ -487,6 +487,8 @@ TEST_CASE("cuda: an index or target out of range is raised at the next synchroni
        "scatter_add: index 7 is out of range [0, 5) at position 3 of the index"},
       {"index_put", [&](bool b) { return ag::index_put(x, {b ? ints({0, 9}, {2}) : ints({0, -5}, {2})}, src.narrow(0, 0, 2)); },
        "index_put: index 9 is out of range [-5, 5) at position 1 of the index (inputs [5, 3], [2, 3], [2];"},
+      {"embedding", [&](bool b) { return ag::embedding(b ? bad : good, x); },
+       "embedding: index 7 is out of range [0, 5) at position 1 of the index (inputs [3], [5, 3];"},
       {"cross_entropy", [&](bool b) { return ag::cross_entropy(logits, b ? bad_t : good_t); },
        "cross_entropy: target 12 is out of range [0, 10) at position 1 of the target (inputs [4, 10], [4];"},
       {"nll_loss", [&](bool b) { return ag::nll_loss(ag::log_softmax(logits, 1), b ? bad_t : good_t); },

@@ -580,6 +580,86 @@ TEST_CASE("nn: edge cases of the new ops, as PyTorch's", "[nn][loss][edge]") {
   CHECK(std::isnan(ag::grid_sample(image, nan_grid).item<float>()));
 }
 
+TEST_CASE("nn: Embedding looks rows up as PyTorch's, with padding_idx, scale_grad_by_freq and from_pretrained",
+          "[nn][embedding]") {
+  ag::manual_seed(fresh_seed());
+  // Initialized from N(0, 1), the padding row (negative: from the end) zeroed.
+  ag::nn::EmbeddingOptions pad;
+  pad.padding_idx = -2;
+  ag::nn::Embedding big(500, 16, pad);
+  const std::vector<double> w = big.weight.to_vector<double>();
+  double mean = 0, sq = 0;
+  for (double v : w) mean += v / static_cast<double>(w.size());
+  for (double v : w) sq += (v - mean) * (v - mean) / static_cast<double>(w.size());
+  CHECK(std::abs(mean) < 0.05);
+  CHECK(std::abs(std::sqrt(sq) - 1) < 0.05);
+  for (int c = 0; c < 16; ++c) CHECK(w[498 * 16 + c] == 0);
+  CHECK(big.weight.requires_grad());
+  CHECK(big.state_dict().count("weight") == 1);
+
+  // Rows picked by a 2-D input; the gradient sums repeats, skips the padding row, and with
+  // scale_grad_by_freq divides each row by its count.
+  const ag::Tensor table = ag::tensor({1.f, 2.f, 3.f, 4.f, 5.f, 6.f, 7.f, 8.f}, {4, 2});
+  const ag::Tensor idx = ag::tensor(std::vector<int64_t>{3, 1, 3, 0, 3, 1}, {2, 3});
+  for (bool scale : {false, true}) {
+    INFO("scale_grad_by_freq " << scale);
+    ag::nn::EmbeddingOptions o;
+    o.padding_idx = 0;
+    o.scale_grad_by_freq = scale;
+    auto e = ag::nn::Embedding::from_pretrained(table, /*freeze=*/false, o);
+    CHECK(e->weight.requires_grad());
+    const ag::Tensor y = (*e)(idx);
+    CHECK(y.shape() == ag::Shape{2, 3, 2});
+    check_close(y, {7, 8, 3, 4, 7, 8, 1, 2, 7, 8, 3, 4}, 0, 0);  // the padding row's values are used as they are
+    const ag::Tensor g = ag::tensor({1.f, 10.f, 2.f, 20.f, 3.f, 30.f, 4.f, 40.f, 5.f, 50.f, 6.f, 60.f}, {2, 3, 2});
+    y.backward(g);
+    // Row 3 at positions 0, 2, 4; row 1 at 1 and 5; row 0 (padding) at 3.
+    if (!scale) check_close(e->weight.grad(), {0, 0, 8, 80, 0, 0, 9, 90}, 0, 0);
+    else check_close(e->weight.grad(), {0, 0, 4, 40, 0, 0, 3, 30}, 1e-7, 1e-7);
+  }
+  // from_pretrained freezes by default, keeps the values and their dtype.
+  auto frozen = ag::nn::Embedding::from_pretrained(table.to(ag::kFloat64));
+  CHECK_FALSE(frozen->weight.requires_grad());
+  CHECK(frozen->weight.dtype() == ag::kFloat64);
+  check_close(frozen->weight, {1, 2, 3, 4, 5, 6, 7, 8}, 0, 0);
+  CHECK_FALSE((*frozen)(idx).requires_grad());
+
+  // Bad input names the op and what is wrong.
+  CHECK_THROWS_WITH(ag::embedding(ag::tensor(std::vector<int64_t>{0, 4}), table),
+                    Catch::Contains("embedding: index 4 is out of range [0, 4)") && Catch::Contains("position 1"));
+  CHECK_THROWS_WITH(ag::embedding(ag::tensor({0.f, 1.f}), table),
+                    Catch::StartsWith("embedding: input (the indices) must be int64 or int32, got float32 [2]"));
+  CHECK_THROWS_WITH(ag::embedding(idx, ag::ones({4})), Catch::StartsWith("embedding: weight must be 2-D"));
+  CHECK_THROWS_WITH(ag::embedding(idx, table, 4), Catch::StartsWith("embedding: padding_idx 4 must be within [-4, 4)"));
+  ag::nn::EmbeddingOptions bad_pad;
+  bad_pad.padding_idx = 10;
+  CHECK_THROWS_WITH(ag::nn::Embedding(4, 2, bad_pad), Catch::Contains("padding_idx 10"));
+  // int32 indices work as int64 ones.
+  check_close(ag::embedding(ag::tensor(std::vector<int64_t>{2, 0}).to(ag::kInt32), table), {5, 6, 1, 2}, 0, 0);
+}
+
+TEST_CASE("cuda: embedding's backward is deterministic and sums as the CPU does", "[cuda][embedding]") {
+  if (skip_without_cuda()) return;
+  ag::manual_seed(fresh_seed());
+  // A language model's batch: a few rows picked thousands of times (where atomic adds would land
+  // in a different order on every run).
+  const ag::Tensor idx = (ag::rand({64, 128}) * 6.0).to(ag::kInt64);
+  for (ag::DType dt : {ag::kFloat32, ag::kFloat16, ag::kBFloat16}) {
+    INFO(ag::dtype_name(dt));
+    const ag::Tensor table = ag::randn({50, 64}).to(dt), g = ag::randn({64, 128, 64}).to(dt);
+    auto grad_on = [&](ag::Device d, bool scale) {
+      const ag::Tensor w = table.to(d).detach().requires_grad_(true);  // a fresh leaf (to(kCPU) is table itself)
+      ag::embedding(idx.to(d), w, 3, scale).backward(g.to(d));
+      return w.grad().to(ag::kFloat64).to_vector<double>();
+    };
+    for (bool scale : {false, true}) {
+      const std::vector<double> a = grad_on(ag::Device(ag::kCUDA), scale), b = grad_on(ag::Device(ag::kCUDA), scale), cpu = grad_on(ag::kCPU, scale);
+      CHECK(a == b);  // bitwise, run to run
+      CHECK(a == cpu);  // the same sums in the same order, rounded once
+    }
+  }
+}
+
 TEST_CASE("nn: PReLU initializes as PyTorch's and learns its slope", "[nn][prelu]") {
   ag::nn::PReLU one, per_channel(3, 0.1);
   CHECK(one.weight.to_vector<float>() == std::vector<float>{0.25f});

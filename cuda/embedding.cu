@@ -1,0 +1,107 @@
+// CUDA embedding backward, deterministic: positions sorted by index (CUB's stable radix sort),
+// each index's rows of the gradient summed in position order (Note [Embedding backward] in
+// ops/embedding.cpp). The forward is index_select's gather (cuda/index.cu).
+#include <cub/device/device_radix_sort.cuh>
+
+#include <ampgrad/core/kernels.h>
+#include <ampgrad/cuda/common.cuh>
+#include <ampgrad/cuda/launch.cuh>
+
+namespace ampgrad::cuda {
+
+namespace {
+
+// keys[j] = index[j], or `num` for an index out of range (sorted last, then skipped: the
+// forward recorded it, Note [Device-side errors]); positions[j] = j.
+__global__ void embedding_keys_kernel(const int64_t* index, int64_t* keys, int64_t* positions, int64_t n,
+                                      int64_t num) {
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < n; j += step) {
+    const int64_t v = index[j];
+    keys[j] = v >= 0 && v < num ? v : num;
+    positions[j] = j;
+  }
+}
+
+// One thread per (sorted position i, column c), columns fastest: a position that starts a run
+// of equal keys sums, at column c, the gradient rows of the run's positions in order, and
+// stores the sum in the key's row of out (divided by the run's length when scale is set).
+template <class T>
+__global__ void embedding_backward_kernel(const T* grad, const int64_t* keys, const int64_t* positions, T* out,
+                                          int64_t n, int64_t dim, int64_t num, int64_t padding_idx, int64_t scale) {
+  using A = dacc_t<T>;
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t p = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; p < n * dim; p += step) {
+    const int64_t i = p / dim, c = p - i * dim;
+    const int64_t key = keys[i];
+    if ((i > 0 && keys[i - 1] == key) || key == num || key == padding_idx) continue;
+    A sum = A(0);
+    int64_t end = i;
+    for (; end < n && keys[end] == key; ++end) sum += to_acc(grad[positions[end] * dim + c]);
+    if (scale) sum = sum * (A(1) / static_cast<A>(end - i));
+    out[key * dim + c] = from_acc<T>(sum);
+  }
+}
+
+// The bits the sort looks at: enough for keys in [0, num].
+int key_bits(int64_t num) {
+  int bits = 1;
+  while (bits < 63 && (int64_t{1} << bits) <= num) ++bits;
+  return bits;
+}
+
+}  // namespace
+
+void embedding_backward(const Tensor& grad, const Tensor& index, int64_t padding_idx, bool scale_grad_by_freq,
+                        const Tensor& out) {
+  const int64_t n = index.numel(), dim = grad.size(1), num = out.size(0);
+  if (n == 0 || dim == 0) return;
+  AG_CHECK(n <= INT32_MAX, "embedding backward on cuda: {} indices; at most 2^31 - 1 are supported", n);
+  KernelContext ctx(out);
+  const TensorOptions i64 = TensorOptions(kInt64).device(out.device());
+  const Tensor keys_in = empty({n}, i64), keys = empty({n}, i64), positions_in = empty({n}, i64),
+               positions = empty({n}, i64);
+  const int bits = key_bits(num);
+  size_t temp_bytes = 0;
+  AG_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, ptr<const int64_t>(keys_in), ptr<int64_t>(keys),
+                                                ptr<const int64_t>(positions_in), ptr<int64_t>(positions),
+                                                static_cast<int>(n), 0, bits, ctx.stream));
+  const Tensor temp = empty({static_cast<int64_t>((temp_bytes + 7) / 8)}, i64);
+  launch(ctx, embedding_keys_kernel, ctx.grid_stride_blocks(n), kBlockSize, 0, ptr<const int64_t>(index),
+         ptr<int64_t>(keys_in), ptr<int64_t>(positions_in), n, num);
+  // The sort's kernels, as one call (a graph once it repeats, Note [Call graphs] in
+  // cuda/call_graph.h): stable, so equal keys keep their positions in ascending order.
+  launch_call(
+      ctx,
+      [&] {
+        CallKey key;
+        key.add(uint64_t{4})  // CUB's radix sort
+            .add(ampgrad::detail::address(temp))
+            .add(static_cast<uint64_t>(temp_bytes))
+            .add(ampgrad::detail::address(keys_in))
+            .add(ampgrad::detail::address(keys))
+            .add(ampgrad::detail::address(positions_in))
+            .add(ampgrad::detail::address(positions))
+            .add(static_cast<uint64_t>(n))
+            .add(static_cast<uint64_t>(bits))
+            .add(static_cast<const void*>(ctx.stream));
+        return key;
+      },
+      [&] {
+        size_t bytes = temp_bytes;
+        AG_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(ampgrad::detail::address(temp), bytes, ptr<const int64_t>(keys_in),
+                                                      ptr<int64_t>(keys), ptr<const int64_t>(positions_in),
+                                                      ptr<int64_t>(positions), static_cast<int>(n), 0, bits,
+                                                      ctx.stream));
+      });
+  dispatch_floating(out.dtype(), "embedding backward", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    launch(ctx, embedding_backward_kernel<T>, ctx.grid_stride_blocks(n * dim), kBlockSize, 0, ptr<const T>(grad),
+           ptr<const int64_t>(keys), ptr<const int64_t>(positions), ptr<T>(out), n, dim, num, padding_idx,
+           static_cast<int64_t>(scale_grad_by_freq));
+  });
+}
+
+AG_REGISTER_KERNEL(kernel::embedding_backward, kCUDA, embedding_backward);
+
+}  // namespace ampgrad::cuda
