@@ -1,7 +1,7 @@
 // examples/char_lstm.cpp: a character-level LSTM language model on real text. Characters
-// (printable ASCII and newline: 96 symbols) are embedded by a learned table (index_select
-// of its rows), run through a 2-layer nn::LSTM and a linear head, and trained with
-// cross-entropy on the next character and Adam; on CUDA under float16 autocast with a
+// (printable ASCII and newline: 96 symbols) are embedded by an nn::Embedding (a learned table
+// of vectors, looked up by index), run through a 2-layer nn::LSTM and a linear head, and
+// trained with cross-entropy on the next character and Adam; on CUDA under float16 autocast with a
 // GradScaler (the LSTM's cell state stays float32: Note [Cell state precision]). Trains on the
 // first nine tenths of the text and prints, every 10 steps, the loss on a batch of the last
 // tenth; on CUDA that validation runs in a memory pool of its own (ag::cuda::MemPool), so
@@ -70,23 +70,24 @@ int main(int argc, char** argv) {
   std::srand(5);
 
   const int64_t embed = 64, hidden = 128, seq = 32, batch = 16;
-  ag::Tensor table = (ag::randn({kVocab, embed}) * 0.1).to(dev).requires_grad_();
+  ag::nn::Embedding embedding(kVocab, embed);
   ag::nn::RNNOptions lstm_opts;
   lstm_opts.num_layers = 2;
   ag::nn::LSTM lstm(embed, hidden, lstm_opts);
   ag::nn::Linear head(hidden, kVocab);
+  embedding.to(dev);
   lstm.to(dev);
   head.to(dev);
   std::vector<ag::Tensor> params = lstm.parameters();
   for (const ag::Tensor& p : head.parameters()) params.push_back(p);
-  params.push_back(table);
+  for (const ag::Tensor& p : embedding.parameters()) params.push_back(p);
   ag::optim::Adam opt(params, ag::optim::AdamOptions(1e-2));
   ag::amp::GradScaler scaler(ag::amp::GradScalerOptions().enabled(cuda));
   std::printf("char_lstm on %s: %zu characters of %s, %s\n", dev.str().c_str(), text.size(), path.c_str(),
               cuda ? "float16 autocast" : "float32");
 
   auto logits_of = [&](const ag::Tensor& idx, const ag::Tensor& h0, const ag::Tensor& c0, int64_t t, int64_t b) {
-    const ag::Tensor x = ag::index_select(table, 0, idx).reshape({t, b, embed});
+    const ag::Tensor x = embedding(idx).reshape({t, b, embed});
     ag::nn::RNNResult r = lstm(x, h0, c0);
     return std::make_pair(head(r.output.reshape({t * b, hidden})), r);
   };
