@@ -160,14 +160,12 @@ void gather_rows(const Tensor& x, const Tensor& index, const Tensor& out, int si
 
 void index_select(const Tensor& x, const Tensor& index, const Tensor& out) {
   if (out.numel() == 0) return;
-  DeviceGuard guard(out.device().index);
   gather_rows(x, index, out, error_site("index_select", "index", {{"input", &x}, {"index", &index}}));
 }
 
 // Note [Embedding backward] in ops/embedding.cpp; the forward is index_select's gather.
 void embedding(const Tensor& weight, const Tensor& index, const Tensor& out) {
   if (out.numel() == 0) return;
-  DeviceGuard guard(out.device().index);
   const int site = error_site("embedding", "index", {{"weight", &weight}, {"input", &index}});
   gather_rows(weight.view({1, weight.size(0), weight.size(1)}), index, out.view({1, index.numel(), weight.size(1)}),
               site);
