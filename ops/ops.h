@@ -84,6 +84,15 @@ Tensor lerp(const Tensor& start, const Tensor& end, const Scalar& weight);
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
 Tensor where(const Tensor& cond, const Tensor& a, const Scalar& b);
 Tensor clamp(const Tensor& a, std::optional<Scalar> min, std::optional<Scalar> max);
+// input with value where mask (bool, broadcast with input) is true, as torch.masked_fill;
+// the result has their broadcast shape and input's dtype. A 0-dim tensor value gets a gradient
+// (ops/masking.cpp).
+Tensor masked_fill(const Tensor& input, const Tensor& mask, const Scalar& value);
+Tensor masked_fill(const Tensor& input, const Tensor& mask, const Tensor& value);
+// The lower (tril) or upper (triu) triangle of the last two dims, from the diagonal
+// `diagonal` (0 the main one, > 0 above it, < 0 below), zeros elsewhere, as torch.tril/triu.
+Tensor tril(const Tensor& input, int64_t diagonal = 0);
+Tensor triu(const Tensor& input, int64_t diagonal = 0);
 
 // Reductions (ops/reduce.cpp, ops/softmax.cpp). An empty `dims` reduces over every dim.
 Tensor sum(const Tensor& a);

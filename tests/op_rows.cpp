@@ -350,6 +350,15 @@ const std::vector<Row>& rows() {
           [](const V& v) { return ag::index_select(v[0], 0, v[1]); }),
       row("index_select", "dim 1, repeated indices", {nrm({3, N}), In{{5}, indices(N)}},
           [](const V& v) { return v[0].index_select(1, v[1]); }),
+      // masked_fill, tril, triu (#27): where's gradients, zero where a value was replaced.
+      row("masked_fill", "broadcast mask, value 0.5", {nrm({3, N}), In{{N}, mask()}},
+          [](const V& v) { return ag::masked_fill(v[0], v[1], 0.5); }),
+      row("masked_fill", "a 0-dim tensor value, input and mask broadcast", {nrm({1, N}), In{{3, 1}, mask()}, nrm({})},
+          [](const V& v) { return ag::masked_fill(v[0], v[1], v[2]); }),
+      row("tril", "square", {nrm({N, N})}, [](const V& v) { return ag::tril(v[0]); }),
+      row("tril", "batched, diagonal 1", {nrm({2, 3, N})}, [](const V& v) { return ag::tril(v[0], 1); }),
+      row("triu", "of a transpose, diagonal -1", {nrm({N, 4})}, [](const V& v) { return ag::triu(v[0].t(), -1); }),
+      row("triu", "wide, diagonal 2", {nrm({3, N})}, [](const V& v) { return ag::triu(v[0], 2); }),
       // embedding (#27): repeated indices' rows summed in position order (Note [Embedding backward]).
       row("embedding", "2-D input, repeated indices", {In{{3, 4}, indices(N)}, nrm({N, 5})},
           [](const V& v) { return ag::embedding(v[0], v[1]); }),

@@ -724,3 +724,43 @@ TEST_CASE("ops: integer arithmetic stays int64, sums of int64 are int64", "[ops]
 }
 
 // ---- Edge cases ----------------------------------------------------------------------------
+
+TEST_CASE("ops: masked_fill, tril and triu as PyTorch's", "[ops][masking]") {
+  const ag::Tensor x = ag::tensor({1.f, 2.f, 3.f, 4.f, 5.f, 6.f}, {2, 3});
+  const ag::Tensor row_mask = ag::tensor(std::vector<bool>{true, false, true}, {3});
+  // The mask broadcast over the rows; the input's dtype kept.
+  check_close(ag::masked_fill(x, row_mask, -1), {-1, 2, -1, -1, 5, -1}, 0, 0);
+  CHECK(ag::masked_fill(x.to(ag::kFloat16), row_mask, 2.5).dtype() == ag::kFloat16);
+  const ag::Tensor ints = ag::tensor(std::vector<int64_t>{1, 2, 3}, {3});
+  CHECK(ag::masked_fill(ints, row_mask, 7).to_vector<int64_t>() == std::vector<int64_t>{7, 2, 7});
+  // A 0-dim tensor value gets the gradient of the positions it fills; the input the others'.
+  const ag::Tensor xg = x.detach().requires_grad_(true), v = ag::tensor(10.f).requires_grad_(true);
+  const ag::Tensor y = ag::masked_fill(xg, row_mask, v);
+  check_close(y, {10, 2, 10, 10, 5, 10}, 0, 0);
+  y.backward(ag::tensor({1.f, 2.f, 3.f, 4.f, 5.f, 6.f}, {2, 3}));
+  check_close(v.grad(), {1 + 3 + 4 + 6}, 0, 0);
+  check_close(xg.grad(), {0, 2, 0, 0, 5, 0}, 0, 0);
+  // The result has the broadcast shape of input and mask.
+  CHECK(ag::masked_fill(ag::ones({1, 3}), ag::tensor(std::vector<bool>{true, false}, {2, 1}), 0).shape() == ag::Shape{2, 3});
+  CHECK_THROWS_WITH(ag::masked_fill(x, ag::ones({3}), 0), Catch::StartsWith("masked_fill: mask must be bool, got float32 [3]"));
+  CHECK_THROWS_WITH(ag::masked_fill(x, ag::tensor(std::vector<bool>{true, false}, {2}), 0), Catch::StartsWith("masked_fill"));
+  CHECK_THROWS_WITH(ag::masked_fill(x, row_mask, ag::ones({1})),
+                    Catch::StartsWith("masked_fill: value must be a 0-dim tensor (or a number), got float32 [1]"));
+
+  // Triangles of the last two dims, from any diagonal, batched.
+  const ag::Tensor m = ag::arange(1, 13).to(ag::kFloat32).reshape({3, 4});
+  check_close(ag::tril(m), {1, 0, 0, 0, 5, 6, 0, 0, 9, 10, 11, 0}, 0, 0);
+  check_close(ag::tril(m, 1), {1, 2, 0, 0, 5, 6, 7, 0, 9, 10, 11, 12}, 0, 0);
+  check_close(ag::triu(m), {1, 2, 3, 4, 0, 6, 7, 8, 0, 0, 11, 12}, 0, 0);
+  check_close(ag::triu(m, -1), {1, 2, 3, 4, 5, 6, 7, 8, 0, 10, 11, 12}, 0, 0);
+  check_close(ag::triu(m, 5), std::vector<double>(12, 0.0), 0, 0);
+  const ag::Tensor batch = ag::stack({m, m * 2}, 0);
+  check_close(ag::tril(batch, -1).select(0, 1), {0, 0, 0, 0, 10, 0, 0, 0, 18, 20, 0, 0}, 0, 0);
+  CHECK(ag::triu(m.to(ag::kInt64)).dtype() == ag::kInt64);
+  // The causal mask of attention: -inf above the diagonal.
+  const ag::Tensor causal = ag::masked_fill(ag::zeros({3, 3}), ag::gt(ag::triu(ag::ones({3, 3}), 1), 0.0), -INFINITY);
+  CHECK(std::isinf(causal.to_vector<double>()[1]));
+  CHECK(causal.to_vector<double>()[3] == 0);
+  CHECK_THROWS_WITH(ag::tril(ag::ones({3})), Catch::StartsWith("tril: input must have at least 2 dims"));
+  CHECK_THROWS_WITH(ag::triu(ag::ones({3})), Catch::StartsWith("triu: input must have at least 2 dims"));
+}
