@@ -744,6 +744,10 @@ TEST_CASE("ops: masked_fill, tril and triu as PyTorch's", "[ops][masking]") {
   CHECK(ag::masked_fill(ag::ones({1, 3}), ag::tensor(std::vector<bool>{true, false}, {2, 1}), 0).shape() == ag::Shape{2, 3});
   CHECK_THROWS_WITH(ag::masked_fill(x, ag::ones({3}), 0), Catch::StartsWith("masked_fill: mask must be bool, got float32 [3]"));
   CHECK_THROWS_WITH(ag::masked_fill(x, ag::tensor(std::vector<bool>{true, false}, {2}), 0), Catch::StartsWith("masked_fill"));
+  CHECK_THROWS_WITH(ag::masked_fill(ints, row_mask, -INFINITY),
+                    Catch::StartsWith("masked_fill: value -inf cannot be converted to int64 without overflow"));
+  CHECK_THROWS_WITH(ag::masked_fill(x.to(ag::kFloat16), row_mask, 1e5), Catch::Contains("cannot be converted to float16"));
+  CHECK(std::isinf(ag::masked_fill(x.to(ag::kFloat16), row_mask, -INFINITY).to_vector<double>()[0]));
   CHECK_THROWS_WITH(ag::masked_fill(x, row_mask, ag::ones({1})),
                     Catch::StartsWith("masked_fill: value must be a 0-dim tensor (or a number), got float32 [1]"));
 
@@ -754,6 +758,8 @@ TEST_CASE("ops: masked_fill, tril and triu as PyTorch's", "[ops][masking]") {
   check_close(ag::triu(m), {1, 2, 3, 4, 0, 6, 7, 8, 0, 0, 11, 12}, 0, 0);
   check_close(ag::triu(m, -1), {1, 2, 3, 4, 5, 6, 7, 8, 0, 10, 11, 12}, 0, 0);
   check_close(ag::triu(m, 5), std::vector<double>(12, 0.0), 0, 0);
+  check_close(ag::tril(m, INT64_MAX), m.to_vector<double>(), 0, 0);  // past the edge: the whole matrix
+  check_close(ag::tril(m, INT64_MIN), std::vector<double>(12, 0.0), 0, 0);
   const ag::Tensor batch = ag::stack({m, m * 2}, 0);
   check_close(ag::tril(batch, -1).select(0, 1), {0, 0, 0, 0, 10, 0, 0, 0, 18, 20, 0, 0}, 0, 0);
   CHECK(ag::triu(m.to(ag::kInt64)).dtype() == ag::kInt64);
