@@ -109,10 +109,7 @@ AG_DECLARE_KERNEL(gemm_bias_grad, bool(const Tensor& a, const Tensor& bm, const 
 AG_DECLARE_KERNEL(check_index, void(const Tensor& index, int64_t low, int64_t high, const char* op));
 // x contiguous [outer, d, inner], index Int64 contiguous [n] -> out contiguous [outer, n, inner].
 AG_DECLARE_KERNEL(index_select, void(const Tensor& x, const Tensor& index, const Tensor& out));
-// embedding: weight contiguous [num, dim], index Int64 contiguous [n] -> out contiguous [n, dim]
-// (index_select's gather; an out-of-range index on CUDA is recorded as embedding's).
-AG_DECLARE_KERNEL(embedding, void(const Tensor& weight, const Tensor& index, const Tensor& out));
-// Its adjoint, deterministic (Note [Embedding backward] in ops/embedding.cpp): out contiguous
+// embedding's adjoint (its forward is index_select's gather), deterministic (Note [Embedding backward] in ops/embedding.cpp): out contiguous
 // [num, dim], zeros, gets in row r the sum over positions j with index[j] == r, in the order of
 // j, of grad's row j (contiguous [n, dim]), divided by their count when scale_grad_by_freq;
 // the row padding_idx (when >= 0) and out-of-range indices are left alone.

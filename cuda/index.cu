@@ -141,13 +141,13 @@ template <class F> void with_index_type(int64_t total, F&& f) {
 
 }  // namespace
 
-namespace {
-// index_select's gather, its out-of-range indices recorded for `site`.
-void gather_rows(const Tensor& x, const Tensor& index, const Tensor& out, int site) {
+void index_select(const Tensor& x, const Tensor& index, const Tensor& out) {
   const int64_t d = x.size(1), inner = x.size(2), n = index.numel();
   const int64_t total = out.numel();
+  if (total == 0) return;
   KernelContext ctx(out);
   DeviceErrorRecord* err = device_error_record(ctx.device);
+  const int site = error_site("index_select", "index", {{"input", &x}, {"index", &index}});
   dispatch_size(x.element_size(), [&](auto tag) {
     using E = typename decltype(tag)::type;
     with_index_type(total, [&](auto itag) {
@@ -155,20 +155,6 @@ void gather_rows(const Tensor& x, const Tensor& index, const Tensor& out, int si
       launch(ctx, index_select_kernel<E, I>, ctx.grid_stride_blocks(total), kBlockSize, 0, ptr<const E>(x), ptr<const int64_t>(index), ptr<E>(out), static_cast<I>(total), static_cast<I>(n), static_cast<I>(inner), d, err, site);
     });
   });
-}
-}  // namespace
-
-void index_select(const Tensor& x, const Tensor& index, const Tensor& out) {
-  if (out.numel() == 0) return;
-  gather_rows(x, index, out, error_site("index_select", "index", {{"input", &x}, {"index", &index}}));
-}
-
-// Note [Embedding backward] in ops/embedding.cpp; the forward is index_select's gather.
-void embedding(const Tensor& weight, const Tensor& index, const Tensor& out) {
-  if (out.numel() == 0) return;
-  const int site = error_site("embedding", "index", {{"weight", &weight}, {"input", &index}});
-  gather_rows(weight.view({1, weight.size(0), weight.size(1)}), index, out.view({1, index.numel(), weight.size(1)}),
-              site);
 }
 
 void index_add(const Tensor& out, const Tensor& index, const Tensor& src) {
@@ -267,7 +253,6 @@ void check_index(const Tensor& index, int64_t low, int64_t high, const char* op)
 
 AG_REGISTER_KERNEL(kernel::check_index, kCUDA, check_index);
 AG_REGISTER_KERNEL(kernel::index_select, kCUDA, index_select);
-AG_REGISTER_KERNEL(kernel::embedding, kCUDA, embedding);
 AG_REGISTER_KERNEL(kernel::index_copy, kCUDA, index_copy);
 AG_REGISTER_KERNEL(kernel::gather, kCUDA, gather);
 AG_REGISTER_KERNEL(kernel::scatter_add, kCUDA, scatter_add);

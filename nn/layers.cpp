@@ -36,31 +36,43 @@ Tensor AvgPool2d::forward(const Tensor& x) { return avg_pool2d(x, kernel_, strid
 Tensor AdaptiveAvgPool2d::forward(const Tensor& x) { return adaptive_avg_pool2d(x, out_); }
 Tensor ReLU::forward(const Tensor& x) { return relu(x); }
 
-Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim, EmbeddingOptions o)
-    : Module("Embedding"), opts_(o) {
+namespace {
+// The options with padding_idx checked against the table and counted from its start.
+EmbeddingOptions checked(EmbeddingOptions o, int64_t num_embeddings, int64_t embedding_dim) {
   AG_CHECK(num_embeddings > 0 && embedding_dim >= 0,
            "Embedding: num_embeddings must be positive and embedding_dim non-negative, got {} and {}", num_embeddings,
            embedding_dim);
   if (o.padding_idx) {
     AG_CHECK(*o.padding_idx >= -num_embeddings && *o.padding_idx < num_embeddings,
              "Embedding: padding_idx {} must be within [-{}, {})", *o.padding_idx, num_embeddings, num_embeddings);
-    if (*o.padding_idx < 0) opts_.padding_idx = *o.padding_idx + num_embeddings;
+    if (*o.padding_idx < 0) *o.padding_idx += num_embeddings;
   }
-  Tensor w = randn({num_embeddings, embedding_dim}, o.options);
-  if (opts_.padding_idx) w.select(0, *opts_.padding_idx).fill_(0);
-  weight = register_parameter("weight", w);
+  return o;
 }
+
+// N(0, 1), the padding row zeroed (the options checked first).
+Tensor initial_table(int64_t num_embeddings, int64_t embedding_dim, const EmbeddingOptions& o) {
+  const EmbeddingOptions c = checked(o, num_embeddings, embedding_dim);
+  Tensor w = randn({num_embeddings, embedding_dim}, o.options);
+  if (c.padding_idx) w.select(0, *c.padding_idx).fill_(0);
+  return w;
+}
+}  // namespace
+
+Embedding::Embedding(Tensor w, EmbeddingOptions o, bool trainable)
+    : Module("Embedding"), opts_(checked(o, w.size(0), w.size(1))) {
+  weight = register_parameter("weight", std::move(w), trainable);
+}
+
+Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim, EmbeddingOptions o)
+    : Embedding(initial_table(num_embeddings, embedding_dim, o), o, true) {}
 
 std::shared_ptr<Embedding> Embedding::from_pretrained(const Tensor& embeddings, bool freeze, EmbeddingOptions o) {
   AG_CHECK(embeddings.defined() && embeddings.dim() == 2,
            "Embedding.from_pretrained: embeddings must be 2-D [num_embeddings, embedding_dim], got {}",
            embeddings.defined() ? embeddings.desc() : std::string("an undefined tensor"));
-  o.options = embeddings.options();
-  auto e = std::make_shared<Embedding>(embeddings.size(0), embeddings.size(1), o);
-  NoGradGuard no_grad;
-  e->weight.copy_(embeddings);
-  e->weight.requires_grad_(!freeze);
-  return e;
+  // A copy of the table (no random draw first, as PyTorch's _weight): the generator is left alone.
+  return std::shared_ptr<Embedding>(new Embedding(embeddings.detach().clone(), o, !freeze));
 }
 
 Tensor Embedding::forward(const Tensor& input) {

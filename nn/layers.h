@@ -43,6 +43,7 @@ class Embedding : public Module {
   Tensor weight;
 
  private:
+  Embedding(Tensor weight, EmbeddingOptions o, bool trainable);  // `weight` as the table
   EmbeddingOptions opts_;
 };
 

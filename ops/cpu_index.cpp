@@ -1,5 +1,5 @@
-// CPU reference kernels of index_copy, gather, scatter_add and embedding (the ops check every
-// index against its dim's size before these run).
+// CPU reference kernels of index_copy, gather, scatter_add and embedding's backward (the ops
+// check every index against its dim's size before these run).
 #include <algorithm>
 #include <cstring>
 #include <numeric>
@@ -69,15 +69,6 @@ void scatter_add(const Tensor& out, const Tensor& index, const Tensor& src, int6
   });
 }
 
-void embedding(const Tensor& weight, const Tensor& index, const Tensor& out) {
-  const int64_t n = index.numel(), dim = weight.size(1);
-  const int64_t* idx = static_cast<const int64_t*>(index.data_ptr());
-  const size_t row = static_cast<size_t>(dim) * weight.element_size();
-  const char* pw = static_cast<const char*>(weight.data_ptr());
-  char* po = static_cast<char*>(out.data_ptr());
-  for (int64_t j = 0; j < n; ++j) std::memcpy(po + j * row, pw + idx[j] * row, row);
-}
-
 // Note [Embedding backward] in ops/embedding.cpp: positions stably sorted by index, each
 // index's rows summed in ascending position order, as cuda/embedding.cu does.
 void embedding_backward(const Tensor& grad, const Tensor& index, int64_t padding_idx, bool scale_grad_by_freq,
@@ -114,7 +105,6 @@ void embedding_backward(const Tensor& grad, const Tensor& index, int64_t padding
 }
 
 AG_REGISTER_KERNEL(kernel::check_index, kCPU, check_index);
-AG_REGISTER_KERNEL(kernel::embedding, kCPU, embedding);
 AG_REGISTER_KERNEL(kernel::embedding_backward, kCPU, embedding_backward);
 AG_REGISTER_KERNEL(kernel::index_copy, kCPU, index_copy);
 AG_REGISTER_KERNEL(kernel::gather, kCPU, gather);

@@ -50,19 +50,15 @@ Tensor embedding(const Tensor& input0, const Tensor& weight0, std::optional<int6
     pad = *padding_idx < 0 ? *padding_idx + num : *padding_idx;
   }
   const Tensor idx = contiguous(input.to(kInt64)).reshape({-1});
-  if (idx.is_cpu()) {
-    const int64_t* v = idx.data_ptr<int64_t>();
-    for (int64_t j = 0; j < idx.numel(); ++j)
-      AG_CHECK(v[j] >= 0 && v[j] < num,
-               "embedding: index {} is out of range [0, {}) (num_embeddings of weight {}) at position {} of input {}",
-               v[j], num, weight.desc(), j, input.desc());
-  }
+  if (idx.is_cpu()) kernel::check_index(idx.device(), idx, 0, num, "embedding");
   Shape out_shape = input.shape();
   out_shape.push_back(dim);
   Tensor out = empty(out_shape, weight.options());
   if (out.numel()) {
     NoGradGuard no_grad;
-    kernel::embedding(out.device(), contiguous(weight), idx, out.view({idx.numel(), dim}));
+    // index_select's gather; on CUDA an out-of-range index is recorded as embedding's (the
+    // error site names the op being called, CurrentOp).
+    kernel::index_select(out.device(), contiguous(weight).view({1, num, dim}), idx, out.view({1, idx.numel(), dim}));
   }
   if (autograd::any_requires_grad({&weight}) && is_floating(weight.dtype())) {
     autograd::record(kEmbedding, out, {Tensor(), weight}, {idx},
