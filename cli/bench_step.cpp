@@ -165,6 +165,7 @@ nlohmann::json bench_step(const BenchOptions& o) {
     // [variant][graphed]
     std::vector<std::array<double, 2>> ms(nv), host_ms(nv), ms_single(nv);
     double misses = -1;  // call-graph misses per eager step, every variant's together (CUDA)
+    double evicted = 0;  // and keys pushed out of the table per eager step
     for (bool graphed : {false, true}) {
       // The recurrent models time eagerly only (their per-step host cost is what they measure).
       if (graphed && (!o.device.is_cuda() || c.recurrent())) continue;
@@ -208,8 +209,9 @@ nlohmann::json bench_step(const BenchOptions& o) {
       // in a steady loop every call repeats, and this is near 0 (Note [Call graphs]).
       if (!graphed && o.device.is_cuda()) {
         const cuda::CallGraphStats s1 = cuda::call_graph_stats();
-        misses = static_cast<double>(s1.direct - s0.direct + s1.captured - s0.captured) /
-                 static_cast<double>(fns.size() * static_cast<size_t>(o.reps * kStepCalls));
+        const double steps = static_cast<double>(fns.size() * static_cast<size_t>(o.reps * kStepCalls));
+        misses = static_cast<double>(s1.direct - s0.direct + s1.captured - s0.captured) / steps;
+        evicted = static_cast<double>(s1.evicted - s0.evicted) / steps;
       }
 #endif
       const std::vector<double> one = median_ms_interleaved(o.device, fns, 5, o.reps, 1);
@@ -231,12 +233,16 @@ nlohmann::json bench_step(const BenchOptions& o) {
         rows.push_back({{"suite", "step"}, {"model", c.name}, {"batch", c.batch}, {"precision", prec}, {"mode", mode},
                         {"ms", t}, {"host_ms", th}, {"ms_single", t1}, {"images_per_s", c.batch / (t * 1e-3)},
                         {"ab", variants[p].ab}, {"device", o.device.str()}});
-        if (!graphed && misses >= 0) rows.back()["graph_misses_per_step"] = misses;
+        if (!graphed && misses >= 0) {
+          rows.back()["graph_misses_per_step"] = misses;
+          rows.back()["graph_evictions_per_step"] = evicted;
+        }
       }
     }
     if (misses > 0.5)
       std::fprintf(stderr, "bench step: %s, eager: %.1f calls a step ran outside call graphs (keys that did not "
-                   "repeat, Note [Call graphs] in cuda/call_graph.h)\n", c.name.c_str(), misses);
+                   "repeat, Note [Call graphs] in cuda/call_graph.h), %.1f keys a step pushed out of the table "
+                   "(Note [Call-graph table size] in cuda/call_graph.cpp)\n", c.name.c_str(), misses, evicted);
   }
   return rows;
 }

@@ -62,6 +62,21 @@ size_t CallKey::hash() const {
 
 namespace {
 
+// Note [Call-graph table size]
+// A training step's distinct calls must fit: in least-recently-used order a loop with more
+// calls than entries misses on every call, and each is captured again. Two loops taken in
+// turns need both their sets. The LSTMCell loop of `ampgrad bench step` (2 layers, 64 time
+// steps, ~1800 kernel launches and ~500 GEMMs a step) takes its fp32 and AMP steps in turns:
+// together more keys than the 4096 entries the table had. The overflow fed on itself: evicted
+// keys ran directly and were captured again, the slower host let the device catch up, the
+// backlog probe (below) then sent every kernel through the table too, and more was evicted.
+// Which state a process settled in was chance, so the AMP row was bimodal (7.4 against 10-13
+// ms a step in runs of one build). MEASURED-SIZE-NOTE
+// (Earlier, before launch batches and the probe's two horizons: 512 and 1024 entries gave
+// the char LSTM 5.7 and 9.1 ms a step against 3.9 at 4096; the LSTMCell loop, whose keys then
+// did not repeat, ran slower with more.) AMPGRAD_CALL_GRAPH_ENTRIES=N sets it at start.
+constexpr int64_t kCallGraphEntries = 16384;
+
 // Calls of a key that run directly before the next one is captured.
 constexpr int kDirectCalls = 2;
 constexpr int kMaxDevices = 64;
@@ -119,12 +134,7 @@ class GraphCache {
       *first_sighting = true;
       return nullptr;
     }
-    if (lru_.size() >= capacity_) {
-      Entry& last = lru_.back();
-      retired.push_back({last.device, last.graph, last.exec});
-      index_.erase(last.key);
-      lru_.pop_back();
-    }
+    if (lru_.size() >= capacity_) evict_last(retired);
     lru_.push_front(Entry{key});
     lru_.front().calls = 1;  // the first sighting
     index_.emplace(key, lru_.begin());
@@ -137,9 +147,24 @@ class GraphCache {
     seen_once_.clear();
   }
   size_t size() const { return lru_.size(); }
+  size_t capacity() const { return capacity_; }
+  uint64_t evicted() const { return evicted_; }
+  // A smaller table pushes its least recently used entries out now.
+  void set_capacity(size_t capacity, std::vector<Retired>& retired) {
+    capacity_ = capacity;
+    while (lru_.size() > capacity_) evict_last(retired);
+  }
 
  private:
+  void evict_last(std::vector<Retired>& retired) {
+    Entry& last = lru_.back();
+    retired.push_back({last.device, last.graph, last.exec});
+    index_.erase(last.key);
+    lru_.pop_back();
+    ++evicted_;
+  }
   size_t capacity_;
+  uint64_t evicted_ = 0;  // entries pushed out (not those cleared)
   std::unordered_set<size_t> seen_once_;
   std::list<Entry> lru_;  // most recently used first
   std::unordered_map<CallKey, std::list<Entry>::iterator, KeyHash> index_;
@@ -187,6 +212,11 @@ struct Table {
     if (benv && benv[0] == '0') batching = false;
     const char* tenv = std::getenv("AMPGRAD_CALL_GRAPHS_TRACE");
     trace = tenv && tenv[0] == '1';
+    // The table's size (set_call_graph_capacity), for measuring others: 64 to 1M entries.
+    if (const char* cenv = std::getenv("AMPGRAD_CALL_GRAPH_ENTRIES")) {
+      const long n = std::atol(cenv);
+      if (n >= 64 && n <= (1L << 20)) calls.set_capacity(static_cast<size_t>(n), retired);
+    }
   }
   // Destroys the graphs pushed out of the caches that no held call can be.
   void bury() {
@@ -619,7 +649,17 @@ CallGraphStats call_graph_stats() {
   std::lock_guard<std::mutex> lock(t.mu);
   CallGraphStats s = t.stats;
   s.entries = static_cast<int64_t>(t.calls.size());
+  s.capacity = static_cast<int64_t>(t.calls.capacity());
+  s.evicted = static_cast<int64_t>(t.calls.evicted());
   return s;
+}
+
+void set_call_graph_capacity(int64_t entries) {
+  AG_CHECK(entries >= 1, "set_call_graph_capacity: the table needs at least one entry, got {}", entries);
+  Table& t = table();
+  std::lock_guard<std::mutex> lock(t.mu);
+  t.calls.set_capacity(static_cast<size_t>(entries), t.retired);
+  t.bury();  // graphs of held calls stay until those are submitted
 }
 
 void set_call_graphs_enabled(bool enabled) {

@@ -30,7 +30,7 @@ namespace ampgrad::cuda {
 // and kernel arguments, that the direct call would enqueue now: the key holds every input
 // of the call, and the graph reads and writes device memory at the same addresses when it
 // runs, in stream order, as the direct call would. So results are bitwise those of the
-// direct call. Keys and graphs live in one least-recently-used table (kCallGraphEntries);
+// direct call. Keys and graphs live in one least-recently-used table (kCallGraphEntries entries);
 // an evicted graph is destroyed (a graph still running is freed by the driver when done).
 // Calls made while a CudaGraph captures the stream run directly (they are being captured
 // anyway). A call whose capture fails (an API that cannot be captured, an error from inside the
@@ -147,14 +147,8 @@ class CallKey {
   int n_ = 0;
 };
 
-// A training step's distinct calls must fit: in least-recently-used order a step with more
-// calls than entries misses on every call, and each is captured again. The char LSTM of
-// `ampgrad bench step` (2 layers, 64 steps; fp32 and AMP steps taken in turns, so both sets of
-// calls) took 5.7 ms a step at 512 entries, 9.1 at 1024 and 3.9 at 4096 on the H200. Its
-// LSTMCell loop took 24-25 ms at 512 and 1024 and 33-35 ms at 4096: its calls recur less
-// regularly, and a larger table captures more of them that are seldom replayed
-// (docs/benchmarks.md, issue #22).
-constexpr int kCallGraphEntries = 4096;
+// The table's size: kCallGraphEntries in cuda/call_graph.cpp (Note [Call-graph table size]),
+// set_call_graph_capacity() in cuda/graph.h.
 // Calls held back on a device before they are submitted anyway (Note [Launch batches]).
 constexpr int kMaxHeldCalls = 64;
 

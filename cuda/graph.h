@@ -26,12 +26,17 @@ struct CallGraphStats {
   int64_t launched = 0;   // calls run as a graph launch (captures included)
   int64_t failed = 0;     // captures, compositions or graph launches that failed; their keys run directly from then on
   int64_t entries = 0;    // keys in the table now
+  int64_t capacity = 0;   // keys the table holds at most (set_call_graph_capacity)
+  int64_t evicted = 0;    // keys pushed out of a full table, least recently used first (each is captured again if it recurs)
   int64_t batches = 0;    // batch graphs launched (Note [Launch batches])
   int64_t batched = 0;    // calls that ran inside them (counted in launched when they were held)
   int64_t batches_composed = 0;
   int64_t raw_waits = 0;  // data_ptr() calls that submitted held calls and waited (Note [Raw access])
 };
 CallGraphStats call_graph_stats();
+// The table's size, kCallGraphEntries by default (AMPGRAD_CALL_GRAPH_ENTRIES=N at start, 64 to
+// 2^20); a smaller one evicts its least recently used keys now.
+void set_call_graph_capacity(int64_t entries);
 // On by default; AMPGRAD_CALL_GRAPHS=0 turns it off at start. Turning it off destroys the graphs.
 void set_call_graphs_enabled(bool enabled);
 bool call_graphs_enabled();

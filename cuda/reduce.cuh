@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cuda/std/limits>
+#include <type_traits>
 
 #include <ampgrad/cuda/common.cuh>
 
@@ -201,19 +202,71 @@ __device__ typename Op::State accumulate_row(const Op& op, const typename Op::El
   return acc;
 }
 
+// __shfl_down_sync and __shfl_sync of any trivially copyable value (a reduction's state), word
+// by word, over the whole warp.
+template <class S> __device__ S shfl_down_any(S v, unsigned delta) {
+  static_assert(std::is_trivially_copyable_v<S>);
+  constexpr int kWords = static_cast<int>((sizeof(S) + 3) / 4);
+  unsigned w[kWords];
+  memcpy(w, &v, sizeof(S));
+#pragma unroll
+  for (int i = 0; i < kWords; ++i) w[i] = __shfl_down_sync(0xffffffffu, w[i], delta);
+  memcpy(&v, w, sizeof(S));
+  return v;
+}
+template <class S> __device__ S shfl_any(S v, int lane) {
+  constexpr int kWords = static_cast<int>((sizeof(S) + 3) / 4);
+  unsigned w[kWords];
+  memcpy(w, &v, sizeof(S));
+#pragma unroll
+  for (int i = 0; i < kWords; ++i) w[i] = __shfl_sync(0xffffffffu, w[i], lane);
+  memcpy(&v, w, sizeof(S));
+  return v;
+}
+
 // Combines the blockDim.x partial values of block row threadIdx.y (each thread's `acc`)
-// through smem (blockDim.x * blockDim.y entries), pairwise in a fixed order, and returns the
-// row's total to every thread of the row. Every thread of the block calls it; a caller that
-// reuses smem afterwards (a next batch of rows) synchronizes first.
+// pairwise in a fixed order (thread t with t + s, s = blockDim.x / 2 down to 1), and returns
+// the row's total to every thread of the row. blockDim.x is a power of two. The pairs down to
+// s = 32 meet in smem (blockDim.x * blockDim.y entries), the last five in the row's first
+// warp by shuffles, which give the same pairs without a barrier each; a row of one warp
+// (blockDim.x 32, the reductions' rows of up to 1024 float16) touches no smem and no barrier.
+// Every thread of the block calls it; a caller that reuses smem afterwards (a next batch of
+// rows) synchronizes first.
 template <class S, class Combine>
 __device__ S combine_row(S* smem, S acc, Combine combine) {
   const int tx = threadIdx.x, bx = blockDim.x;
+  if (bx == 32) {
+#pragma unroll
+    for (int s = 16; s > 0; s >>= 1) {
+      const S other = shfl_down_any(acc, s);
+      if (tx < s) acc = combine(acc, other);
+    }
+    return shfl_any(acc, 0);
+  }
   S* mine = smem + threadIdx.y * bx;
   mine[tx] = acc;
   __syncthreads();
-  for (int s = bx / 2; s > 0; s >>= 1) {
+  const int warp_from = bx > 32 ? 32 : bx;  // pairs with s >= warp_from go through smem
+  for (int s = bx / 2; s >= warp_from && s > 0; s >>= 1) {
     if (tx < s) mine[tx] = combine(mine[tx], mine[tx + s]);
     __syncthreads();
+  }
+  if (bx > 32) {
+    if (tx < 32) {  // the row's first warp, whole (bx is a multiple of 32)
+      S v = mine[tx];
+#pragma unroll
+      for (int s = 16; s > 0; s >>= 1) {
+        const S other = shfl_down_any(v, s);
+        if (tx < s) v = combine(v, other);
+      }
+      if (tx == 0) mine[0] = v;
+    }
+    __syncthreads();
+  } else {  // rows of fewer than 32 threads: smem all the way
+    for (int s = bx / 2; s > 0; s >>= 1) {
+      if (tx < s) mine[tx] = combine(mine[tx], mine[tx + s]);
+      __syncthreads();
+    }
   }
   return mine[0];
 }

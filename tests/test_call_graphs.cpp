@@ -181,17 +181,31 @@ TEST_CASE("cuda: a call that cannot be captured runs directly from then on", "[c
   check_close(a * 2, (a.cpu() * 2).to_vector<double>(), 0, 0);
 }
 
-TEST_CASE("cuda: the call-graph table keeps at most kCallGraphEntries keys", "[cuda]") {
+TEST_CASE("cuda: the call-graph table keeps at most its capacity of keys", "[cuda]") {
   if (skip_without_cuda()) return;
   CallGraphs on(true);
+  const int64_t capacity = ag::cuda::call_graph_stats().capacity;
+  REQUIRE(capacity >= 4096);
+  // A small table (the default's 16384 keys would take a while under memcheck), the default
+  // restored however the test ends.
+  constexpr int64_t kSmall = 256;
+  struct Restore {
+    int64_t n;
+    ~Restore() { ag::cuda::set_call_graph_capacity(n); }
+  } restore{capacity};
+  ag::cuda::set_call_graph_capacity(kSmall);
+  CHECK(ag::cuda::call_graph_stats().capacity == kSmall);
+  CHECK(ag::cuda::call_graph_stats().entries <= kSmall);
   const ag::Tensor a = sym({1, 8, 8}).to(kGpu), b = sym({1, 8, 8}).to(kGpu), out = ag::empty({1, 8, 8}, ag::TensorOptions().device(kGpu));
   // Distinct alphas are distinct keys; each runs three times (direct, direct, captured).
-  for (int i = 0; i < ag::cuda::kCallGraphEntries + 8; ++i)
+  const int64_t e0 = ag::cuda::call_graph_stats().evicted;
+  for (int i = 0; i < kSmall + 8; ++i)
     for (int r = 0; r < 3; ++r) ag::kernel::gemm(kGpu, a, b, out, 1.0 + i / 1024.0, 0.0);
-  CHECK(ag::cuda::call_graph_stats().entries == ag::cuda::kCallGraphEntries);
+  CHECK(ag::cuda::call_graph_stats().entries == kSmall);
+  CHECK(ag::cuda::call_graph_stats().evicted - e0 >= 8);
   // The oldest keys were evicted with their graphs; the newest still launch theirs.
   const ag::cuda::CallGraphStats s0 = ag::cuda::call_graph_stats();
-  ag::kernel::gemm(kGpu, a, b, out, 1.0 + (ag::cuda::kCallGraphEntries + 7) / 1024.0, 0.0);
+  ag::kernel::gemm(kGpu, a, b, out, 1.0 + (kSmall + 7) / 1024.0, 0.0);
   ag::kernel::gemm(kGpu, a, b, out, 1.0, 0.0);
   const ag::cuda::CallGraphStats s1 = ag::cuda::call_graph_stats();
   CHECK(s1.launched - s0.launched == 1);
