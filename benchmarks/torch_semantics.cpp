@@ -101,6 +101,60 @@ Case module_case(std::string name, ag::nn::RNNBase::Mode mode, int64_t input, in
           }};
 }
 
+// The attention cases' bool mask [L, S]: true (may attend) where i != 1 and (i + j) % 3 != 0, so
+// row 1 has nothing to attend to (torch_semantics.py builds the same).
+ag::Tensor pattern_mask(int64_t L, int64_t S, ag::Device dev) {
+  std::vector<bool> m(static_cast<size_t>(L * S));
+  for (int64_t i = 0; i < L; ++i)
+    for (int64_t j = 0; j < S; ++j) m[static_cast<size_t>(i * S + j)] = i != 1 && (i + j) % 3 != 0;
+  return ag::tensor(m, {L, S}).to(dev);
+}
+
+// MultiheadAttention(E, H): query, key, value, then its parameters in PyTorch's order, loaded by
+// name; the output and, with need_weights, the averaged weights, flattened and joined. The key
+// padding mask (N, S), when asked for: true (ignore) where (n + j) % 4 == 3.
+Case mha_case(std::string name, int64_t E, int64_t H, bool batch_first, ag::Shape q, ag::Shape kv, bool need_weights,
+              bool padding, bool self_causal) {
+  auto make_module = [E, H, batch_first](ag::DType dt) {
+    ag::nn::MultiheadAttentionOptions o;
+    o.batch_first = batch_first;
+    o.options = ag::TensorOptions(dt);
+    return std::make_shared<ag::nn::MultiheadAttention>(E, H, o);
+  };
+  std::vector<In> ins{{q}, {kv, 0.8, 0.1}, {kv, 0.9, -0.1}};
+  const size_t first_param = ins.size();
+  for (const auto& [pname, p] : make_module(ag::kFloat64)->named_parameters()) ins.push_back({p.shape(), 0.4, 0.05});
+  return {std::move(name), ins,
+          [make_module, first_param, batch_first, need_weights, padding, self_causal, kv](const V& v) {
+            auto m = make_module(v[0].dtype());
+            m->to(v[0].device());
+            ag::nn::StateDict sd;
+            const auto params = m->named_parameters();
+            g_grad_of.assign(v.size(), ag::Tensor());
+            for (size_t i = 0; i < params.size(); ++i) {
+              sd[params[i].first] = v[first_param + i];
+              g_grad_of[first_param + i] = params[i].second;
+            }
+            m->load_state_dict(sd);
+            const int64_t N = kv[batch_first ? 0 : 1], S = kv[batch_first ? 1 : 0];
+            ag::Tensor kpm;
+            if (padding) {
+              std::vector<bool> pm(static_cast<size_t>(N * S));
+              for (int64_t n = 0; n < N; ++n)
+                for (int64_t j = 0; j < S; ++j) pm[static_cast<size_t>(n * S + j)] = (n + j) % 4 == 3;
+              kpm = ag::tensor(pm, {N, S}).to(v[0].device());
+            }
+            std::pair<ag::Tensor, ag::Tensor> r;
+            if (self_causal) {
+              const ag::Tensor upper = ag::gt(ag::triu(ag::ones({S, S}, ag::TensorOptions().device(v[0].device())), 1), 0.0);
+              r = (*m)(v[0], v[0], v[0], kpm, need_weights, upper, true, /*is_causal=*/true);
+            } else {
+              r = (*m)(v[0], v[1], v[2], kpm, need_weights);
+            }
+            return need_weights ? ag::cat({r.first.reshape({-1}), r.second.reshape({-1})}, 0) : r.first;
+          }};
+}
+
 std::string json_values(const ag::Tensor& t) {
   std::vector<double> v = t.to(ag::kCPU).to(ag::kFloat64).contiguous().to_vector<double>();
   std::string s = "[";
@@ -261,6 +315,23 @@ std::vector<Case> cases() {
       {"conv_transpose1d_g2_d2", {{{1, 4, 6}}, {{4, 3, 2}}}, [](const V& v) { return ag::conv_transpose1d(v[0], v[1], {}, 1, 0, 0, 2, 2); }},
       {"conv_transpose2d_s2_p1_op1", {{{2, 3, 4, 3}}, {{3, 4, 3, 3}}, {{4}}}, [](const V& v) { return ag::conv_transpose2d(v[0], v[1], v[2], {2, 2}, {1, 1}, {1, 1}); }},
       {"conv_transpose2d_mixed", {{{1, 4, 4, 5}}, {{4, 1, 2, 3}}}, [](const V& v) { return ag::conv_transpose2d(v[0], v[1], {}, {1, 2}, {0, 1}, {0, 1}, 2, {2, 1}); }},
+      {"gelu_tanh", {{{3, 4}, 2.5}}, [](const V& v) { return ag::gelu(v[0], "tanh"); }},
+      {"masked_fill_bcast", {x34, cls({4}, 2)}, [](const V& v) { return ag::masked_fill(v[0], ag::ne(v[1], 0), -1.5); }},
+      {"tril_diag1", {{{2, 3, 4}}}, [](const V& v) { return ag::tril(v[0], 1); }},
+      {"triu_diag_neg1", {{{4, 3}}}, [](const V& v) { return ag::triu(v[0], -1); }},
+      {"embedding", {cls({2, 3}, 5), {{5, 4}}}, [](const V& v) { return ag::embedding(v[0], v[1]); }},
+      {"embedding_padding_idx", {cls({7}, 5), {{5, 4}}}, [](const V& v) { return ag::embedding(v[0], v[1], 2); }},
+      {"sdpa", {{{2, 3, 5, 4}}, {{2, 3, 6, 4}, 0.9, 0.1}, {{2, 3, 6, 3}, 1.1}},
+       [](const V& v) { return ag::scaled_dot_product_attention(v[0], v[1], v[2]); }},
+      {"sdpa_causal_scale", {{{2, 5, 4}}, {{2, 7, 4}, 0.9, 0.1}, {{2, 7, 3}, 1.1}},
+       [](const V& v) { return ag::scaled_dot_product_attention(v[0], v[1], v[2], {}, 0.0, true, 0.4); }},
+      {"sdpa_bool_mask_dead_row", {{{2, 5, 4}}, {{2, 6, 4}, 0.9, 0.1}, {{2, 6, 3}, 1.1}},
+       [](const V& v) { return ag::scaled_dot_product_attention(v[0], v[1], v[2], pattern_mask(5, 6, v[0].device())); }},
+      {"sdpa_float_mask", {{{2, 2, 5, 4}}, {{2, 2, 6, 4}, 0.9, 0.1}, {{2, 2, 6, 3}, 1.1}, {{2, 1, 5, 6}, 0.7}},
+       [](const V& v) { return ag::scaled_dot_product_attention(v[0], v[1], v[2], v[3]); }},
+      mha_case("mha_padding_weights", 8, 2, false, {3, 2, 8}, {5, 2, 8}, true, true, false),
+      mha_case("mha_batch_first_noweights", 8, 4, true, {2, 3, 8}, {2, 5, 8}, false, true, false),
+      mha_case("mha_self_causal_batch_first", 8, 2, true, {2, 4, 8}, {2, 4, 8}, false, false, true),
       {"conv_transpose3d_s2", {{{1, 2, 3, 3, 2}}, {{2, 3, 2, 3, 2}}, {{3}}}, [](const V& v) { return ag::conv_transpose3d(v[0], v[1], v[2], {2, 2, 2}, {0, 1, 0}, {1, 0, 1}); }},
   };
   for (Case& c : recurrent) all.push_back(std::move(c));

@@ -54,6 +54,34 @@ def rnn_module(cls, nin, hidden, layers=1, bidirectional=False, batch_first=Fals
     return run
 
 
+def pattern_mask(L, S, dev):
+    """torch_semantics.cpp's pattern_mask: true (may attend) where i != 1 and (i + j) % 3 != 0."""
+    return torch.tensor([[i != 1 and (i + j) % 3 != 0 for j in range(S)] for i in range(L)], device=dev)
+
+
+def mha(E, H, batch_first, need_weights, padding, self_causal):
+    """A MultiheadAttention case: query, key, value, then in_proj_weight, in_proj_bias,
+    out_proj.weight, out_proj.bias, through F.multi_head_attention_forward (the module's own
+    call) so that the given tensors get the gradients."""
+    def run(q, k, v, w_in, b_in, w_out, b_out):
+        if self_causal:
+            k = v = q
+        if batch_first:
+            q, k, v = (t.transpose(0, 1) for t in (q, k, v))
+        L, N, S = q.shape[0], q.shape[1], k.shape[0]
+        kpm = None
+        if padding:
+            kpm = torch.tensor([[(n + j) % 4 == 3 for j in range(S)] for n in range(N)], device=q.device)
+        mask = torch.triu(torch.ones(S, S, device=q.device), 1) > 0 if self_causal else None
+        out, w = F.multi_head_attention_forward(q, k, v, E, H, w_in, b_in, None, None, False, 0.0, w_out, b_out,
+                                                training=True, key_padding_mask=kpm, need_weights=need_weights,
+                                                attn_mask=mask, is_causal=self_causal)
+        if batch_first:
+            out = out.transpose(0, 1)
+        return torch.cat([out.reshape(-1), w.reshape(-1)]) if need_weights else out
+    return run
+
+
 CASES = {
     "rnn_tanh_cell": lambda x, h, wi, wh, bi, bh: torch.rnn_tanh_cell(x, h, wi, wh, bi, bh),
     "rnn_relu_cell": lambda x, h, wi, wh, bi, bh: torch.rnn_relu_cell(x, h, wi, wh, bi, bh),
@@ -176,6 +204,19 @@ CASES = {
     "conv_transpose1d_g2_d2": lambda x, w: F.conv_transpose1d(x, w, groups=2, dilation=2),
     "conv_transpose2d_s2_p1_op1": lambda x, w, b: F.conv_transpose2d(x, w, b, stride=2, padding=1, output_padding=1),
     "conv_transpose2d_mixed": lambda x, w: F.conv_transpose2d(x, w, stride=(1, 2), padding=(0, 1), output_padding=(0, 1), groups=2, dilation=(2, 1)),
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "masked_fill_bcast": lambda x, m: x.masked_fill(m != 0, -1.5),
+    "tril_diag1": lambda x: torch.tril(x, 1),
+    "triu_diag_neg1": lambda x: torch.triu(x, -1),
+    "embedding": lambda i, w: F.embedding(i, w),
+    "embedding_padding_idx": lambda i, w: F.embedding(i, w, padding_idx=2),
+    "sdpa": lambda q, k, v: F.scaled_dot_product_attention(q, k, v),
+    "sdpa_causal_scale": lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.4),
+    "sdpa_bool_mask_dead_row": lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=pattern_mask(5, 6, q.device)),
+    "sdpa_float_mask": lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m),
+    "mha_padding_weights": mha(8, 2, False, True, True, False),
+    "mha_batch_first_noweights": mha(8, 4, True, False, True, False),
+    "mha_self_causal_batch_first": mha(8, 2, True, False, False, True),
     "conv_transpose3d_s2": lambda x, w, b: F.conv_transpose3d(x, w, b, stride=2, padding=(0, 1, 0), output_padding=(1, 0, 1)),
 }
 DTYPES = {"float64": torch.float64, "float32": torch.float32, "int64": torch.int64}

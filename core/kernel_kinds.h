@@ -232,6 +232,17 @@ template <class T> AG_HOST_DEVICE inline T normal_cdf(T x) {
   return T(0.5) * (T(1) + erf(x * T(0.70710678118654752440)));
 }
 template <class T> AG_HOST_DEVICE inline T normal_pdf(T x) { return exp(T(-0.5) * x * x) * T(0.39894228040143267794); }
+// gelu(approximate="tanh"): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), and its derivative
+// as PyTorch's GeluBackward computes it.
+template <class T> AG_HOST_DEVICE inline T gelu_tanh(T x) {
+  const T beta = T(0.79788456080286535588), kappa = T(0.044715);
+  return T(0.5) * x * (T(1) + tanh(beta * (x + kappa * x * x * x)));
+}
+template <class T> AG_HOST_DEVICE inline T gelu_tanh_grad(T x) {
+  const T beta = T(0.79788456080286535588), kappa = T(0.044715);
+  const T x2 = x * x, t = tanh(beta * (x + kappa * x2 * x));
+  return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * beta * (T(1) + T(3) * kappa * x2);
+}
 // erf's inverse: Giles' single-precision approximation ("Approximating the erfinv function",
 // 2012), then Newton steps on erf(x) = y in T (one for float, two for double); +-1 give +-inf,
 // values outside [-1, 1] NaN. The same code on both devices, so they agree to erf's rounding.

@@ -71,7 +71,14 @@ namespace {
 // keys ran directly and were captured again, the slower host let the device catch up, the
 // backlog probe (below) then sent every kernel through the table too, and more was evicted.
 // Which state a process settled in was chance, so the AMP row was bimodal (7.4 against 10-13
-// ms a step in runs of one build). MEASURED-SIZE-NOTE
+// ms a step in runs of one build). Measured on the H200 in one call (ampgrad bench step --models
+// lstm_cells --reps 15, pinned, two rounds; ms a step fp32 / AMP, calls outside graphs and keys
+// evicted per step): 4096 entries 7.6 / 6.2 and 9.7 / 9.4, 43-47 and 10-11; 8192 6.5 / 6.1 and
+// 6.8 / 7.6, 21 and 0; 16384 6.6 / 5.2 and 7.1 / 8.1, 21 and 0; the build before (4096, one
+// horizon) 12.2 / 7.8 and 11.8 / 10.2, 84. Peak RSS was the same (959-1008 MB): a graph costs
+// memory while it is in the table, and the table holds what recurs. 16384 leaves room for
+// models with more calls a step than this one. (The 21 calls a step that still miss are keys
+// that change every step, not evictions.)
 // (Earlier, before launch batches and the probe's two horizons: 512 and 1024 entries gave
 // the char LSTM 5.7 and 9.1 ms a step against 3.9 at 4096; the LSTMCell loop, whose keys then
 // did not repeat, ran slower with more.) AMPGRAD_CALL_GRAPH_ENTRIES=N sets it at start.

@@ -41,6 +41,7 @@ using ampgrad::conv_transpose3d;
 using ampgrad::cross_entropy;
 using ampgrad::dropout;
 using ampgrad::embedding;
+using ampgrad::scaled_dot_product_attention;
 using ampgrad::gelu;
 using ampgrad::layer_norm;
 using ampgrad::linear;

@@ -84,7 +84,11 @@ PReLU::PReLU(int64_t num_parameters, double init, TensorOptions o) : Module("PRe
   weight = register_parameter("weight", full({num_parameters}, init, o));
 }
 Tensor PReLU::forward(const Tensor& x) { return prelu(x, weight); }
-Tensor GELU::forward(const Tensor& x) { return gelu(x); }
+GELU::GELU(std::string approximate) : Module("GELU"), approximate_(std::move(approximate)) {
+  AG_CHECK(approximate_ == "none" || approximate_ == "tanh", "GELU: approximate must be \"none\" or \"tanh\", got \"{}\"",
+           approximate_);
+}
+Tensor GELU::forward(const Tensor& x) { return gelu(x, approximate_); }
 Tensor Tanh::forward(const Tensor& x) { return tanh(x); }
 Tensor Sigmoid::forward(const Tensor& x) { return sigmoid(x); }
 Tensor Dropout::forward(const Tensor& x) { return dropout(x, p_, is_training()); }

@@ -6,6 +6,7 @@
 #include <array>
 #include <memory>
 #include <optional>
+#include <string>
 
 #include <ampgrad/nn/conv.h>  // Conv1d, Conv2d, Conv3d, ConvTranspose1d/2d/3d
 #include <ampgrad/nn/module.h>
@@ -103,10 +104,14 @@ class PReLU : public Module {
   Tensor forward(const Tensor& x) override;
   Tensor weight;
 };
+// gelu, exact ("none") or its tanh approximation ("tanh"), as torch.nn.GELU(approximate).
 class GELU : public Module {
  public:
-  GELU() : Module("GELU") {}
+  explicit GELU(std::string approximate = "none");
   Tensor forward(const Tensor& x) override;
+
+ private:
+  std::string approximate_;
 };
 class Tanh : public Module {
  public:

@@ -70,6 +70,16 @@ Tensor prelu(const Tensor& x, const Tensor& weight);
 Tensor embedding(const Tensor& input, const Tensor& weight, std::optional<int64_t> padding_idx = std::nullopt,
                  bool scale_grad_by_freq = false);
 
+// softmax(query key^T * scale + mask) value over the last two dims, as
+// torch.nn.functional.scaled_dot_product_attention: query [..., L, E], key [..., S, E], value
+// [..., S, Ev] (leading dims broadcast) give [..., L, Ev]; scale defaults to 1/sqrt(E). attn_mask
+// broadcasts to [..., L, S]: bool (true: may attend) or query's dtype (added to the scores);
+// is_causal lets position i attend to j <= i (no attn_mask with it). A row left with nothing to
+// attend to gives zeros. dropout_p drops attention weights whenever it is > 0 (ops/attention.cpp).
+Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, const Tensor& value,
+                                    const Tensor& attn_mask = Tensor(), double dropout_p = 0.0, bool is_causal = false,
+                                    std::optional<double> scale = std::nullopt);
+
 // Zeroes each element with probability p and scales the rest by 1/(1-p) (training only).
 // Masks come from a counter-based hash, identical on the CPU and CUDA for the same seed.
 Tensor dropout(const Tensor& x, double p, bool training = true);

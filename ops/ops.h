@@ -4,6 +4,7 @@
 
 #include <initializer_list>
 #include <optional>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -41,7 +42,7 @@ Tensor randn(const Shape& shape, Generator& gen, TensorOptions options = {});
 
 // Elementwise with broadcasting (ops/binary.cpp, ops/unary.cpp). The ops that are one kind
 // each are declared from their tables: ops/unary_ops.def (neg, exp, log, sqrt, abs, relu,
-// gelu, tanh, sigmoid, silu, softplus, the trigonometric ones, erf, erfinv, floor, hardtanh,
+// tanh, sigmoid, silu, softplus, the trigonometric ones, erf, erfinv, floor, hardtanh,
 // leaky_relu, elu, mish, hardswish, ...) and ops/binary_ops.def
 // (maximum, minimum, atan2, fmod, remainder, and the comparisons eq, ne, lt, le, gt, ge with
 // tensors and scalars).
@@ -50,6 +51,9 @@ Tensor randn(const Shape& shape, Generator& gen, TensorOptions options = {});
 #define AG_UNARY_OP2(name, Kind, category, reason, p, p0, q, q0) \
   Tensor name(const Tensor& x, double p = p0, double q = q0);
 #include <ampgrad/ops/unary_ops.def>
+// x * Phi(x), Phi the standard normal's distribution function; approximate "tanh" computes
+// 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) instead, as torch.nn.functional.gelu.
+Tensor gelu(const Tensor& x, std::string_view approximate = "none");
 #define AG_BINARY_OP(name, Kind, category, reason) Tensor name(const Tensor& a, const Tensor& b);
 #define AG_BINARY_OP_S(name, Kind, category, reason) \
   Tensor name(const Tensor& a, const Tensor& b);    \

@@ -1,4 +1,4 @@
-// Unary elementwise ops: the rows of ops/unary_ops.def, clamp, and the tensor-with-scalar forms
+// Unary elementwise ops: the rows of ops/unary_ops.def, clamp, round, gelu (two kinds), and the tensor-with-scalar forms
 // of add, sub, rsub, mul and pow, all one kernel of core/elementwise_kinds.def each way.
 #include <cmath>
 
@@ -89,7 +89,14 @@ Tensor unary_elementwise(const OpInfo& op, UnaryKind k, const Tensor& a0, double
 namespace {
 const OpInfo kClamp{"clamp", Category::passthrough, true, "exact in any dtype"};
 const OpInfo kRound{"round", Category::passthrough, true, "exact in any dtype"};
+const OpInfo kGelu{"gelu", Category::passthrough, true, "computed in float, bounded result"};
 }  // namespace
+
+Tensor gelu(const Tensor& x, std::string_view approximate) {
+  AG_CHECK(approximate == "none" || approximate == "tanh", "gelu: approximate must be \"none\" or \"tanh\", got \"{}\"",
+           approximate);
+  return unary_elementwise(kGelu, approximate == "tanh" ? UnaryKind::GeluTanh : UnaryKind::Gelu, x, 0, 0, true);
+}
 
 Tensor round(const Tensor& a, int64_t decimals) {
   // The kind takes 10^|decimals| and decimals' sign (math::round_decimals).

@@ -62,6 +62,10 @@ const std::vector<Row>& rows() {
       row("relu", "method", {kinked({3, N}, {0})}, [](const V& v) { return v[0].relu(); }),
       row("gelu", "x2", {nrm({3, N}, 2)}, [](const V& v) { return ag::gelu(v[0]); })
           .reference([](double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }),
+      row("gelu", "approximate tanh, x2", {nrm({3, N}, 2)}, [](const V& v) { return ag::gelu(v[0], "tanh"); })
+          .reference([](double x) {
+            return 0.5 * x * (1 + std::tanh(std::sqrt(2 / 3.14159265358979323846) * (x + 0.044715 * x * x * x)));
+          }),
       row("tanh", "x2", {nrm({3, N}, 2)}, [](const V& v) { return ag::tanh(v[0]); })
           .reference([](double x) { return std::tanh(x); }),
       row("sigmoid", "x3", {nrm({3, N}, 3)}, [](const V& v) { return ag::sigmoid(v[0]); }).reference(sigmoid),

@@ -141,6 +141,28 @@ std::vector<Row> nn_rows() {
       sum_row("cdist", "p 1, batched", {nrm({2, N, 3}), nrm({2, 4, 3})}, [](const V& v) { return ag::cdist(v[0], v[1], 1); }),
       sum_row("cdist", "p inf", {nrm({N, 3}), nrm({4, 3})}, [](const V& v) { return ag::cdist(v[0], v[1], kInf); }),
       sum_row("pdist", "p 2", {nrm({N, 3})}, [](const V& v) { return ag::pdist(v[0]); }).at_sizes({2, 7, 33}, 4),
+      // ---- scaled_dot_product_attention (#27), the math path: sums of n products over the
+      // sequence (N the query's and key's length; the scores are n x n) ----------------------
+      sum_row("scaled_dot_product_attention", "[2,2,n,4] heads, no mask",
+              {sy({2, 2, N, 4}), sy({2, 2, N, 4}), sy({2, 2, N, 3})},
+              [](const V& v) { return ag::scaled_dot_product_attention(v[0], v[1], v[2]); })
+          .at_sizes({1, 7, 130}, 4),
+      sum_row("scaled_dot_product_attention", "is_causal", {sy({2, N, 4}), sy({2, N, 4}), sy({2, N, 3})},
+              [](const V& v) { return ag::scaled_dot_product_attention(v[0], v[1], v[2], {}, 0.0, true); })
+          .at_sizes({1, 7, 130}, 4),
+      // Random masks leave some rows with nothing to attend to at small n: their zeros are tested too.
+      sum_row("scaled_dot_product_attention", "bool mask [n,n] broadcast, scale 0.3",
+              {sy({2, N, 4}), sy({2, N, 4}), sy({2, N, 3}), In{{N, N}, mask()}},
+              [](const V& v) { return ag::scaled_dot_product_attention(v[0], v[1], v[2], v[3], 0.0, false, 0.3); })
+          .at_sizes({1, 7, 130}, 4),
+      sum_row("scaled_dot_product_attention", "float mask [2,1,n,n], key of another length",
+              {sy({2, 2, 3, 4}), sy({2, 2, N, 4}), sy({2, 2, N, 3}), sy({2, 1, 3, N})},
+              [](const V& v) { return ag::scaled_dot_product_attention(v[0], v[1], v[2], v[3]); })
+          .at_sizes({1, 7, 130}, 4),
+      sum_row("scaled_dot_product_attention", "batch broadcast: key and value [1,n,4]",
+              {sy({3, N, 4}), sy({1, N, 4}), sy({1, N, 4})},
+              [](const V& v) { return ag::scaled_dot_product_attention(v[0], v[1], v[2]); })
+          .at_sizes({1, 7, 130}, 4),
       sum_row("pdist", "p 1.5", {nrm({N, 3})}, [](const V& v) { return ag::pdist(v[0], 1.5); }).at_sizes({3, 9}, 4),
       sum_row("renorm", "p 2, dim 0, maxnorm 1.5", {nrm({3, N})}, [](const V& v) { return ag::renorm(v[0], 2, 0, 1.5); }),
       sum_row("renorm", "p 1, dim 1, maxnorm 2", {nrm({3, N})}, [](const V& v) { return ag::renorm(v[0], 1, 1, 2.0); }),

@@ -20,6 +20,7 @@
 #include <ampgrad/data/idx.h>
 #include <ampgrad/data/loader.h>
 #include <ampgrad/ops/op.h>
+#include <ampgrad/nn/attention.h>
 #include <ampgrad/nn/functional.h>
 #include <ampgrad/nn/init.h>
 #include <ampgrad/nn/layers.h>

@@ -1,0 +1,305 @@
+// Attention: scaled_dot_product_attention against a float64 reference (values, masks, the rows
+// with nothing to attend to, dropout, errors), MultiheadAttention against the same reference
+// built from its parameters, and gelu's tanh approximation.
+#include <cmath>
+#include <vector>
+
+#include "common.h"
+
+namespace {
+
+using Vec = std::vector<double>;
+
+// softmax(q k^T * scale + add) v for each of `batch` independent problems, row-major: q [L, E],
+// k [S, E], v [S, Ev] each; add [L, S] per problem (empty: none; -inf: may not attend). A row
+// with nothing to attend to gives zeros (safe) or NaN.
+Vec attend(const Vec& q, const Vec& k, const Vec& v, const Vec& add, int64_t batch, int64_t L, int64_t S, int64_t E,
+           int64_t Ev, double scale, bool safe = true) {
+  Vec out(static_cast<size_t>(batch * L * Ev), 0.0);
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t i = 0; i < L; ++i) {
+      Vec s(static_cast<size_t>(S));
+      double m = -INFINITY;
+      for (int64_t j = 0; j < S; ++j) {
+        double d = 0;
+        for (int64_t e = 0; e < E; ++e) d += q[(b * L + i) * E + e] * k[(b * S + j) * E + e];
+        s[j] = d * scale + (add.empty() ? 0.0 : add[(b * L + i) * S + j]);
+        m = std::max(m, s[j]);
+      }
+      if (m == -INFINITY) {
+        if (!safe)
+          for (int64_t c = 0; c < Ev; ++c) out[(b * L + i) * Ev + c] = NAN;
+        continue;
+      }
+      double z = 0;
+      for (double& x : s) z += (x = std::exp(x - m));
+      for (int64_t j = 0; j < S; ++j)
+        for (int64_t c = 0; c < Ev; ++c) out[(b * L + i) * Ev + c] += s[j] / z * v[(b * S + j) * Ev + c];
+    }
+  return out;
+}
+
+Vec values(const ag::Tensor& t) { return t.contiguous().to_vector<double>(); }
+
+// x [rows, in] @ w^T [in, out] + b, in float64.
+Vec affine(const Vec& x, const Vec& w, const Vec& b, int64_t rows, int64_t in, int64_t out) {
+  Vec y(static_cast<size_t>(rows * out));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t o = 0; o < out; ++o) {
+      double d = b.empty() ? 0.0 : b[o];
+      for (int64_t i = 0; i < in; ++i) d += x[r * in + i] * w[o * in + i];
+      y[r * out + o] = d;
+    }
+  return y;
+}
+
+}  // namespace
+
+TEST_CASE("attention: scaled_dot_product_attention matches a float64 reference", "[attention]") {
+  ag::manual_seed(3);
+  const int64_t B = 2, H = 3, L = 5, S = 7, E = 4, Ev = 6;
+  const ag::Tensor q = ag::randn({B, H, L, E}), k = ag::randn({B, H, S, E}), v = ag::randn({B, H, S, Ev});
+  const Vec qv = values(q), kv = values(k), vv = values(v);
+  const double scale = 1 / std::sqrt(static_cast<double>(E));
+  check_close(ag::scaled_dot_product_attention(q, k, v), attend(qv, kv, vv, {}, B * H, L, S, E, Ev, scale), 1e-6, 1e-5);
+  // A scale of one's own.
+  check_close(ag::scaled_dot_product_attention(q, k, v, {}, 0.0, false, 0.7),
+              attend(qv, kv, vv, {}, B * H, L, S, E, Ev, 0.7), 1e-6, 1e-5);
+  // is_causal: position i attends to j <= i (top-left, also when S > L).
+  Vec causal(static_cast<size_t>(B * H * L * S));
+  for (int64_t b = 0; b < B * H; ++b)
+    for (int64_t i = 0; i < L; ++i)
+      for (int64_t j = 0; j < S; ++j) causal[(b * L + i) * S + j] = j <= i ? 0.0 : -INFINITY;
+  check_close(ag::scaled_dot_product_attention(q, k, v, {}, 0.0, true), attend(qv, kv, vv, causal, B * H, L, S, E, Ev, scale),
+              1e-6, 1e-5);
+  // A bool mask [L, S] broadcast over batch and heads (true: may attend), its row 2 all false.
+  std::vector<bool> allowed(static_cast<size_t>(L * S));
+  Vec add(static_cast<size_t>(B * H * L * S));
+  for (int64_t i = 0; i < L; ++i)
+    for (int64_t j = 0; j < S; ++j) allowed[i * S + j] = i != 2 && (i + j) % 3 != 0;
+  for (int64_t b = 0; b < B * H; ++b)
+    for (int64_t i = 0; i < L * S; ++i) add[b * L * S + i] = allowed[i] ? 0.0 : -INFINITY;
+  const ag::Tensor bool_mask = ag::tensor(allowed, {L, S});
+  const ag::Tensor masked = ag::scaled_dot_product_attention(q, k, v, bool_mask);
+  check_close(masked, attend(qv, kv, vv, add, B * H, L, S, E, Ev, scale), 1e-6, 1e-5);
+  // The row with nothing to attend to is zeros, and so is its gradient (not NaN).
+  CHECK(values(masked.select(2, 2)) == Vec(static_cast<size_t>(B * H * Ev), 0.0));
+  const ag::Tensor qg = q.detach().requires_grad_(true), kg = k.detach().requires_grad_(true);
+  ag::scaled_dot_product_attention(qg, kg, v, bool_mask).sum().backward();
+  CHECK(values(qg.grad().select(2, 2)) == Vec(static_cast<size_t>(B * H * E), 0.0));
+  for (double g : values(kg.grad())) CHECK(std::isfinite(g));
+  // A float mask is added to the scores.
+  const ag::Tensor float_mask = ag::randn({B, 1, L, S});
+  const Vec fm = values(float_mask);
+  Vec fadd(static_cast<size_t>(B * H * L * S));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < L * S; ++i) fadd[(b * H + h) * L * S + i] = fm[b * L * S + i];
+  check_close(ag::scaled_dot_product_attention(q, k, v, float_mask), attend(qv, kv, vv, fadd, B * H, L, S, E, Ev, scale),
+              1e-6, 1e-5);
+  // 2-D inputs: one problem; float64 in, float64 out.
+  const ag::Tensor q2 = ag::randn({L, E}, ag::TensorOptions(ag::kFloat64)), k2 = ag::randn({S, E}, ag::TensorOptions(ag::kFloat64)),
+                   v2 = ag::randn({S, Ev}, ag::TensorOptions(ag::kFloat64));
+  const ag::Tensor o2 = ag::scaled_dot_product_attention(q2, k2, v2);
+  CHECK(o2.dtype() == ag::kFloat64);
+  check_close(o2, attend(values(q2), values(k2), values(v2), {}, 1, L, S, E, Ev, scale), 1e-12, 1e-12);
+}
+
+TEST_CASE("attention: scaled_dot_product_attention's dropout", "[attention]") {
+  ag::manual_seed(4);
+  const ag::Tensor q = ag::randn({2, 16, 8}), k = ag::randn({2, 16, 8}), v = ag::ones({2, 16, 8});
+  // All weights dropped: zeros. None: the plain result.
+  check_close(ag::scaled_dot_product_attention(q, k, v, {}, 1.0), Vec(2 * 16 * 8, 0.0), 0, 0);
+  check_close(ag::scaled_dot_product_attention(q, k, v, {}, 0.0), Vec(2 * 16 * 8, 1.0), 1e-6, 1e-6);
+  // With v all ones, a row's output is its kept weights' sum, scaled by 1/(1-p): on average 1,
+  // not all 1, and the same from the same seed.
+  ag::manual_seed(5);
+  const Vec a = values(ag::scaled_dot_product_attention(q, k, v, {}, 0.5));
+  ag::manual_seed(5);
+  const Vec b = values(ag::scaled_dot_product_attention(q, k, v, {}, 0.5));
+  CHECK(a == b);
+  double mean = 0;
+  int off = 0;
+  for (double x : a) {
+    mean += x / static_cast<double>(a.size());
+    off += std::abs(x - 1) > 1e-3;
+  }
+  CHECK(off > 100);
+  CHECK(mean == Approx(1.0).margin(0.25));
+}
+
+TEST_CASE("attention: scaled_dot_product_attention refuses what PyTorch refuses", "[attention][errors]") {
+  const ag::Tensor q = ag::randn({2, 5, 4}), k = ag::randn({2, 7, 4}), v = ag::randn({2, 7, 3});
+  CHECK_THROWS_WITH(ag::scaled_dot_product_attention(q, ag::randn({2, 7, 5}), v),
+                    Catch::StartsWith("scaled_dot_product_attention: query and key must have the same head dim"));
+  CHECK_THROWS_WITH(ag::scaled_dot_product_attention(q, k, ag::randn({2, 6, 3})),
+                    Catch::StartsWith("scaled_dot_product_attention: key and value must have the same sequence length"));
+  CHECK_THROWS_WITH(ag::scaled_dot_product_attention(q, ag::randn({3, 7, 4}), ag::randn({3, 7, 3})),
+                    Catch::Contains("do not broadcast"));
+  CHECK_THROWS_WITH(ag::scaled_dot_product_attention(q, k.to(ag::kFloat64), v),
+                    Catch::StartsWith("scaled_dot_product_attention: query, key and value must have one floating dtype"));
+  CHECK_THROWS_WITH(ag::scaled_dot_product_attention(ag::randn({4}), k, v), Catch::Contains("at least 2-D"));
+  CHECK_THROWS_WITH(ag::scaled_dot_product_attention(q, k, v, ag::zeros({5, 6})),
+                    Catch::Contains("attn_mask float32 [5, 6] on cpu does not broadcast to the attention scores' shape [2, 5, 7]"));
+  CHECK_THROWS_WITH(ag::scaled_dot_product_attention(q, k, v, ag::zeros({5, 7}, ag::TensorOptions(ag::kFloat64))),
+                    Catch::Contains("attn_mask must be bool or have the query's dtype float32"));
+  CHECK_THROWS_WITH(ag::scaled_dot_product_attention(q, k, v, ag::zeros({5, 7}), 0.0, true),
+                    Catch::Contains("must not be given with is_causal=true"));
+  CHECK_THROWS_WITH(ag::scaled_dot_product_attention(q, k, v, {}, 1.5), Catch::Contains("dropout_p must be in [0, 1]"));
+}
+
+TEST_CASE("attention: MultiheadAttention matches the reference built from its parameters", "[attention][nn]") {
+  ag::manual_seed(6);
+  const int64_t E = 8, H = 2, D = E / H, L = 3, S = 5, N = 2;
+  for (bool batch_first : {false, true}) {
+    ag::nn::MultiheadAttentionOptions o;
+    o.batch_first = batch_first;
+    ag::nn::MultiheadAttention mha(E, H, o);
+    // PyTorch's parameters, names and shapes; biases start at zero, so draw others.
+    const ag::nn::StateDict sd = mha.state_dict();
+    CHECK(sd.size() == 4);
+    CHECK(sd.at("in_proj_weight").shape() == ag::Shape{3 * E, E});
+    CHECK(sd.at("in_proj_bias").shape() == ag::Shape{3 * E});
+    CHECK(sd.at("out_proj.weight").shape() == ag::Shape{E, E});
+    CHECK(values(sd.at("in_proj_bias")) == Vec(3 * E, 0.0));
+    {
+      ag::NoGradGuard no_grad;
+      mha.in_proj_bias.copy_(ag::randn({3 * E}));
+      mha.out_proj->bias.copy_(ag::randn({E}));
+    }
+    // Sequence-first [L, N, E] (or [N, L, E]); key and value different tensors.
+    const ag::Tensor qs = ag::randn({L, N, E}), ks = ag::randn({S, N, E}), vs = ag::randn({S, N, E});
+    auto in = [&](const ag::Tensor& t) { return batch_first ? t.transpose(0, 1).contiguous() : t; };
+    std::vector<bool> pad(static_cast<size_t>(N * S), false);
+    pad[0 * S + 4] = pad[1 * S + 1] = pad[1 * S + 2] = true;  // true: ignore this key
+    const ag::Tensor kpm = ag::tensor(pad, {N, S});
+    auto [out, w] = mha(in(qs), in(ks), in(vs), kpm);
+    // The reference, per batch element and head, in float64.
+    const Vec W = values(mha.in_proj_weight), Bi = values(mha.in_proj_bias), Wo = values(mha.out_proj->weight),
+              Bo = values(mha.out_proj->bias);
+    auto slice = [](const Vec& x, int64_t from, int64_t n) { return Vec(x.begin() + from, x.begin() + from + n); };
+    Vec want(static_cast<size_t>(L * N * E)), want_w(static_cast<size_t>(N * L * S), 0.0);
+    for (int64_t n = 0; n < N; ++n) {
+      const Vec xq = values(qs.select(1, n)), xk = values(ks.select(1, n)), xv = values(vs.select(1, n));
+      const Vec pq = affine(xq, slice(W, 0, E * E), slice(Bi, 0, E), L, E, E);
+      const Vec pk = affine(xk, slice(W, E * E, E * E), slice(Bi, E, E), S, E, E);
+      const Vec pv = affine(xv, slice(W, 2 * E * E, E * E), slice(Bi, 2 * E, E), S, E, E);
+      Vec heads(static_cast<size_t>(L * E));
+      for (int64_t h = 0; h < H; ++h) {
+        Vec hq(static_cast<size_t>(L * D)), hk(static_cast<size_t>(S * D)), hv(static_cast<size_t>(S * D)), add(static_cast<size_t>(L * S));
+        for (int64_t i = 0; i < L; ++i)
+          for (int64_t d = 0; d < D; ++d) hq[i * D + d] = pq[i * E + h * D + d];
+        for (int64_t j = 0; j < S; ++j)
+          for (int64_t d = 0; d < D; ++d) hk[j * D + d] = pk[j * E + h * D + d], hv[j * D + d] = pv[j * E + h * D + d];
+        for (int64_t i = 0; i < L; ++i)
+          for (int64_t j = 0; j < S; ++j) add[i * S + j] = pad[n * S + j] ? -INFINITY : 0.0;
+        const Vec o = attend(hq, hk, hv, add, 1, L, S, D, D, 1 / std::sqrt(static_cast<double>(D)));
+        for (int64_t i = 0; i < L; ++i)
+          for (int64_t d = 0; d < D; ++d) heads[i * E + h * D + d] = o[i * D + d];
+        // The head's weights, for the average: attention of a one-hot value.
+        for (int64_t j = 0; j < S; ++j) {
+          Vec onehot(static_cast<size_t>(S), 0.0);
+          onehot[j] = 1;
+          const Vec wj = attend(hq, hk, onehot, add, 1, L, S, D, 1, 1 / std::sqrt(static_cast<double>(D)));
+          for (int64_t i = 0; i < L; ++i) want_w[(n * L + i) * S + j] += wj[i] / H;
+        }
+      }
+      const Vec y = affine(heads, Wo, Bo, L, E, E);
+      for (int64_t i = 0; i < L; ++i)
+        for (int64_t e = 0; e < E; ++e) want[(i * N + n) * E + e] = y[i * E + e];
+    }
+    const ag::Tensor out_lne = batch_first ? out.transpose(0, 1) : out;
+    CHECK(out.shape() == (batch_first ? ag::Shape{N, L, E} : ag::Shape{L, N, E}));
+    check_close(out_lne, want, 1e-5, 1e-5);
+    CHECK(w.shape() == ag::Shape{N, L, S});
+    check_close(w, want_w, 1e-6, 1e-5);
+    // Without weights: the fused-attention path, the same output.
+    auto [out2, w2] = mha(in(qs), in(ks), in(vs), kpm, /*need_weights=*/false);
+    CHECK_FALSE(w2.defined());
+    check_close(out2, values(out), 1e-6, 1e-5);
+    // Per-head weights.
+    CHECK(mha(in(qs), in(ks), in(vs), kpm, true, {}, /*average_attn_weights=*/false).second.shape() == ag::Shape{N, H, L, S});
+  }
+}
+
+TEST_CASE("attention: MultiheadAttention's self-attention, masks, unbatched input, kdim and vdim, errors",
+          "[attention][nn]") {
+  ag::manual_seed(7);
+  const int64_t E = 6, H = 3, L = 4, N = 2;
+  ag::nn::MultiheadAttention mha(E, H);
+  const ag::Tensor x = ag::randn({L, N, E});
+  // Self-attention (one tensor for query, key and value: one projection GEMM) equals the same
+  // values passed as three tensors.
+  const ag::Tensor y_self = mha(x, x, x).first;
+  check_close(y_self, values(mha(x, x.clone(), x.clone()).first), 1e-6, 1e-6);
+  // A causal bool attn_mask (true above the diagonal: may not attend), with and without the
+  // is_causal hint, and as the equivalent float mask.
+  const ag::Tensor causal = ag::gt(ag::triu(ag::ones({L, L}), 1), 0.0);
+  const Vec y_causal = values(mha(x, x, x, {}, false, causal).first);
+  check_close(mha(x, x, x, {}, false, causal, true, /*is_causal=*/true).first, y_causal, 1e-6, 1e-6);
+  check_close(mha(x, x, x, {}, true, ag::masked_fill(ag::zeros({L, L}), causal, -INFINITY)).first, y_causal, 1e-6, 1e-6);
+  CHECK(values(mha(x, x, x, {}, false, causal).first) != values(y_self));
+  // Unbatched [L, E]: batch element 1's result.
+  const ag::Tensor x1 = x.select(1, 1).contiguous();
+  auto [u, uw] = mha(x1, x1, x1);
+  CHECK(u.shape() == ag::Shape{L, E});
+  CHECK(uw.shape() == ag::Shape{L, L});
+  check_close(u, values(y_self.select(1, 1)), 1e-6, 1e-6);
+  // Key and value of other sizes: separate projections, PyTorch's names.
+  ag::nn::MultiheadAttentionOptions kv;
+  kv.kdim = 5;
+  kv.vdim = 3;
+  ag::nn::MultiheadAttention cross(E, H, kv);
+  const ag::nn::StateDict sd = cross.state_dict();
+  CHECK(sd.count("q_proj_weight") == 1);
+  CHECK(sd.at("k_proj_weight").shape() == ag::Shape{E, 5});
+  CHECK(sd.at("v_proj_weight").shape() == ag::Shape{E, 3});
+  CHECK(sd.count("in_proj_weight") == 0);
+  CHECK(cross(x, ag::randn({7, N, 5}), ag::randn({7, N, 3})).first.shape() == ag::Shape{L, N, E});
+  // Training-mode dropout changes the result; eval does not drop.
+  ag::nn::MultiheadAttentionOptions d;
+  d.dropout = 0.5;
+  ag::nn::MultiheadAttention drop(E, H, d);
+  const Vec train_y = values(drop(x, x, x).first);
+  drop.eval();
+  const Vec eval_y = values(drop(x, x, x).first);
+  CHECK(train_y != eval_y);
+  check_close(drop(x, x, x).first, eval_y, 0, 0);
+  // Gradients reach every parameter.
+  mha(x, x, x).first.sum().backward();
+  for (const auto& [name, p] : mha.named_parameters()) {
+    INFO(name);
+    REQUIRE(p.grad().defined());
+    double total = 0;
+    for (double g : values(p.grad())) total += std::abs(g);
+    CHECK(total > 0);
+  }
+  // Bad input names what is wrong.
+  CHECK_THROWS_WITH(ag::nn::MultiheadAttention(10, 3), Catch::Contains("embed_dim 10 must be divisible by num_heads 3"));
+  CHECK_THROWS_WITH(mha(ag::randn({L, N, 5}), x, x), Catch::Contains("expected query, key and value with 6, 6 and 6 features"));
+  CHECK_THROWS_WITH(mha(x, ag::randn({3, N, E}), ag::randn({4, N, E})), Catch::Contains("same sequence length"));
+  CHECK_THROWS_WITH(mha(x, x, x, ag::zeros({N, L + 1}).to(ag::kBool)), Catch::Contains("key_padding_mask must be [2, 4]"));
+  CHECK_THROWS_WITH(mha(x, x, x, {}, true, ag::zeros({L, L + 1})), Catch::Contains("a 2-D attn_mask must be [L, S] = [4, 4]"));
+  CHECK_THROWS_WITH(mha(x, x, x, {}, false, {}, true, true), Catch::Contains("is_causal is a hint"));
+}
+
+TEST_CASE("attention: gelu's tanh approximation, as PyTorch's", "[attention][ops]") {
+  const ag::Tensor x = ag::tensor({-3.0, -1.0, -0.25, 0.0, 0.5, 2.0, 4.0}, {7}).to(ag::kFloat64);
+  Vec want;
+  for (double v : values(x)) want.push_back(0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v))));
+  check_close(ag::gelu(x, "tanh"), want, 1e-15, 1e-14);
+  // Not the exact gelu: they differ by up to ~1e-3.
+  CHECK(values(ag::gelu(x, "tanh")) != values(ag::gelu(x)));
+  // The gradient, against central differences.
+  const ag::Tensor xg = x.detach().requires_grad_(true);
+  ag::gelu(xg, "tanh").sum().backward();
+  const Vec g = values(xg.grad());
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double v = values(x)[i], h = 1e-6;
+    auto f = [](double t) { return 0.5 * t * (1 + std::tanh(std::sqrt(2 / M_PI) * (t + 0.044715 * t * t * t))); };
+    CHECK(g[i] == Approx((f(v + h) - f(v - h)) / (2 * h)).epsilon(1e-7));
+  }
+  check_close(ag::nn::GELU("tanh")(x), want, 1e-15, 1e-14);
+  CHECK_THROWS_WITH(ag::gelu(x, "fast"), Catch::StartsWith("gelu: approximate must be \"none\" or \"tanh\", got \"fast\""));
+  CHECK_THROWS_WITH(ag::nn::GELU("erf"), Catch::StartsWith("GELU: approximate must be"));
+}
