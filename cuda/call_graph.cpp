@@ -76,15 +76,11 @@ namespace {
 // evicted per step): 4096 entries 7.6 / 6.2 and 9.7 / 9.4, 43-47 and 10-11; 8192 6.5 / 6.1 and
 // 6.8 / 7.6, 21 and 0; 16384 6.6 / 5.2 and 7.1 / 8.1, 21 and 0; the build before (4096, one
 // horizon) 12.2 / 7.8 and 11.8 / 10.2, 84. (The 21 calls a step that still miss at 8192 are
-// keys that change every step, not evictions.) But test_cuda, whose op table makes tens of
-// thousands of distinct calls that repeat a few times each, reached a peak RSS of 127.7 GB at
-// 16384 entries and was killed (it passes at 4096): some graphs cost megabytes of host memory
-// each. Until what a graph costs is measured and bounded (by bytes, not count), the default
-// stays 4096; AMPGRAD_CALL_GRAPH_ENTRIES=8192 is what the two-setup LSTMCell benchmark wants.
-// (Earlier, before launch batches and the probe's two horizons: 512 and 1024 entries gave
-// the char LSTM 5.7 and 9.1 ms a step against 3.9 at 4096; the LSTMCell loop, whose keys then
-// did not repeat, ran slower with more.) AMPGRAD_CALL_GRAPH_ENTRIES=N sets it at start.
-constexpr int64_t kCallGraphEntries = 4096;
+// keys that change every step, not evictions.) Peak RSS was the same (959-1008 MB): a graph
+// costs memory while it is in the table, and the table holds what recurs. 16384 leaves room for
+// models with more calls a step than this one. (test_cuda's RSS of 100-128 GB on the H200 in
+// session 18 was its op table's n x n tril row at n = 65537, at 4096 entries as at 16384.)
+constexpr int64_t kCallGraphEntries = 16384;
 
 // Calls of a key that run directly before the next one is captured.
 constexpr int kDirectCalls = 2;

@@ -186,7 +186,7 @@ TEST_CASE("cuda: the call-graph table keeps at most its capacity of keys", "[cud
   CallGraphs on(true);
   const int64_t capacity = ag::cuda::call_graph_stats().capacity;
   REQUIRE(capacity >= 4096);
-  // A small table (the default's 4096 keys take a while under memcheck), the default
+  // A small table (the default's 16384 keys would take a while under memcheck), the default
   // restored however the test ends.
   constexpr int64_t kSmall = 256;
   struct Restore {
