@@ -62,6 +62,19 @@ struct Case {
 // it was loaded into (undefined: the input itself).
 V g_grad_of;
 
+// Loads v[first...] into m's parameters by name, in named_parameters() order, and names
+// those parameters as the tensors whose gradients stand for those inputs' (g_grad_of).
+void load_params(ag::nn::Module& m, const V& v, size_t first) {
+  ag::nn::StateDict sd;
+  const auto params = m.named_parameters();
+  g_grad_of.assign(v.size(), ag::Tensor());
+  for (size_t i = 0; i < params.size(); ++i) {
+    sd[params[i].first] = v[first + i];
+    g_grad_of[first + i] = params[i].second;
+  }
+  m.load_state_dict(sd);
+}
+
 // The recurrent modules: input x, h0 (and c0 for LSTM), then every parameter in PyTorch's
 // order, loaded by name with load_state_dict; the case's output is output, h_n (and c_n)
 // flattened and joined.
@@ -86,14 +99,7 @@ Case module_case(std::string name, ag::nn::RNNBase::Mode mode, int64_t input, in
   return {std::move(name), ins, [make_module, lstm, first_param](const V& v) {
             auto m = make_module(v[0].dtype());
             m->to(v[0].device());
-            ag::nn::StateDict sd;
-            const auto params = m->named_parameters();
-            g_grad_of.assign(v.size(), ag::Tensor());
-            for (size_t i = 0; i < params.size(); ++i) {
-              sd[params[i].first] = v[first_param + i];
-              g_grad_of[first_param + i] = params[i].second;
-            }
-            m->load_state_dict(sd);
+            load_params(*m, v, first_param);
             const ag::nn::RNNResult r = m->forward(v[0], v[1], lstm ? v[2] : ag::Tensor());
             V parts{r.output.reshape({-1}), r.h_n.reshape({-1})};
             if (lstm) parts.push_back(r.c_n.reshape({-1}));
@@ -128,14 +134,7 @@ Case mha_case(std::string name, int64_t E, int64_t H, bool batch_first, ag::Shap
           [make_module, first_param, batch_first, need_weights, padding, self_causal, kv](const V& v) {
             auto m = make_module(v[0].dtype());
             m->to(v[0].device());
-            ag::nn::StateDict sd;
-            const auto params = m->named_parameters();
-            g_grad_of.assign(v.size(), ag::Tensor());
-            for (size_t i = 0; i < params.size(); ++i) {
-              sd[params[i].first] = v[first_param + i];
-              g_grad_of[first_param + i] = params[i].second;
-            }
-            m->load_state_dict(sd);
+            load_params(*m, v, first_param);
             const int64_t N = kv[batch_first ? 0 : 1], S = kv[batch_first ? 1 : 0];
             ag::Tensor kpm;
             if (padding) {
