@@ -97,6 +97,21 @@ __global__ void reduce_cols_kernel(Op op, const std::conditional_t<kRaw, typenam
 }
 
 
+// Note [One wave]
+// A split reduction (one output or few) gives each block one chunk of r, so its time is that
+// of the slowest wave of blocks: the grid is as many blocks as fit on the device at once, one
+// wave, asked of the occupancy calculator once per kernel. A fixed 8 blocks per SM was 1.33
+// waves once the kernels needed 40 registers a thread (6 blocks of 256 fit per SM): the last
+// third of the blocks ran on a device a third full (norm of 64M float16 at 0.79 of a copy).
+template <auto Kernel> int64_t one_wave(const KernelContext& ctx, size_t smem) {
+  static const int per_sm = [smem] {
+    int n = 0;
+    AG_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, Kernel, kBlockSize, smem));
+    return std::max(n, 1);
+  }();
+  return static_cast<int64_t>(per_sm) * ctx.sm_count;
+}
+
 template <class Op>
 void run_reduce(const KernelContext& ctx, const Op& op, const Tensor& x, const Tensor& out, const Tensor& indices) {
   using T = typename Op::Elem;
@@ -105,7 +120,6 @@ void run_reduce(const KernelContext& ctx, const Op& op, const Tensor& x, const T
   const T* xp = ptr<const T>(x);
   void* op_out = ampgrad::detail::address(out);
   int64_t* ip = indices.defined() ? ptr<int64_t>(indices) : nullptr;
-  const int64_t target_blocks = static_cast<int64_t>(ctx.sm_count) * 8;
   const size_t smem = kBlockSize * sizeof(State);
 
   // Second pass (Note [CUDA reductions]): partials [outer, splits, inner] -> out.
@@ -121,6 +135,7 @@ void run_reduce(const KernelContext& ctx, const Op& op, const Tensor& x, const T
   if (inner == 1) {
     const int bx = reduce_row_threads<T>(r), by = kBlockSize / bx;
     const int64_t blocks = ceil_div(outer, by);
+    const int64_t target_blocks = one_wave<reduce_rows_kernel<Op>>(ctx, smem);
     int64_t splits = 1, chunk = r;
     if (blocks < target_blocks && r >= 8192) {
       splits = std::min(ceil_div(target_blocks, blocks), ceil_div(r, 4096));
@@ -141,6 +156,7 @@ void run_reduce(const KernelContext& ctx, const Op& op, const Tensor& x, const T
 
   const int bx = pow2_at_least(inner, 32), by = kBlockSize / bx;
   const int64_t blocks = outer * ceil_div(inner, bx);
+  const int64_t target_blocks = one_wave<reduce_cols_kernel<Op, true>>(ctx, smem);
   int64_t splits = 1, chunk = r;
   if (blocks < target_blocks && r >= 16 * by) {
     splits = std::min(ceil_div(target_blocks, blocks), ceil_div(r, 8 * by));
