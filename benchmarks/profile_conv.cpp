@@ -1,6 +1,9 @@
 // One conv2d 3x3 forward + backward (cuDNN benchmark mode) between cudaProfilerStart and
 // cudaProfilerStop, after warm-ups, for per-kernel profiles:
 //   ncu --profile-from-start off --metrics gpu__time_duration.sum --csv profile_conv f16 nhwc 64 64 56 64
+// With a last argument conv_transpose2d: the transposed convolution of `ampgrad bench conv`
+// instead (x [N, C, H, H], weight [C, K, 4, 4], stride 2, padding 1), e.g.
+//   profile_conv f32 nchw 64 128 28 64 conv_transpose2d
 #include <cuda_profiler_api.h>
 
 #include <cmath>
@@ -16,8 +19,8 @@
 namespace ag = ampgrad;
 
 int main(int argc, char** argv) {
-  if (argc != 7) {
-    std::fprintf(stderr, "usage: profile_conv f32|tf32|f16|bf16 nchw|nhwc N C H K\n");
+  if (argc != 7 && !(argc == 8 && std::string(argv[7]) == "conv_transpose2d")) {
+    std::fprintf(stderr, "usage: profile_conv f32|tf32|f16|bf16 nchw|nhwc N C H K [conv_transpose2d]\n");
     return 2;
   }
   if (!ag::cuda::is_available()) {
@@ -29,10 +32,13 @@ int main(int argc, char** argv) {
   const ag::DType dt = prec == "f16" ? ag::kFloat16 : (prec == "bf16" ? ag::kBFloat16 : ag::kFloat32);
   ag::set_allow_tf32(prec == "tf32");
   ag::cuda::set_cudnn_benchmark(true);
+  const bool transposed = argc == 8;
+  const int64_t r = transposed ? 4 : 3, ho = transposed ? 2 * h : h;  // (h - 1) * 2 - 2 + 4
   const auto opt = ag::TensorOptions().device(ag::kCUDA);
   ag::Tensor x = ag::randn({n, c, h, h}, opt).to(dt);
-  ag::Tensor w = (ag::randn({k, c, 3, 3}, opt) * (1.0 / std::sqrt(9.0 * c))).to(dt);
-  ag::Tensor g = ag::ones({n, k, h, h}, ag::TensorOptions(dt).device(ag::kCUDA));
+  ag::Tensor w = (transposed ? ag::randn({c, k, r, r}, opt) * (1.0 / std::sqrt(16.0 * k))
+                             : ag::randn({k, c, r, r}, opt) * (1.0 / std::sqrt(9.0 * c))).to(dt);
+  ag::Tensor g = ag::ones({n, k, ho, ho}, ag::TensorOptions(dt).device(ag::kCUDA));
   if (layout == "nhwc") {
     x = x.to_channels_last();
     w = w.to_channels_last();
@@ -40,7 +46,12 @@ int main(int argc, char** argv) {
   }
   x = x.detach().requires_grad_();
   w = w.detach().requires_grad_();
-  auto step = [&] { ag::conv2d(x, w, ag::Tensor(), {1, 1}, {1, 1}).backward(g); };
+  auto step = [&] {
+    if (transposed)
+      ag::conv_transpose2d(x, w, ag::Tensor(), {2, 2}, {1, 1}).backward(g);
+    else
+      ag::conv2d(x, w, ag::Tensor(), {1, 1}, {1, 1}).backward(g);
+  };
   for (int i = 0; i < 5; ++i) step();
   ag::cuda::synchronize();
   AG_CUDA_CHECK(cudaProfilerStart());
