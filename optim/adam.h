@@ -30,6 +30,13 @@ struct AdamWOptions : AdamOptions {
   }
   std::unique_ptr<OptimizerOptions> clone() const override { return std::make_unique<AdamWOptions>(*this); }
   const char* kind() const override { return "AdamWOptions"; }
+  // The setters again, returning AdamWOptions&, so that AdamWOptions(3e-4).weight_decay(0.1)
+  // stays an AdamWOptions (AdamW's constructor takes nothing else).
+  AdamWOptions& betas(std::pair<double, double> b) { AdamOptions::betas(b); return *this; }
+  AdamWOptions& eps(double v) { AdamOptions::eps(v); return *this; }
+  AdamWOptions& weight_decay(double v) { AdamOptions::weight_decay(v); return *this; }
+  AdamWOptions& amsgrad(bool v) { AdamOptions::amsgrad(v); return *this; }
+  AdamWOptions& maximize(bool v) { AdamOptions::maximize(v); return *this; }
 };
 
 class Adam : public Optimizer {

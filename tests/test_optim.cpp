@@ -743,6 +743,12 @@ TEST_CASE("optimizer groups hold their optimizer's typed options; state_dict kee
   CHECK(adamw.options<ag::optim::AdamOptions>(0).decoupled_weight_decay_);
   CHECK(adamw.options<ag::optim::AdamWOptions>(0).weight_decay_ == 0.01);
   CHECK(std::string(adamw.options(0).kind()) == "AdamWOptions");
+  // AdamWOptions' setters keep its type, so a chain of them builds an AdamW.
+  ag::optim::AdamW chained(std::vector<ag::Tensor>{w},
+                           ag::optim::AdamWOptions(3e-4).weight_decay(0.1).betas({0.9, 0.95}).eps(1e-6));
+  const auto& co = chained.options<ag::optim::AdamWOptions>(0);
+  CHECK((co.weight_decay_ == 0.1 && co.beta2_ == 0.95 && co.eps_ == 1e-6 && co.decoupled_weight_decay_));
+  CHECK(chained.lr() == 3e-4);
   // amsgrad needs state made when the optimizer is built: turning it on later is an error.
   ag::optim::Adam plain(std::vector<ag::Tensor>{v}, ag::optim::AdamOptions(0.1));
   plain.options<ag::optim::AdamOptions>(0).amsgrad_ = true;
