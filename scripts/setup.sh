@@ -2,7 +2,7 @@
 # Installs the Debian packages ampgrad builds with, when they are missing. Idempotent.
 set -euo pipefail
 packages=(cmake g++ make libfmt-dev catch2 libcli11-dev nlohmann-json3-dev zlib1g-dev
-          dataset-fashion-mnist gnuplot-nox libopenblas0 libdnnl-dev python3)
+          dataset-fashion-mnist fortunes gnuplot-nox libopenblas0 libdnnl-dev python3)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
