@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <numbers>
 #include <string>
 
 namespace ag = ampgrad;
@@ -40,7 +41,7 @@ std::shared_ptr<nn::Sequential> make_cnn() {
 double lr_at(int step, int warmup, int total, double peak) {
   if (step < warmup) return peak * (step + 1) / warmup;
   const double t = static_cast<double>(step - warmup) / std::max(1, total - warmup);
-  return 0.5 * peak * (1 + std::cos(M_PI * t));
+  return 0.5 * peak * (1 + std::cos(std::numbers::pi * t));
 }
 
 }  // namespace
@@ -57,8 +58,14 @@ int main(int argc, char** argv) {
   const ag::Device dev = cuda ? ag::Device(ag::kCUDA) : ag::Device(ag::kCPU);
   const ag::DType amp_dtype = cuda ? ag::kFloat16 : ag::kBFloat16;
 
-  const ag::data::Dataset train = ag::data::load_fashion_mnist(dir, /*train=*/true, 16384);
-  const ag::data::Dataset test = ag::data::load_fashion_mnist(dir, /*train=*/false, 1000);
+  ag::data::Dataset train, test;
+  try {
+    train = ag::data::load_fashion_mnist(dir, /*train=*/true, 16384);
+    test = ag::data::load_fashion_mnist(dir, /*train=*/false, 1000);
+  } catch (const ag::Error& e) {
+    std::fprintf(stderr, "cnn: %s\n(Debian's dataset-fashion-mnist package installs the files)\n", e.what());
+    return 2;
+  }
   const ag::Tensor test_x = test.images.to(dev), test_y = test.labels.to(dev);
 
   ag::manual_seed(0);
@@ -70,31 +77,34 @@ int main(int argc, char** argv) {
   // eval(): BatchNorm normalizes with its running statistics instead of the batch's.
   auto accuracy = [&](nn::Module& model) {
     ag::NoGradGuard no_grad;
+    const bool was_training = model.is_training();
     model.eval();
     ag::amp::AutocastGuard autocast(dev.type, amp_dtype);
     const ag::Tensor right = ag::eq(ag::argmax(model(test_x), 1), test_y);
-    model.train();
+    model.train(was_training);
     return right.to(ag::kFloat32).mean().item<double>();
   };
 
   const ag::data::DataLoader loader(train, ag::data::DataLoaderOptions(128).shuffle(true).seed(1).drop_last(true).device(dev));
   const int warmup = std::max(1, steps / 10);
-  for (int step = 0; step < steps; ++step) {
-    const int64_t per_epoch = loader.num_batches();
-    const ag::data::Batch batch = loader.epoch(step / per_epoch).batch(step % per_epoch);
-    opt.set_lr(lr_at(step, warmup, steps, 2e-3));
-    opt.zero_grad();
-    ag::Tensor loss;
-    {
-      ag::amp::AutocastGuard autocast(dev.type, amp_dtype);
-      loss = ag::nn::functional::cross_entropy((*net)(batch.images), batch.labels);
+  int step = 0;
+  for (int64_t epoch = 0; step < steps; ++epoch)
+    for (const ag::data::Batch& batch : loader.epoch(epoch)) {
+      if (step == steps) break;
+      opt.set_lr(lr_at(step, warmup, steps, 2e-3));
+      opt.zero_grad();
+      ag::Tensor loss;
+      {
+        ag::amp::AutocastGuard autocast(dev.type, amp_dtype);
+        loss = ag::nn::functional::cross_entropy((*net)(batch.images), batch.labels);
+      }
+      scaler.scale(loss).backward();
+      scaler.step(opt);
+      scaler.update();
+      if (step % std::max(1, steps / 5) == 0)
+        std::printf("step %4d  lr %.2e  loss %.4f\n", step, opt.lr(), loss.item<double>());
+      ++step;
     }
-    scaler.scale(loss).backward();
-    scaler.step(opt);
-    scaler.update();
-    if (step % std::max(1, steps / 5) == 0)
-      std::printf("step %4d  lr %.2e  loss %.4f\n", step, opt.lr(), loss.item<double>());
-  }
   const double acc = accuracy(*net);
   std::printf("test accuracy %.3f after %d steps (%s autocast)\n", acc, steps, ag::dtype_name(amp_dtype).data());
 
@@ -107,7 +117,7 @@ int main(int argc, char** argv) {
   again->load_state_dict(loaded.at("model"));
   ag::optim::AdamW opt_again(again->parameters(), ag::optim::AdamWOptions());
   opt_again.load_state_dict(loaded.at("optimizer"));  // moments, step counts and the options
-  ag::amp::GradScaler scaler_again;
+  ag::amp::GradScaler scaler_again(ag::amp::GradScalerOptions().enabled(amp_dtype == ag::kFloat16));
   scaler_again.load_state_dict(loaded.at("scaler"));
   const double acc_again = accuracy(*again);
   std::printf("reloaded from %s: test accuracy %.3f, learning rate %.2e\n", ckpt.c_str(), acc_again, opt_again.lr());

@@ -26,8 +26,14 @@ int main(int argc, char** argv) {
   const ag::Device dev = cuda ? ag::Device(ag::kCUDA) : ag::Device(ag::kCPU);
 
   // Images [n, 1, 28, 28] normalized with the training set's mean and std; labels int64 [n].
-  const ag::data::Dataset train = ag::data::load_fashion_mnist(dir, /*train=*/true, 16384);
-  const ag::data::Dataset test = ag::data::load_fashion_mnist(dir, /*train=*/false, 2000);
+  ag::data::Dataset train, test;
+  try {
+    train = ag::data::load_fashion_mnist(dir, /*train=*/true, 16384);
+    test = ag::data::load_fashion_mnist(dir, /*train=*/false, 2000);
+  } catch (const ag::Error& e) {
+    std::fprintf(stderr, "mlp: %s\n(Debian's dataset-fashion-mnist package installs the files)\n", e.what());
+    return 2;
+  }
 
   // Parameters are named by their place in the tree: "1.weight", "3.bias", ... (as PyTorch).
   ag::manual_seed(0);
@@ -56,21 +62,23 @@ int main(int argc, char** argv) {
 
   const ag::data::DataLoader loader(train, ag::data::DataLoaderOptions(128).shuffle(true).seed(1).drop_last(true).device(dev));
   std::printf("test accuracy before training %.3f\n", accuracy());
-  for (int step = 0; step < steps; ++step) {
-    const int64_t per_epoch = loader.num_batches();
-    const ag::data::Batch batch = loader.epoch(step / per_epoch).batch(step % per_epoch);
-    opt.zero_grad();
-    ag::Tensor loss;
-    {
-      ag::amp::AutocastGuard autocast(dev.type, ag::kFloat16, cuda);  // the forward pass only
-      loss = ag::nn::functional::cross_entropy((*net)(batch.images), batch.labels);
+  int step = 0;
+  for (int64_t epoch = 0; step < steps; ++epoch)
+    for (const ag::data::Batch& batch : loader.epoch(epoch)) {  // a new order each epoch
+      if (step == steps) break;
+      opt.zero_grad();
+      ag::Tensor loss;
+      {
+        ag::amp::AutocastGuard autocast(dev.type, ag::kFloat16, cuda);  // the forward pass only
+        loss = ag::nn::functional::cross_entropy((*net)(batch.images), batch.labels);
+      }
+      scaler.scale(loss).backward();  // gradients into each parameter's .grad()
+      scaler.step(opt);               // unscale, check for inf/NaN, step (or skip)
+      scaler.update();                // grow or shrink the scale
+      if (step % std::max(1, steps / 5) == 0)
+        std::printf("step %4d  loss %.4f  scale %g\n", step, loss.item<double>(), scaler.get_scale());
+      ++step;
     }
-    scaler.scale(loss).backward();  // gradients into each parameter's .grad()
-    scaler.step(opt);               // unscale, check for inf/NaN, step (or skip)
-    scaler.update();                // grow or shrink the scale
-    if (step % std::max(1, steps / 5) == 0)
-      std::printf("step %4d  loss %.4f  scale %g\n", step, loss.item<double>(), scaler.get_scale());
-  }
   const double acc = accuracy();
   const bool ok = acc > 0.70;
   std::printf("test accuracy after %d steps %.3f: %s\n", steps, acc, ok ? "learned" : "did NOT learn");
