@@ -1,4 +1,7 @@
 // CUDA reductions over the middle dim of [outer, r, inner]: deterministic, no float atomics.
+#include <array>
+#include <atomic>
+
 #include <ampgrad/core/kernels.h>
 #include <ampgrad/cuda/launch.cuh>
 #include <ampgrad/cuda/reduce.cuh>
@@ -15,8 +18,9 @@ namespace {
 // and blockDim.y threads split r (reduce_cols_kernel). When there are too few outputs to fill
 // the device (a full reduction has one), r is cut into `splits` chunks: the first pass writes
 // one partial state per chunk, and a second pass, reduce_cols_kernel over the partials,
-// combines them. Every combination happens in an order fixed by the shape alone, so results
-// are identical from run to run (and there are no atomics).
+// combines them. Every combination happens in an order fixed by the shape (and, for split
+// rows, the device: Note [One wave]), so results are identical from run to run (and there
+// are no atomics).
 
 struct ReduceShape {
   int64_t outer;
@@ -99,17 +103,24 @@ __global__ void reduce_cols_kernel(Op op, const std::conditional_t<kRaw, typenam
 
 // Note [One wave]
 // A split reduction (one output or few) gives each block one chunk of r, so its time is that
-// of the slowest wave of blocks: the grid is as many blocks as fit on the device at once, one
-// wave, asked of the occupancy calculator once per kernel. A fixed 8 blocks per SM was 1.33
-// waves once the kernels needed 40 registers a thread (6 blocks of 256 fit per SM): the last
-// third of the blocks ran on a device a third full (norm of 64M float16 at 0.79 of a copy).
+// of the slowest wave of blocks: the grid is as many blocks as fit on the device at once (one
+// wave for a full reduction; a few outputs round it up to a multiple of their count), asked of
+// the occupancy calculator once per kernel and device. A fixed 8 blocks per SM was 1.33 waves
+// once the kernels needed 40 registers a thread (6 blocks of 256 fit per SM): the last third of
+// the blocks ran on a device a third full (norm of 64M float16 at 0.79 of a copy). The split,
+// and so the order of the combination, then depends on the device and the build as well as
+// the shape: still the same from run to run on one device.
 template <auto Kernel> int64_t one_wave(const KernelContext& ctx, size_t smem) {
-  static const int per_sm = [smem] {
-    int n = 0;
+  static std::array<std::atomic<int>, 64> per_sm{};  // by device; 0: not asked yet
+  AG_INTERNAL_ASSERT(ctx.device >= 0 && ctx.device < 64, "device index out of range");
+  std::atomic<int>& known = per_sm[static_cast<size_t>(ctx.device)];
+  int n = known.load(std::memory_order_relaxed);
+  if (n == 0) {
     AG_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, Kernel, kBlockSize, smem));
-    return std::max(n, 1);
-  }();
-  return static_cast<int64_t>(per_sm) * ctx.sm_count;
+    n = std::max(n, 1);
+    known.store(n, std::memory_order_relaxed);
+  }
+  return static_cast<int64_t>(n) * ctx.sm_count;
 }
 
 template <class Op>
