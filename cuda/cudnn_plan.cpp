@@ -4,11 +4,14 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <set>
+#include <string>
 #include <vector>
 
 #include <ampgrad/core/dispatch.h>
@@ -49,11 +52,13 @@ namespace dnn {
 // bfloat16 accumulate in float32 (DESIGN.md). Non-deterministic engines are allowed, as in
 // PyTorch's default.
 // Benchmark mode (cudnn.benchmark): every candidate plan (up to kMaxTimed; mode A and the
-// fallback list propose 10-40) runs once to warm up, then five times, each between its own
+// fallback list propose 10-40; then the knob sweep of Note [cuDNN knobs]) runs once to warm up, then five times, each between its own
 // CUDA events, into a scratch output; the plan with the fastest median is cached. With only
 // the first 12 timed (and a mean of three), tf32 NCHW 64x64x56 forward ran at 0.90 of
 // PyTorch's choice. Timing synchronizes, so while the stream is captured into a CUDA graph
-// only cached plans are used and a new geometry takes the heuristics' first plan. A geometry
+// only cached plans are used and a new geometry takes the heuristics' first plan.
+// AMPGRAD_CUDNN_BENCHMARK_LOG=1 prints every timed candidate (pass, dtype, shapes, engine
+// index, knobs as type=value, workspace, median ms) to stderr. A geometry
 // no engine supports is cached as such (channels-last float32 may have none: the caller
 // retries in NCHW).
 
@@ -279,6 +284,126 @@ EngineInfo engine_info(const Desc& cfg, const ConvGeometry& g) {
   return info;
 }
 
+// Note [cuDNN knobs]
+// An engine configuration is an engine and a value for each of its knobs (tile sizes, split
+// counts, ...). PlanSource keeps the first configuration the heuristics give for each engine.
+// Benchmark mode then also times the neighbours of the fastest one (sweep_knobs): each knob
+// its configuration sets, moved to the values around its own in the engine's range (up to 8
+// strides each way, nearest first; cuDNN refuses the combinations the engine cannot run when
+// the configuration or plan is finalized, and those cost no timing), moving to any that is
+// faster, within 2 x kMaxTimed timed plans and 4 x kMaxTimed attempts, with the numerics
+// filter of Note [cuDNN plans]. Anything that fails in the sweep keeps the best plan found
+// before it. AMPGRAD_CUDNN_BENCHMARK_LOG=1 prints every timed candidate with its knobs.
+// Measured on the H200 (session 19): conv_transpose2d's float32 weight gradient ([64, 128, 28,
+// 28] by [128, 64, 4, 4], stride 2) ran engine 20 with the heuristics' knobs (TILE_SIZE 6,
+// USE_TEX 0) in 0.616 ms; the sweep found TILE_SIZE 0, USE_TEX 1 at 0.472 ms (21 plans timed
+// for that pass), and the op's forward + backward went from 0.94 of PyTorch's speed to 1.04.
+struct KnobChoice {
+  cudnnBackendKnobType_t type;
+  int64_t value;
+};
+struct KnobRange {
+  cudnnBackendKnobType_t type;
+  int64_t lo, hi, stride;
+};
+
+// Descriptors of one type, created for cuDNN to fill with an array attribute.
+std::vector<DescPtr> fresh(cudnnBackendDescriptorType_t type, size_t n, std::vector<cudnnBackendDescriptor_t>& raw) {
+  std::vector<DescPtr> d;
+  raw.clear();
+  for (size_t i = 0; i < n; ++i) {
+    d.push_back(std::make_shared<Desc>(type));
+    raw.push_back(d.back()->get());
+  }
+  return d;
+}
+
+// The knob choices of a configuration and the knob ranges of its engine (empty when cuDNN
+// does not say).
+void knobs_of(const Desc& cfg, std::vector<KnobChoice>& choices, std::vector<KnobRange>& ranges) {
+  choices.clear();
+  ranges.clear();
+  std::vector<cudnnBackendDescriptor_t> raw;
+  auto kc = fresh(CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR, CUDNN_KNOB_TYPE_COUNTS, raw);
+  int64_t got = 0, n = 0;
+  if (cudnnBackendGetAttribute(cfg.get(), CUDNN_ATTR_ENGINECFG_KNOB_CHOICES, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                               static_cast<int64_t>(raw.size()), &got, raw.data()) != CUDNN_STATUS_SUCCESS)
+    got = 0;
+  for (int64_t i = 0; i < std::min<int64_t>(got, static_cast<int64_t>(raw.size())); ++i) {
+    KnobChoice c{};
+    if (cudnnBackendGetAttribute(raw[static_cast<size_t>(i)], CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE, CUDNN_TYPE_KNOB_TYPE,
+                                 1, &n, &c.type) == CUDNN_STATUS_SUCCESS &&
+        cudnnBackendGetAttribute(raw[static_cast<size_t>(i)], CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE, CUDNN_TYPE_INT64, 1,
+                                 &n, &c.value) == CUDNN_STATUS_SUCCESS)
+      choices.push_back(c);
+  }
+  Desc engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
+  cudnnBackendDescriptor_t e = engine.get();
+  AG_CUDNN_CHECK(cudnnBackendGetAttribute(cfg.get(), CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+                                          &n, &e));
+  auto ki = fresh(CUDNN_BACKEND_KNOB_INFO_DESCRIPTOR, CUDNN_KNOB_TYPE_COUNTS, raw);
+  if (cudnnBackendGetAttribute(e, CUDNN_ATTR_ENGINE_KNOB_INFO, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                               static_cast<int64_t>(raw.size()), &got, raw.data()) != CUDNN_STATUS_SUCCESS)
+    got = 0;
+  for (int64_t i = 0; i < std::min<int64_t>(got, static_cast<int64_t>(raw.size())); ++i) {
+    const cudnnBackendDescriptor_t k = raw[static_cast<size_t>(i)];
+    KnobRange r{};
+    if (cudnnBackendGetAttribute(k, CUDNN_ATTR_KNOB_INFO_TYPE, CUDNN_TYPE_KNOB_TYPE, 1, &n, &r.type) ==
+            CUDNN_STATUS_SUCCESS &&
+        cudnnBackendGetAttribute(k, CUDNN_ATTR_KNOB_INFO_MINIMUM_VALUE, CUDNN_TYPE_INT64, 1, &n, &r.lo) ==
+            CUDNN_STATUS_SUCCESS &&
+        cudnnBackendGetAttribute(k, CUDNN_ATTR_KNOB_INFO_MAXIMUM_VALUE, CUDNN_TYPE_INT64, 1, &n, &r.hi) ==
+            CUDNN_STATUS_SUCCESS &&
+        cudnnBackendGetAttribute(k, CUDNN_ATTR_KNOB_INFO_STRIDE, CUDNN_TYPE_INT64, 1, &n, &r.stride) ==
+            CUDNN_STATUS_SUCCESS)
+      ranges.push_back(r);
+  }
+}
+
+int64_t engine_index(const Desc& cfg) {
+  Desc engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
+  cudnnBackendDescriptor_t e = engine.get();
+  int64_t n = 0, index = -1;
+  AG_CUDNN_CHECK(
+      cudnnBackendGetAttribute(cfg.get(), CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &e));
+  AG_CUDNN_CHECK(cudnnBackendGetAttribute(e, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &n, &index));
+  return index;
+}
+
+// A configuration of engine `index` of `graph` with these knob choices; nullptr when cuDNN
+// rejects it. `made_of` receives the descriptors it refers to.
+DescPtr make_config(const Desc& graph, int64_t index, const std::vector<KnobChoice>& choices,
+                    std::vector<DescPtr>& made_of) {
+  made_of.clear();
+  auto engine = std::make_shared<Desc>(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
+  engine->set(CUDNN_ATTR_ENGINE_OPERATION_GRAPH, graph);
+  engine->set(CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &index);
+  if (cudnnBackendFinalize(engine->get()) != CUDNN_STATUS_SUCCESS) return nullptr;
+  made_of.push_back(engine);
+  std::vector<cudnnBackendDescriptor_t> raw;
+  for (const KnobChoice& c : choices) {
+    auto k = std::make_shared<Desc>(CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR);
+    k->set(CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE, CUDNN_TYPE_KNOB_TYPE, 1, &c.type);
+    k->set(CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE, CUDNN_TYPE_INT64, 1, &c.value);
+    if (cudnnBackendFinalize(k->get()) != CUDNN_STATUS_SUCCESS) return nullptr;
+    raw.push_back(k->get());
+    made_of.push_back(k);
+  }
+  auto cfg = std::make_shared<Desc>(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
+  cfg->set(CUDNN_ATTR_ENGINECFG_ENGINE, *engine);
+  if (!raw.empty())
+    cfg->set(CUDNN_ATTR_ENGINECFG_KNOB_CHOICES, CUDNN_TYPE_BACKEND_DESCRIPTOR, static_cast<int64_t>(raw.size()),
+             raw.data());
+  if (cudnnBackendFinalize(cfg->get()) != CUDNN_STATUS_SUCCESS) return nullptr;
+  return cfg;
+}
+
+std::string knobs_str(const std::vector<KnobChoice>& choices) {
+  std::string out;
+  for (const KnobChoice& c : choices) out += fmt::format(" {}={}", static_cast<int>(c.type), c.value);
+  return out;
+}
+
 // Execution plans for one geometry, in the heuristics' order, built on demand.
 class PlanSource {
  public:
@@ -288,7 +413,10 @@ class PlanSource {
     for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
       for (DescPtr& cfg : engine_configs(*parts_.front(), mode)) {
         const EngineInfo info = engine_info(*cfg, g);
-        if (info.allowed && seen.insert(info.index).second) cfgs_.push_back(std::move(cfg));
+        if (info.allowed && seen.insert(info.index).second) {
+          cfgs_.push_back(std::move(cfg));
+          engines_.push_back(info.index);
+        }
       }
     }
   }
@@ -297,28 +425,42 @@ class PlanSource {
   PlanPtr next() {
     while (i_ < cfgs_.size()) {
       const DescPtr& cfg = cfgs_[i_++];
-      auto plan = std::make_shared<Desc>(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
-      plan->set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h_);
-      plan->set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, *cfg);
-      if (cudnnBackendFinalize(plan->get()) != CUDNN_STATUS_SUCCESS) continue;  // engine cannot run this graph
-      auto p = std::make_shared<Plan>();
-      p->parts = parts_;
-      p->parts.push_back(cfg);
-      p->plan = plan;
-      int64_t n = 0;
-      AG_CUDNN_CHECK(cudnnBackendGetAttribute(plan->get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
-                                              CUDNN_TYPE_INT64, 1, &n, &p->workspace));
-      return p;
+      if (PlanPtr p = build(cfg)) return p;  // else the engine cannot run this graph
     }
     return nullptr;
   }
 
+  // A plan of configuration `cfg` (and the descriptors it was made of, kept alive with it);
+  // nullptr when it does not finalize.
+  PlanPtr build(const DescPtr& cfg, const std::vector<DescPtr>& made_of = {}) const {
+    auto plan = std::make_shared<Desc>(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+    plan->set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h_);
+    plan->set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, *cfg);
+    if (cudnnBackendFinalize(plan->get()) != CUDNN_STATUS_SUCCESS) return nullptr;
+    auto p = std::make_shared<Plan>();
+    p->parts = parts_;
+    p->parts.insert(p->parts.end(), made_of.begin(), made_of.end());
+    p->parts.push_back(cfg);
+    p->plan = plan;
+    int64_t n = 0;
+    AG_CUDNN_CHECK(cudnnBackendGetAttribute(plan->get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64,
+                                            1, &n, &p->workspace));
+    return p;
+  }
+
+  const Desc& graph() const { return *parts_.front(); }
+  // The configuration of the plan next() returned last.
+  const DescPtr& last_config() const { return cfgs_[i_ - 1]; }
+
   size_t configs() const { return cfgs_.size(); }
+  // The global engine index of the plan next() returned last.
+  int64_t last_engine() const { return engines_[i_ - 1]; }
 
  private:
   cudnnHandle_t h_;
   std::vector<DescPtr> parts_;
   std::vector<DescPtr> cfgs_;
+  std::vector<int64_t> engines_;
   size_t i_ = 0;
 };
 
@@ -384,6 +526,61 @@ float time_plan(const ConvGeometry& g, cudnnHandle_t h, const Plan& p, void* x, 
   return ms[kRuns / 2];
 }
 
+// Times the neighbours of configuration `centre_cfg` (Note [cuDNN knobs]): each knob of its
+// engine set to the values around its own, nearest first, moving to any that is faster, while
+// the budgets of timed plans and of attempts last. Updates best and best_ms.
+template <class Report>
+void sweep_knobs(const ConvGeometry& g, cudnnHandle_t h, const PlanSource& src, const Desc& centre_cfg, void* x,
+                 void* w, void* y, void* scratch, int& timed, PlanPtr& best, float& best_ms, const Report& report) {
+  constexpr int kMaxAttempts = 4 * kMaxTimed, kValuesPerKnob = 8;
+  const int64_t engine = engine_index(centre_cfg);
+  std::vector<KnobChoice> choices;
+  std::vector<KnobRange> ranges;
+  knobs_of(centre_cfg, choices, ranges);
+  auto key = [](const std::vector<KnobChoice>& c) {
+    std::vector<int64_t> k;
+    for (const KnobChoice& kc : c) k.insert(k.end(), {static_cast<int64_t>(kc.type), kc.value});
+    return k;
+  };
+  std::set<std::vector<int64_t>> tried{key(choices)};
+  int attempts = 0;
+  auto budget_left = [&] { return timed < 2 * kMaxTimed && attempts < kMaxAttempts; };
+  for (bool moved = true; moved && budget_left();) {
+    moved = false;
+    const std::vector<KnobChoice> centre = choices;
+    for (const KnobRange& r : ranges) {
+      const auto at = std::find_if(centre.begin(), centre.end(), [&](const KnobChoice& c) { return c.type == r.type; });
+      if (at == centre.end() || r.hi <= r.lo) continue;
+      const int64_t stride = std::max<int64_t>(1, r.stride), own = at->value;
+      // own +- stride, own +- 2 stride, ...: the nearest values first.
+      for (int64_t d = 1; d <= kValuesPerKnob && budget_left(); ++d) {
+        for (const int64_t v : {own - d * stride, own + d * stride}) {
+          if (v < r.lo || v > r.hi || !budget_left()) continue;
+          std::vector<KnobChoice> c = centre;
+          c[static_cast<size_t>(at - centre.begin())].value = v;
+          if (!tried.insert(key(c)).second) continue;
+          ++attempts;
+          std::vector<DescPtr> made_of;
+          DescPtr cfg = make_config(src.graph(), engine, c, made_of);
+          if (!cfg || !engine_info(*cfg, g).allowed) continue;
+          PlanPtr p = src.build(cfg, made_of);
+          if (!p) continue;
+          ++timed;
+          float ms = std::numeric_limits<float>::infinity();
+          try {
+            ms = time_plan(g, h, *p, x, w, y, scratch);
+          } catch (const Error&) {
+            (void)cudaGetLastError();
+            continue;  // a combination the engine refuses at execution
+          }
+          report(engine, c, *p, ms);
+          if (ms < best_ms) best_ms = ms, best = p, choices = c, moved = true;
+        }
+      }
+    }
+  }
+}
+
 // The fastest of the candidate plans (Note [cuDNN plans]); nullptr when none finalizes.
 PlanPtr fastest_plan(const ConvGeometry& g, cudnnHandle_t h, void* x, void* w, void* y) {
   PlanSource src(g, h);
@@ -394,14 +591,49 @@ PlanPtr fastest_plan(const ConvGeometry& g, cudnnHandle_t h, void* x, void* w, v
   } catch (const Error&) {
     return src.next();  // no memory to time in: the heuristics' choice
   }
+  // AMPGRAD_CUDNN_BENCHMARK_LOG=1: each candidate's engine, knobs, workspace and time on stderr.
+  static const bool log = [] {
+    const char* v = std::getenv("AMPGRAD_CUDNN_BENCHMARK_LOG");
+    return v && *v && std::string(v) != "0";
+  }();
+  auto report = [&](int64_t engine, const std::vector<KnobChoice>& knobs, const Plan& p, float ms) {
+    if (!log) return;
+    std::fputs(fmt::format("cudnn benchmark: {} {} x [{}] w [{}]: engine {} knobs{}, workspace {} B, {:.4f} ms\n",
+                           pass_name(g.pass), dtype_name(g.dtype), fmt::join(g.x.begin(), g.x.begin() + g.dims, ", "),
+                           fmt::join(g.w.begin(), g.w.begin() + g.dims, ", "), engine, knobs_str(knobs), p.workspace,
+                           ms)
+                   .c_str(),
+               stderr);
+  };
   PlanPtr best, first;
+  DescPtr best_cfg;
   float best_ms = std::numeric_limits<float>::infinity();
-  for (int i = 0; i < kMaxTimed; ++i) {
+  int timed = 0;
+  std::vector<KnobChoice> choices;
+  std::vector<KnobRange> ranges;
+  for (; timed < kMaxTimed; ++timed) {
     PlanPtr p = src.next();
     if (!p) break;
     if (!first) first = p;
     const float ms = time_plan(g, h, *p, x, w, y, ampgrad::detail::address(scratch));
-    if (ms < best_ms) best_ms = ms, best = p;
+    if (log) {
+      try {
+        knobs_of(*src.last_config(), choices, ranges);
+      } catch (const Error&) {
+        choices.clear();
+      }
+    }
+    report(src.last_engine(), choices, *p, ms);
+    if (ms < best_ms) best_ms = ms, best = p, best_cfg = src.last_config();
+  }
+  // The best configuration's neighbours (Note [cuDNN knobs]). Optional: anything that goes
+  // wrong in it keeps the best plan so far.
+  if (best_cfg) {
+    try {
+      sweep_knobs(g, h, src, *best_cfg, x, w, y, ampgrad::detail::address(scratch), timed, best, best_ms, report);
+    } catch (const Error&) {
+      (void)cudaGetLastError();  // a refused launch inside cuDNN must not be reported by the next kernel
+    }
   }
   return best ? best : first;  // nothing fit in memory: the heuristics' choice, to fail clearly later
 }

@@ -224,6 +224,17 @@ template <class S> __device__ S shfl_any(S v, int lane) {
   return v;
 }
 
+// One whole warp's values combined in pairs, lane i with lane i + s for s = 16, 8, 4, 2, 1:
+// lane 0 ends with the total (the same pairs as the shared-memory loop below).
+template <class S, class Combine> __device__ S warp_combine(S v, int lane, Combine combine) {
+#pragma unroll
+  for (int s = 16; s > 0; s >>= 1) {
+    const S other = shfl_down_any(v, s);
+    if (lane < s) v = combine(v, other);
+  }
+  return v;
+}
+
 // Combines the blockDim.x partial values of block row threadIdx.y (each thread's `acc`)
 // pairwise in a fixed order (thread t with t + s, s = blockDim.x / 2 down to 1), and returns
 // the row's total to every thread of the row. blockDim.x is a power of two. The pairs down to
@@ -235,14 +246,7 @@ template <class S> __device__ S shfl_any(S v, int lane) {
 template <class S, class Combine>
 __device__ S combine_row(S* smem, S acc, Combine combine) {
   const int tx = threadIdx.x, bx = blockDim.x;
-  if (bx == 32) {
-#pragma unroll
-    for (int s = 16; s > 0; s >>= 1) {
-      const S other = shfl_down_any(acc, s);
-      if (tx < s) acc = combine(acc, other);
-    }
-    return shfl_any(acc, 0);
-  }
+  if (bx == 32) return shfl_any(warp_combine(acc, tx, combine), 0);
   S* mine = smem + threadIdx.y * bx;
   mine[tx] = acc;
   __syncthreads();
@@ -253,12 +257,7 @@ __device__ S combine_row(S* smem, S acc, Combine combine) {
   }
   if (bx > 32) {
     if (tx < 32) {  // the row's first warp, whole (bx is a multiple of 32)
-      S v = mine[tx];
-#pragma unroll
-      for (int s = 16; s > 0; s >>= 1) {
-        const S other = shfl_down_any(v, s);
-        if (tx < s) v = combine(v, other);
-      }
+      const S v = warp_combine(mine[tx], tx, combine);
       if (tx == 0) mine[0] = v;
     }
     __syncthreads();
