@@ -8,6 +8,7 @@ int main(int argc, char** argv) {
   CLI::App app{"ampgrad: a C++ tensor library with its own autograd and native mixed precision"};
   app.require_subcommand(1);
   ampgrad::cli::add_train(app);
+  ampgrad::cli::add_sample(app);
   ampgrad::cli::add_explain(app);
   ampgrad::cli::add_ops(app);
   ampgrad::cli::add_bench(app);

@@ -1,4 +1,5 @@
-// `ampgrad train`: trains the MLP or the CNN on Fashion-MNIST, with or without AMP.
+// `ampgrad train`: trains the MLP or the CNN on Fashion-MNIST, with or without AMP (the GPT:
+// cli/train_gpt.cpp).
 #include <chrono>
 #include <cstdlib>
 #include <cmath>
@@ -10,6 +11,7 @@
 
 #include <ampgrad/ampgrad.h>
 #include "cli/commands.h"
+#include "cli/gpt.h"
 #include "cli/models.h"
 #include "cli/plot.h"
 #include "cli/progress.h"
@@ -21,6 +23,7 @@ namespace {
 
 struct TrainArgs {
   std::string model = "cnn";
+  int64_t steps = 0;  // gpt only
   std::string amp = "auto";
   bool master_weights = false;
   std::string optimizer = "adam";
@@ -34,6 +37,7 @@ struct TrainArgs {
   int64_t limit = 0;  // 0: every image
   int gpus = 0;        // 0: one process, no process group
   std::string save, resume, metrics, plot;
+  bool batch_size_set = false;
 };
 
 std::unique_ptr<optim::Optimizer> make_optimizer(const TrainArgs& a, const std::vector<Tensor>& params) {
@@ -122,6 +126,24 @@ distributed::ProcessGroup* join_process_group(const TrainArgs& a) {
 }
 
 void run_train(const TrainArgs& a) {
+  if (a.model == "gpt") {
+    AG_CHECK(a.resume.empty() && a.gpus == 0 && !a.master_weights && a.limit == 0,
+             "ampgrad train --model gpt: --resume, --gpus, --master-weights and --limit are for the Fashion-MNIST "
+             "models only");
+    GptTrainArgs g;
+    if (a.data != data::kFashionMnistDebianDir) g.data = a.data;
+    g.device = a.device;
+    g.amp = a.amp;
+    g.steps = a.steps;
+    g.batch_size = a.batch_size_set ? a.batch_size : 0;
+    g.lr = a.lr;
+    g.seed = a.seed;
+    g.save = a.save;
+    g.metrics = a.metrics;
+    g.plot = a.plot;
+    run_train_gpt(g);
+    return;
+  }
   distributed::ProcessGroup* pg = join_process_group(a);
   const bool rank0 = pg == nullptr || pg->rank() == 0;
   const Device dev = pg ? pg->device() : resolve_device(a.device);
@@ -291,25 +313,32 @@ void run_train(const TrainArgs& a) {
 
 void add_train(CLI::App& app) {
   auto a = std::make_shared<TrainArgs>();
-  CLI::App* cmd = app.add_subcommand("train", "Train a network on Fashion-MNIST, with or without mixed precision");
-  cmd->add_option("--model", a->model, "mlp (784-512-512-10) or cnn (2 conv blocks + 2 linear)")
-      ->check(CLI::IsMember({"mlp", "cnn"}))->capture_default_str();
+  CLI::App* cmd = app.add_subcommand("train", "Train a network on Fashion-MNIST (or a GPT on text), with or without mixed precision");
+  cmd->add_option("--model", a->model,
+                  "mlp (784-512-512-10) or cnn (2 conv blocks + 2 linear) on Fashion-MNIST, or gpt (a character-level "
+                  "transformer on the text of --data, default /usr/share/games/fortunes)")
+      ->check(CLI::IsMember({"mlp", "cnn", "gpt"}))->capture_default_str();
+  cmd->add_option("--steps", a->steps, "gpt: training steps (default 2000 on CUDA, 300 on the CPU)")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--amp", a->amp,
                   "autocast dtype: fp16 (with loss scaling), bf16, off (float32), or auto (fp16 on CUDA, bf16 on the CPU)")
       ->check(CLI::IsMember({"auto", "fp16", "bf16", "off"}))->capture_default_str();
   cmd->add_flag("--master-weights", a->master_weights,
                 "store the model in 16 bits and keep float32 master weights in the optimizer");
-  cmd->add_option("--optimizer", a->optimizer, "sgd (momentum 0.9), adam or adamw")
+  cmd->add_option("--optimizer", a->optimizer, "sgd (momentum 0.9), adam or adamw (mlp and cnn; gpt trains with AdamW)")
       ->check(CLI::IsMember({"sgd", "adam", "adamw"}))->capture_default_str();
   cmd->add_option("--lr", a->lr, "learning rate (the peak of the schedule)")->check(CLI::PositiveNumber)->capture_default_str();
-  cmd->add_option("--schedule", a->schedule, "learning-rate schedule: cosine (decay to 0 over all steps) or constant")
+  cmd->add_option("--schedule", a->schedule, "learning-rate schedule: cosine (decay to 0 over all steps) or constant (mlp and cnn; gpt: warm-up + cosine)")
       ->check(CLI::IsMember({"cosine", "constant"}))->capture_default_str();
-  cmd->add_option("--epochs", a->epochs, "passes over the training set")->check(CLI::PositiveNumber)->capture_default_str();
-  cmd->add_option("--batch-size", a->batch_size, "images per step")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--epochs", a->epochs, "passes over the training set (mlp and cnn; gpt counts --steps)")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--batch-size", a->batch_size, "images per step (gpt: windows per step, default 32 on CUDA, 16 on the CPU)")
+      ->check(CLI::PositiveNumber)->capture_default_str()
+      ->each([a](const std::string&) { a->batch_size_set = true; });
   cmd->add_option("--device", a->device, "auto (CUDA when present), cpu or cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))->capture_default_str();
   cmd->add_option("--seed", a->seed, "seed for initialization, shuffling and dropout")->capture_default_str();
-  cmd->add_option("--data", a->data, "folder with the Fashion-MNIST (or MNIST) IDX files, .gz or plain")
+  cmd->add_option("--data", a->data,
+                  "folder with the Fashion-MNIST (or MNIST) IDX files, .gz or plain (gpt: a text file or a folder of them)")
       ->capture_default_str();
   cmd->add_option("--limit", a->limit, "train on the first N images (0: all of them)");
   cmd->add_option("--save", a->save, "write a checkpoint (safetensors) after each epoch");

@@ -217,6 +217,42 @@ TEST_CASE("ampgrad train: a short CPU run lowers the loss, and resume continues 
   CHECK(lb[3] == la[3]);  // bit-identical third epoch
 }
 
+TEST_CASE("ampgrad train --model gpt learns from real text, and ampgrad sample continues a prompt", "[cli][gpt]") {
+  const char* text = "/usr/share/games/fortunes/fortunes";
+  if (!fs::exists(text)) {
+    std::printf("[gpt] skipped: no %s (scripts/setup.sh installs Debian's fortunes)\n", text);
+    return;
+  }
+  const fs::path ckpt = scratch("gpt.safetensors"), metrics = scratch("gpt.jsonl");
+  const Run t = run(std::string("train --model gpt --device cpu --steps 60 --data ") + text + " --save " +
+                    ckpt.string() + " --metrics " + metrics.string());
+  INFO(t.out);
+  REQUIRE(t.status == 0);
+  CHECK_THAT(t.out, Catch::Contains("unigram entropy"));
+  CHECK_THAT(t.out, Catch::Contains("the model uses its context"));  // validation loss below the entropy
+  std::ifstream m(metrics);
+  std::string line;
+  std::vector<double> val;
+  while (std::getline(m, line)) val.push_back(json::parse(line).at("validation_loss").get<double>());
+  REQUIRE(val.size() == 10);
+  CHECK(val.back() < val.front());
+
+  const Run s = run("sample --device cpu --checkpoint " + ckpt.string() + " --prompt 'The ' --length 40 --seed 3");
+  INFO(s.out);
+  REQUIRE(s.status == 0);
+  CHECK(s.out.rfind("The ", 0) == 0);
+  CHECK(s.out.size() >= 4 + 40);
+  CHECK(run("sample --device cpu --checkpoint " + ckpt.string() + " --prompt 'The ' --length 40 --seed 3").out == s.out);
+
+  const Run bad = run("sample --device cpu --checkpoint " + ckpt.string() + " --prompt 'a@b'");
+  CHECK(bad.status != 0);
+  CHECK_THAT(bad.out, Catch::Contains("\"@\" (byte 64)") && Catch::Contains("position 1") &&
+                          Catch::Contains("not in the model's vocabulary"));
+  const Run wrong = run("train --model gpt --device cpu --resume " + ckpt.string());
+  CHECK(wrong.status != 0);
+  CHECK_THAT(wrong.out, Catch::Contains("--resume"));
+}
+
 TEST_CASE("ampgrad train: killed (SIGKILL) at any moment, --resume continues bit-exactly", "[cli]") {
   if (!fs::exists(kData)) {
     std::printf("[train] skipped: no Fashion-MNIST at %s (scripts/setup.sh installs it)\n", kData);

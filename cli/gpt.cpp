@@ -1,0 +1,145 @@
+// The character-level GPT of `ampgrad train --model gpt` and `ampgrad sample`.
+#include "cli/gpt.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <random>
+
+#include <ampgrad/ampgrad.h>
+
+namespace ampgrad::cli {
+
+namespace {
+
+class Block : public nn::Module {
+ public:
+  explicit Block(const GptConfig& c) : nn::Module("Block") {
+    ln1 = register_module("ln1", std::make_shared<nn::LayerNorm>(Shape{c.width}));
+    attn = register_module("attn", std::make_shared<nn::MultiheadAttention>(
+                                       c.width, c.heads, nn::MultiheadAttentionOptions{.batch_first = true}));
+    ln2 = register_module("ln2", std::make_shared<nn::LayerNorm>(Shape{c.width}));
+    mlp = register_module("mlp", std::make_shared<nn::Sequential>());
+    mlp->push_back(std::make_shared<nn::Linear>(c.width, 4 * c.width));
+    mlp->push_back(std::make_shared<nn::GELU>("tanh"));
+    mlp->push_back(std::make_shared<nn::Linear>(4 * c.width, c.width));
+  }
+  Tensor run(const Tensor& x, const Tensor& causal) {
+    const Tensor h = (*ln1)(x);
+    const Tensor a = x + (*attn)(h, h, h, Tensor(), /*need_weights=*/false, causal, true, /*is_causal=*/true).first;
+    return a + (*mlp)((*ln2)(a));
+  }
+  std::shared_ptr<nn::LayerNorm> ln1, ln2;
+  std::shared_ptr<nn::MultiheadAttention> attn;
+  std::shared_ptr<nn::Sequential> mlp;
+};
+
+}  // namespace
+
+Gpt::Gpt(const GptConfig& c) : nn::Module("Gpt"), c_(c) {
+  AG_CHECK(c.vocab > 0 && c.context > 0 && c.layers > 0 && c.heads > 0 && c.width % c.heads == 0,
+           "gpt: vocab {}, context {}, width {}, layers {}, heads {}: each positive, width a multiple of heads",
+           c.vocab, c.context, c.width, c.layers, c.heads);
+  tok_ = register_module("tok", std::make_shared<nn::Embedding>(c.vocab, c.width));
+  pos_ = register_module("pos", std::make_shared<nn::Embedding>(c.context, c.width));
+  blocks_ = register_module("blocks", std::make_shared<nn::ModuleList>());
+  for (int64_t i = 0; i < c.layers; ++i) blocks_->push_back(std::make_shared<Block>(c));
+  ln_ = register_module("ln", std::make_shared<nn::LayerNorm>(Shape{c.width}));
+  head_ = register_module("head", std::make_shared<nn::Linear>(c.width, c.vocab));
+}
+
+Tensor Gpt::forward(const Tensor& idx) {
+  AG_CHECK(idx.dim() == 2 && idx.size(1) <= c_.context, "gpt: input {} must be [batch, T] with T <= context {}",
+           shape_str(idx.sizes()), c_.context);
+  const int64_t t = idx.size(1);
+  // true above the diagonal: position i may not attend to j > i (MultiheadAttention's convention)
+  const Tensor causal = triu(ones({t, t}, TensorOptions().device(idx.device())), 1).to(kBool);
+  Tensor x = (*tok_)(idx) + (*pos_)(arange(t, TensorOptions(kInt64).device(idx.device())));
+  for (size_t i = 0; i < blocks_->size(); ++i) x = std::static_pointer_cast<Block>((*blocks_)[i])->run(x, causal);
+  return (*head_)((*ln_)(x));
+}
+
+std::vector<int64_t> Corpus::encode(const std::string& text) const {
+  std::vector<int64_t> out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    const size_t at = vocab.find(text[i]);
+    AG_CHECK(at != std::string::npos, "gpt: character {:?} (byte {}) at position {} of the prompt is not in the "
+             "model's vocabulary of {} characters", std::string(1, text[i]), static_cast<unsigned char>(text[i]), i,
+             vocab.size());
+    out.push_back(static_cast<int64_t>(at));
+  }
+  return out;
+}
+
+std::string Corpus::decode(const std::vector<int64_t>& v) const {
+  std::string out;
+  for (int64_t i : v) out.push_back(vocab.at(static_cast<size_t>(i)));
+  return out;
+}
+
+double Corpus::unigram_entropy() const {
+  std::vector<double> count(vocab.size(), 0);
+  for (int64_t i : ids) count[static_cast<size_t>(i)] += 1;
+  double h = 0;
+  for (double c : count)
+    if (c > 0) h -= c / static_cast<double>(ids.size()) * std::log(c / static_cast<double>(ids.size()));
+  return h;
+}
+
+Corpus read_corpus(const std::string& path) {
+  namespace fs = std::filesystem;
+  AG_CHECK(fs::exists(path), "gpt: no text at {} (Debian's fortunes package installs /usr/share/games/fortunes)", path);
+  std::vector<std::string> files;
+  if (fs::is_directory(path)) {
+    for (const auto& e : fs::directory_iterator(path)) {
+      const std::string ext = e.path().extension().string();
+      if (e.is_regular_file() && ext != ".dat" && ext != ".u8") files.push_back(e.path().string());
+    }
+    std::sort(files.begin(), files.end());
+  } else {
+    files.push_back(path);
+  }
+  std::string text;
+  for (const std::string& f : files) {
+    std::ifstream in(f, std::ios::binary);
+    text.append(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  Corpus c;
+  std::array<bool, 256> seen{};
+  for (unsigned char ch : text) seen[ch] = true;
+  for (int b = 0; b < 256; ++b)
+    if (seen[static_cast<size_t>(b)]) c.vocab.push_back(static_cast<char>(b));
+  c.ids = c.encode(text);
+  return c;
+}
+
+std::string sample_text(Gpt& model, const Corpus& corpus, const std::string& prompt, int64_t length,
+                        double temperature, int64_t top_k, uint64_t seed, Device device) {
+  AG_CHECK(!prompt.empty(), "ampgrad sample: the prompt is empty");
+  AG_CHECK(temperature > 0, "ampgrad sample: --temperature {} must be positive", temperature);
+  NoGradGuard no_grad;
+  model.eval();
+  std::vector<int64_t> ids = corpus.encode(prompt);
+  std::mt19937_64 rng(seed);
+  const int64_t context = model.config().context;
+  for (int64_t i = 0; i < length; ++i) {
+    const int64_t n = std::min<int64_t>(static_cast<int64_t>(ids.size()), context);
+    const std::vector<int64_t> window(ids.end() - n, ids.end());
+    const Tensor logits = model(tensor(window, {1, n}).to(device)).select(1, n - 1).reshape({-1});
+    std::vector<double> l = (logits.to(kFloat64) / temperature).cpu().to_vector<double>();
+    std::vector<double> sorted = l;
+    std::sort(sorted.begin(), sorted.end(), std::greater<double>());
+    const size_t k = top_k > 0 ? std::min<size_t>(static_cast<size_t>(top_k), l.size()) : l.size();
+    const double kth = sorted[k - 1], top = sorted[0];
+    std::vector<double> p(l.size());
+    for (size_t j = 0; j < l.size(); ++j) p[j] = l[j] >= kth ? std::exp(l[j] - top) : 0;
+    ids.push_back(static_cast<int64_t>(std::discrete_distribution<size_t>(p.begin(), p.end())(rng)));
+  }
+  model.train();
+  return corpus.decode(ids);
+}
+
+}  // namespace ampgrad::cli
