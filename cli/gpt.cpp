@@ -2,7 +2,9 @@
 #include "cli/gpt.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <functional>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -89,12 +91,23 @@ double Corpus::unigram_entropy() const {
   return h;
 }
 
+double Corpus::unigram_baseline(size_t split) const {
+  std::vector<double> count(vocab.size(), 1);
+  for (size_t i = 0; i < split; ++i) count[static_cast<size_t>(ids[i])] += 1;
+  const double total = static_cast<double>(split + vocab.size());
+  double h = 0;
+  for (size_t i = split; i < ids.size(); ++i) h -= std::log(count[static_cast<size_t>(ids[i])] / total);
+  return h / static_cast<double>(ids.size() - split);
+}
+
 Corpus read_corpus(const std::string& path) {
   namespace fs = std::filesystem;
-  AG_CHECK(fs::exists(path), "gpt: no text at {} (Debian's fortunes package installs /usr/share/games/fortunes)", path);
+  std::error_code ec;
+  AG_CHECK(fs::exists(path, ec), "gpt: no text at {} (Debian's fortunes package installs /usr/share/games/fortunes)",
+           path);
   std::vector<std::string> files;
-  if (fs::is_directory(path)) {
-    for (const auto& e : fs::directory_iterator(path)) {
+  if (fs::is_directory(path, ec)) {
+    for (const auto& e : fs::directory_iterator(path, ec)) {  // not recursive
       const std::string ext = e.path().extension().string();
       if (e.is_regular_file() && ext != ".dat" && ext != ".u8") files.push_back(e.path().string());
     }
@@ -105,6 +118,7 @@ Corpus read_corpus(const std::string& path) {
   std::string text;
   for (const std::string& f : files) {
     std::ifstream in(f, std::ios::binary);
+    AG_CHECK(in.good(), "gpt: cannot read {}", f);
     text.append(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
   }
   Corpus c;
@@ -129,13 +143,15 @@ std::string sample_text(Gpt& model, const Corpus& corpus, const std::string& pro
     const int64_t n = std::min<int64_t>(static_cast<int64_t>(ids.size()), context);
     const std::vector<int64_t> window(ids.end() - n, ids.end());
     const Tensor logits = model(tensor(window, {1, n}).to(device)).select(1, n - 1).reshape({-1});
-    std::vector<double> l = (logits.to(kFloat64) / temperature).cpu().to_vector<double>();
+    const std::vector<double> l = logits.to(kFloat64).cpu().to_vector<double>();
     std::vector<double> sorted = l;
     std::sort(sorted.begin(), sorted.end(), std::greater<double>());
     const size_t k = top_k > 0 ? std::min<size_t>(static_cast<size_t>(top_k), l.size()) : l.size();
     const double kth = sorted[k - 1], top = sorted[0];
+    AG_CHECK(std::isfinite(top), "ampgrad sample: the model's logits are not finite ({})", top);
     std::vector<double> p(l.size());
-    for (size_t j = 0; j < l.size(); ++j) p[j] = l[j] >= kth ? std::exp(l[j] - top) : 0;
+    // (l - max) / temperature: no overflow however small the temperature.
+    for (size_t j = 0; j < l.size(); ++j) p[j] = l[j] >= kth ? std::exp((l[j] - top) / temperature) : 0;
     ids.push_back(static_cast<int64_t>(std::discrete_distribution<size_t>(p.begin(), p.end())(rng)));
   }
   model.train();

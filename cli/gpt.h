@@ -40,8 +40,11 @@ struct Corpus {
   // The ids of `text`; ag::Error naming the first byte the vocabulary lacks.
   std::vector<int64_t> encode(const std::string& text) const;
   std::string decode(const std::vector<int64_t>& ids) const;
-  // Unigram entropy of ids in nats per character: what a model that ignores context reaches.
+  // Unigram entropy of ids in nats per character.
   double unigram_entropy() const;
+  // The cross-entropy of ids[split:] under the character frequencies of ids[:split] (each
+  // count plus one): what a model that ignores context reaches on the held-out text.
+  double unigram_baseline(size_t split) const;
 };
 
 // A file, or every regular file of a folder (names sorted; fortune's .dat index files skipped).
@@ -58,6 +61,7 @@ struct GptTrainArgs {
   std::string device = "auto", amp = "auto";  // amp: fp16, bf16, off, auto (fp16 on CUDA, bf16 on the CPU)
   int64_t steps = 0;                          // 0: 2000 on CUDA, 300 on the CPU
   int64_t batch_size = 0;                     // 0: 32 on CUDA, 16 on the CPU
+  // metrics: JSON lines, or CSV when the name ends in .csv; save: written at the end
   double lr = 1e-3;
   uint64_t seed = 0;
   std::string save, metrics, plot;

@@ -1,5 +1,6 @@
 // `ampgrad train`: trains the MLP or the CNN on Fashion-MNIST, with or without AMP (the GPT:
 // cli/train_gpt.cpp).
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cmath>
@@ -37,7 +38,8 @@ struct TrainArgs {
   int64_t limit = 0;  // 0: every image
   int gpus = 0;        // 0: one process, no process group
   std::string save, resume, metrics, plot;
-  bool batch_size_set = false;
+  std::vector<std::string> given;  // the options on the command line, by name ("--steps")
+  bool was_given(const std::string& name) const { return std::find(given.begin(), given.end(), name) != given.end(); }
 };
 
 std::unique_ptr<optim::Optimizer> make_optimizer(const TrainArgs& a, const std::vector<Tensor>& params) {
@@ -127,15 +129,15 @@ distributed::ProcessGroup* join_process_group(const TrainArgs& a) {
 
 void run_train(const TrainArgs& a) {
   if (a.model == "gpt") {
-    AG_CHECK(a.resume.empty() && a.gpus == 0 && !a.master_weights && a.limit == 0,
-             "ampgrad train --model gpt: --resume, --gpus, --master-weights and --limit are for the Fashion-MNIST "
-             "models only");
+    for (const char* o : {"--resume", "--gpus", "--master-weights", "--limit", "--optimizer", "--schedule", "--epochs"})
+      AG_CHECK(!a.was_given(o), "ampgrad train --model gpt: {} is for the Fashion-MNIST models (mlp, cnn) only; the "
+               "GPT trains with AdamW, warm-up + cosine, for --steps", o);
     GptTrainArgs g;
-    if (a.data != data::kFashionMnistDebianDir) g.data = a.data;
+    if (a.was_given("--data")) g.data = a.data;
     g.device = a.device;
     g.amp = a.amp;
     g.steps = a.steps;
-    g.batch_size = a.batch_size_set ? a.batch_size : 0;
+    g.batch_size = a.was_given("--batch-size") ? a.batch_size : 0;
     g.lr = a.lr;
     g.seed = a.seed;
     g.save = a.save;
@@ -144,6 +146,8 @@ void run_train(const TrainArgs& a) {
     run_train_gpt(g);
     return;
   }
+  AG_CHECK(!a.was_given("--steps"), "ampgrad train --model {}: --steps is for --model gpt (mlp and cnn count --epochs)",
+           a.model);
   distributed::ProcessGroup* pg = join_process_group(a);
   const bool rank0 = pg == nullptr || pg->rank() == 0;
   const Device dev = pg ? pg->device() : resolve_device(a.device);
@@ -332,8 +336,7 @@ void add_train(CLI::App& app) {
       ->check(CLI::IsMember({"cosine", "constant"}))->capture_default_str();
   cmd->add_option("--epochs", a->epochs, "passes over the training set (mlp and cnn; gpt counts --steps)")->check(CLI::PositiveNumber)->capture_default_str();
   cmd->add_option("--batch-size", a->batch_size, "images per step (gpt: windows per step, default 32 on CUDA, 16 on the CPU)")
-      ->check(CLI::PositiveNumber)->capture_default_str()
-      ->each([a](const std::string&) { a->batch_size_set = true; });
+      ->check(CLI::PositiveNumber)->capture_default_str();
   cmd->add_option("--device", a->device, "auto (CUDA when present), cpu or cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))->capture_default_str();
   cmd->add_option("--seed", a->seed, "seed for initialization, shuffling and dropout")->capture_default_str();
@@ -349,7 +352,11 @@ void add_train(CLI::App& app) {
                   "data-parallel over N GPUs (NCCL, one process each; --batch-size is the global batch). Started "
                   "by itself or by ampgrad-run -n N")
       ->check(CLI::Range(1, 1024));
-  cmd->callback([a] { run_train(*a); });
+  cmd->callback([a, cmd] {
+    for (const CLI::Option* o : cmd->get_options())
+      if (o->count() > 0) a->given.push_back(o->get_name());
+    run_train(*a);
+  });
 }
 
 }  // namespace ampgrad::cli

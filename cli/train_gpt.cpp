@@ -28,7 +28,8 @@ optim::StateDict gpt_section(const GptConfig& c, const Corpus& corpus) {
 std::pair<Tensor, Tensor> batch_of(const std::vector<int64_t>& ids, size_t lo, size_t hi, int64_t t, int64_t b,
                                    std::mt19937_64& rng, Device dev) {
   std::vector<int64_t> x, y;
-  std::uniform_int_distribution<size_t> at(lo, hi - static_cast<size_t>(t) - 2);
+  // A window needs s + t + 1 <= hi (its last target is ids[s + t]).
+  std::uniform_int_distribution<size_t> at(lo, hi - static_cast<size_t>(t) - 1);
   for (int64_t i = 0; i < b; ++i) {
     const size_t s = at(rng);
     x.insert(x.end(), ids.begin() + static_cast<std::ptrdiff_t>(s), ids.begin() + static_cast<std::ptrdiff_t>(s) + t);
@@ -51,13 +52,16 @@ void run_train_gpt(const GptTrainArgs& a) {
   c.vocab = static_cast<int64_t>(corpus.vocab.size());
   const int64_t steps = a.steps > 0 ? a.steps : (dev.is_cuda() ? 2000 : 300);
   const int64_t batch = a.batch_size > 0 ? a.batch_size : (dev.is_cuda() ? 32 : 16);
-  const size_t split = corpus.ids.size() * 9 / 10;
-  AG_CHECK(split > static_cast<size_t>(c.context) * 4 + 2 && corpus.ids.size() - split > static_cast<size_t>(c.context) + 2,
-           "ampgrad train --model gpt: {} holds {} characters, too few for windows of {}", a.data, corpus.ids.size(),
-           c.context);
-  const double entropy = corpus.unigram_entropy();
-  std::printf("ampgrad train --model gpt: %s, %zu characters (%zu distinct), unigram entropy %.3f nats/char\n",
-              a.data.c_str(), corpus.ids.size(), corpus.vocab.size(), entropy);
+  const size_t split = corpus.ids.size() * 9 / 10, need = static_cast<size_t>(c.context) + 1;
+  AG_CHECK(corpus.ids.size() - split >= need, "ampgrad train --model gpt: {} holds {} characters; its held-out tenth "
+           "needs at least {} (a window of the context {} and its next character): give at least {}", a.data,
+           corpus.ids.size(), need, c.context, need * 10);
+  // What a model that ignores context reaches on the held-out text: "uses its context" needs
+  // the validation loss 0.1 nats below it.
+  const double entropy = corpus.unigram_entropy(), baseline = corpus.unigram_baseline(split);
+  std::printf("ampgrad train --model gpt: %s, %zu characters (%zu distinct), unigram entropy %.3f nats/char; on the "
+              "held-out tenth, the training text's character frequencies give %.3f\n",
+              a.data.c_str(), corpus.ids.size(), corpus.vocab.size(), entropy, baseline);
   std::printf("GPT: context %lld, width %lld, %lld layers of %lld heads; %lld steps of %lld windows on %s, amp %s%s\n",
               (long long)c.context, (long long)c.width, (long long)c.layers, (long long)c.heads, (long long)steps,
               (long long)batch, dev.str().c_str(), amp.c_str(), dev.is_cuda() ? "" : " (a smaller model on the CPU)");
@@ -72,26 +76,30 @@ void run_train_gpt(const GptTrainArgs& a) {
     amp::AutocastGuard autocast(dev.type, amp_dtype, use_amp);
     return cross_entropy(model(x).reshape({-1, c.vocab}), y);
   };
-  std::mt19937_64 val_rng(a.seed + 2);  // the same validation windows at every evaluation
+  // The same 128 held-out windows at every evaluation, whatever the batch size.
+  std::vector<std::pair<Tensor, Tensor>> held_out;
+  {
+    std::mt19937_64 r(a.seed + 2);
+    for (int i = 0; i < 8; ++i) held_out.push_back(batch_of(corpus.ids, split, corpus.ids.size(), c.context, 16, r, dev));
+  }
   auto validation = [&] {
     NoGradGuard no_grad;
     model.eval();
-    std::mt19937_64 r = val_rng;
     Tensor sum = zeros({}, TensorOptions().device(dev));
-    for (int i = 0; i < 8; ++i) {
-      auto [x, y] = batch_of(corpus.ids, split, corpus.ids.size(), c.context, batch, r, dev);
-      sum = sum + loss_of(x, y).to(kFloat32);
-    }
+    for (const auto& [x, y] : held_out) sum = sum + loss_of(x, y).to(kFloat32);
     model.train();
-    return sum.item<double>() / 8;
+    return sum.item<double>() / static_cast<double>(held_out.size());
   };
+  const bool csv = a.metrics.size() >= 4 && a.metrics.compare(a.metrics.size() - 4, 4, ".csv") == 0;
   std::ofstream metrics;
   if (!a.metrics.empty()) {
     metrics.open(a.metrics);
     AG_CHECK(metrics.good(), "ampgrad train: cannot write --metrics {}", a.metrics);
+    if (csv) metrics << "step,train_loss,validation_loss,lr,scale\n";
   }
   const int64_t warmup = std::max<int64_t>(1, steps / 20), every = std::max<int64_t>(1, steps / 10);
-  std::vector<Tensor> losses;  // device scalars, read once at the end
+  std::vector<Tensor> losses, scales;  // device scalars, read once at the end
+  double val = 0;
   const auto t0 = std::chrono::steady_clock::now();
   for (int64_t step = 0; step < steps; ++step) {
     const double lr = step < warmup ? a.lr * static_cast<double>(step + 1) / static_cast<double>(warmup)
@@ -105,35 +113,40 @@ void run_train_gpt(const GptTrainArgs& a) {
     scaler.step(opt);
     scaler.update();
     losses.push_back(loss.detach().to(kFloat32));
+    if (scaler.is_enabled()) scales.push_back(scaler.scale_tensor().clone());
     if ((step + 1) % every == 0 || step + 1 == steps) {
-      const double val = validation();
+      val = validation();
       const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       const double scale = scaler.is_enabled() ? scaler.get_scale() : 0;
       std::printf("step %5lld/%lld  train loss %.3f  validation loss %.3f  lr %.1e  scale %g  %.0f chars/s\n",
                   (long long)step + 1, (long long)steps, loss.item<double>(), val, lr, scale,
                   static_cast<double>((step + 1) * batch * c.context) / secs);
       std::fflush(stdout);
-      if (metrics.is_open())
+      if (metrics.is_open() && csv)
+        metrics << fmt::format("{},{:.6f},{:.6f},{:g},{:g}\n", step + 1, loss.item<double>(), val, lr, scale);
+      else if (metrics.is_open())
         metrics << fmt::format(R"({{"step": {}, "train_loss": {:.6f}, "validation_loss": {:.6f}, "lr": {:g}, "scale": {:g}}})",
                                step + 1, loss.item<double>(), val, lr, scale)
                 << '\n';
     }
   }
-  const double val = validation();
-  std::printf("validation loss %.3f nats/char against the unigram entropy %.3f: %s\n", val, entropy,
-              val < entropy ? "the model uses its context" : "NOT below the entropy");
+  std::printf("validation loss %.3f nats/char against %.3f without context (%.3f below): %s\n", val, baseline,
+              baseline - val, val < baseline - 0.1 ? "the model uses its context" : "NOT 0.1 below the baseline");
   if (!a.save.empty()) {
     nn::save_checkpoint(a.save, {{"model", model.state_dict()}, {"optimizer", opt.state_dict()},
                                  {"scaler", scaler.state_dict()}, {"gpt", gpt_section(c, corpus)}},
                         {{"model", "gpt"}, {"steps", std::to_string(steps)}});
     std::printf("checkpoint: %s (ampgrad sample --checkpoint %s --prompt TEXT)\n", a.save.c_str(), a.save.c_str());
   }
-  std::printf("sample: %s\n", sample_text(model, corpus, "A ", 120, 0.8, 10, a.seed, dev).c_str());
   if (!a.plot.empty()) {
-    std::vector<double> l = stack(losses, 0).to(kFloat64).cpu().to_vector<double>(), s(l.size(), 0);
+    const std::vector<double> l = stack(losses, 0).to(kFloat64).cpu().to_vector<double>();
+    const std::vector<double> s = scales.empty() ? std::vector<double>(l.size(), 0)
+                                                 : stack(scales, 0).to(kFloat64).cpu().to_vector<double>();
     plot_training(a.plot, l, s, fmt::format("ampgrad train --model gpt --amp {} ({})", amp, dev.str()));
     std::printf("plot: %s\n", a.plot.c_str());
   }
+  // A sample from the held-out text's first character on.
+  std::printf("sample: %s\n", sample_text(model, corpus, corpus.decode({corpus.ids[split]}), 120, 0.8, 10, a.seed, dev).c_str());
 }
 
 void add_sample(CLI::App& app) {
@@ -150,14 +163,18 @@ void add_sample(CLI::App& app) {
   cmd->add_option("--length", a->length, "characters to generate")->check(CLI::PositiveNumber)->capture_default_str();
   cmd->add_option("--temperature", a->temperature, "divides the logits: lower is more conservative")
       ->check(CLI::PositiveNumber)->capture_default_str();
-  cmd->add_option("--top-k", a->top_k, "draw from the k likeliest characters (0: all)")->capture_default_str();
+  cmd->add_option("--top-k", a->top_k, "draw from the k likeliest characters (0: all)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
   cmd->add_option("--device", a->device, "auto (CUDA when present), cpu or cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))->capture_default_str();
   cmd->add_option("--seed", a->seed, "seed of the draws")->capture_default_str();
   cmd->callback([a] {
     const auto ckpt = nn::load_checkpoint(a->checkpoint);
-    AG_CHECK(ckpt.count("gpt") && ckpt.count("model"), "ampgrad sample: {} is not a checkpoint of `ampgrad train "
-             "--model gpt` (no gpt section)", a->checkpoint);
+    for (const char* section : {"gpt", "model"})
+      AG_CHECK(ckpt.count(section), "ampgrad sample: {} is not a checkpoint of `ampgrad train --model gpt --save` "
+               "(it has no {} section)", a->checkpoint, section);
+    for (const char* key : {"config", "vocab"})
+      AG_CHECK(ckpt.at("gpt").count(key), "ampgrad sample: {}: its gpt section has no {}", a->checkpoint, key);
     const std::vector<int64_t> cfg = ckpt.at("gpt").at("config").to_vector<int64_t>();
     AG_CHECK(cfg.size() == 5, "ampgrad sample: {}: a gpt config of {} numbers, expected 5", a->checkpoint, cfg.size());
     Corpus vocab;
