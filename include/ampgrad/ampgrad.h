@@ -13,6 +13,7 @@
 #include <ampgrad/autograd/gradcheck.h>
 #include <ampgrad/autograd/grad_mode.h>
 #include <ampgrad/core/config.h>
+#include <ampgrad/core/float8.h>
 #include <ampgrad/core/generator.h>
 #include <ampgrad/core/tensor.h>
 #include <ampgrad/cpu/parallel.h>
