@@ -76,34 +76,21 @@ using E5M2 = Float8Format<5, 2, true>;
 
 }  // namespace detail
 
-// One float8_e4m3fn value. Float8_e4m3fn(x) rounds as the cast does; saturated(x) clamps.
-struct Float8_e4m3fn {
+// One FP8 value of a Format: Float8(x) rounds as the cast does; saturated(x) clamps.
+template <class Format> struct Float8 {
   uint8_t bits = 0;
-  Float8_e4m3fn() = default;
-  explicit Float8_e4m3fn(float f) : bits(detail::E4M3FN::encode(f, false)) {}
-  static Float8_e4m3fn from_bits(uint8_t b) {
-    Float8_e4m3fn v;
+  Float8() = default;
+  explicit Float8(float f) : bits(Format::encode(f, false)) {}
+  static Float8 from_bits(uint8_t b) {
+    Float8 v;
     v.bits = b;
     return v;
   }
-  static Float8_e4m3fn saturated(float f) { return from_bits(detail::E4M3FN::encode(f, true)); }
-  operator float() const { return detail::E4M3FN::decode(bits); }
-  static constexpr float kMax = 448.0f;
+  static Float8 saturated(float f) { return from_bits(Format::encode(f, true)); }
+  operator float() const { return Format::decode(bits); }
 };
 
-// One float8_e5m2 value. Float8_e5m2(x) rounds as the cast does; saturated(x) clamps.
-struct Float8_e5m2 {
-  uint8_t bits = 0;
-  Float8_e5m2() = default;
-  explicit Float8_e5m2(float f) : bits(detail::E5M2::encode(f, false)) {}
-  static Float8_e5m2 from_bits(uint8_t b) {
-    Float8_e5m2 v;
-    v.bits = b;
-    return v;
-  }
-  static Float8_e5m2 saturated(float f) { return from_bits(detail::E5M2::encode(f, true)); }
-  operator float() const { return detail::E5M2::decode(bits); }
-  static constexpr float kMax = 57344.0f;
-};
+using Float8_e4m3fn = Float8<detail::E4M3FN>;  // largest finite 448
+using Float8_e5m2 = Float8<detail::E5M2>;      // largest finite 57344
 
 }  // namespace ampgrad
