@@ -98,7 +98,7 @@ void run_train_gpt(const GptTrainArgs& a) {
     if (csv) metrics << "step,train_loss,validation_loss,lr,scale\n";
   }
   const int64_t warmup = std::max<int64_t>(1, steps / 20), every = std::max<int64_t>(1, steps / 10);
-  std::vector<Tensor> losses, scales;  // device scalars, read once at the end
+  std::vector<Tensor> losses, scales;  // for --plot: device scalars, read once at the end
   double val = 0;
   const auto t0 = std::chrono::steady_clock::now();
   for (int64_t step = 0; step < steps; ++step) {
@@ -112,21 +112,23 @@ void run_train_gpt(const GptTrainArgs& a) {
     scaler.scale(loss).backward();
     scaler.step(opt);
     scaler.update();
-    losses.push_back(loss.detach().to(kFloat32));
-    if (scaler.is_enabled()) scales.push_back(scaler.scale_tensor().clone());
+    if (!a.plot.empty()) {
+      losses.push_back(loss.detach());
+      if (scaler.is_enabled()) scales.push_back(scaler.scale_tensor().clone());
+    }
     if ((step + 1) % every == 0 || step + 1 == steps) {
       val = validation();
       const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      const double scale = scaler.is_enabled() ? scaler.get_scale() : 0;
+      const double scale = scaler.is_enabled() ? scaler.get_scale() : 0, train_loss = loss.item<double>();
       std::printf("step %5lld/%lld  train loss %.3f  validation loss %.3f  lr %.1e  scale %g  %.0f chars/s\n",
-                  (long long)step + 1, (long long)steps, loss.item<double>(), val, lr, scale,
+                  (long long)step + 1, (long long)steps, train_loss, val, lr, scale,
                   static_cast<double>((step + 1) * batch * c.context) / secs);
       std::fflush(stdout);
       if (metrics.is_open() && csv)
-        metrics << fmt::format("{},{:.6f},{:.6f},{:g},{:g}\n", step + 1, loss.item<double>(), val, lr, scale);
+        metrics << fmt::format("{},{:.6f},{:.6f},{:g},{:g}\n", step + 1, train_loss, val, lr, scale);
       else if (metrics.is_open())
         metrics << fmt::format(R"({{"step": {}, "train_loss": {:.6f}, "validation_loss": {:.6f}, "lr": {:g}, "scale": {:g}}})",
-                               step + 1, loss.item<double>(), val, lr, scale)
+                               step + 1, train_loss, val, lr, scale)
                 << '\n';
     }
   }
