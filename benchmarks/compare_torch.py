@@ -147,11 +147,54 @@ class CharLstm(nn.Module):
         return self.head(out.reshape(-1, self.hidden))
 
 
+class Gpt(nn.Module):
+    """cli/gpt.h's GPT: token and position embeddings (nn.Embedding), pre-norm blocks with
+    causal F.scaled_dot_product_attention and a GELU-tanh MLP, a final LayerNorm and head."""
+
+    def __init__(self, vocab, context, width, layers, heads):
+        super().__init__()
+        self.heads = heads
+        self.tok, self.pos = nn.Embedding(vocab, width), nn.Embedding(context, width)
+        self.blocks = nn.ModuleList()
+        for _ in range(layers):
+            b = nn.Module()
+            b.ln1, b.ln2 = nn.LayerNorm(width), nn.LayerNorm(width)
+            b.qkv, b.proj = nn.Linear(width, 3 * width), nn.Linear(width, width)
+            b.mlp = nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(approximate="tanh"), nn.Linear(4 * width, width))
+            self.blocks.append(b)
+        self.ln, self.head = nn.LayerNorm(width), nn.Linear(width, vocab)
+
+    def forward(self, idx):
+        B, T = idx.shape
+        x = self.tok(idx) + self.pos(torch.arange(T, device=idx.device))
+        for b in self.blocks:
+            q, k, v = b.qkv(b.ln1(x)).view(B, T, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
+            a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            x = x + b.proj(a.transpose(1, 2).reshape(B, T, -1))
+            x = x + b.mlp(b.ln2(x))
+        return self.head(self.ln(x))
+
+
 def torch_step(row, reps):
     set_tf32(False)
     batch = row["batch"]
     amp_on = row["precision"] != "fp32"
-    if row["model"].startswith("char LSTM"):
+    graphed = row["mode"] == "CUDA graph"
+    amp_dtype = torch.float16
+    head = lambda out: out  # noqa: E731 (the GPT's logits are [B, T, vocab])
+    if row["model"].startswith("GPT"):
+        cfg = (256, 128, 256, 4, 8) if "small" in row["model"] else (64, 32, 64, 2, 4)
+        model = Gpt(*cfg).cuda()
+        x = torch.randint(0, cfg[0], (batch, cfg[1]), device="cuda")
+        y = torch.randint(0, cfg[0], (batch * cfg[1],), device="cuda")
+        # Fused AdamW; capturable so that a CUDA graph can hold it. The graphed AMP step is bf16
+        # (no scaler), as the issue's reference numbers.
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.95), weight_decay=0.1, fused=True,
+                                capturable=graphed)
+        if graphed:
+            amp_dtype = torch.bfloat16
+        head = lambda out: out.reshape(-1, cfg[0])
+    elif row["model"].startswith("char LSTM"):
         model = CharLstm(cells="LSTMCell" in row["model"]).cuda()
         x = torch.randint(0, 96, (64, batch), device="cuda")
         y = torch.randint(0, 96, (64 * batch,), device="cuda")
@@ -162,7 +205,6 @@ def torch_step(row, reps):
         x = torch.randn(batch, *shape, device="cuda")
         y = torch.randint(0, classes, (batch,), device="cuda")
         opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    graphed = row["mode"] == "CUDA graph"
     # PyTorch's GradScaler reads found_inf on the host, so it cannot be captured: the graphed
     # AMP step runs without a scaler (as the issue's reference numbers do).
     scaler = torch.amp.GradScaler("cuda", enabled=amp_on and not graphed)
@@ -170,8 +212,8 @@ def torch_step(row, reps):
     def step():
         # As ampgrad bench step: the default (set_to_none) eager, kept gradients when graphed.
         opt.zero_grad(set_to_none=not graphed)
-        with torch.autocast("cuda", dtype=torch.float16, enabled=amp_on):
-            loss = F.cross_entropy(model(x), y)
+        with torch.autocast("cuda", dtype=amp_dtype, enabled=amp_on):
+            loss = F.cross_entropy(head(model(x)), y)
         scaler.scale(loss).backward()
         scaler.step(opt)
         scaler.update()

@@ -290,9 +290,9 @@ void add_bench(CLI::App& app) {
                 "step: also time the eager fp32 and AMP steps with each graph launched at once, not held back "
                 "and submitted as one graph per phase of the step, in turns with the others (what batches "
                 "save; CUDA only)");
-  cmd->add_option("--models", *models, "step: only these models (mlp, cnn, wide, lstm, lstm_cells; default all)")
+  cmd->add_option("--models", *models, "step: only these models (mlp, cnn, wide, lstm, lstm_cells, gpt, gpt_tiny; default all)")
       ->delimiter(',')
-      ->check(CLI::IsMember({"mlp", "cnn", "wide", "lstm", "lstm_cells"}));
+      ->check(CLI::IsMember({"mlp", "cnn", "wide", "lstm", "lstm_cells", "gpt", "gpt_tiny"}));
   cmd->add_option("--batch", *batch, "step: every model at this batch size (default: each model's own)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--threads", *threads,

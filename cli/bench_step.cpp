@@ -8,6 +8,7 @@
 #include <ampgrad/ampgrad.h>
 #include "cli/bench.h"
 #include "cli/bench_timer.h"
+#include "cli/gpt.h"
 #include "cli/models.h"
 #if AMPGRAD_WITH_CUDA
 #include <ampgrad/cuda/call_graph.h>
@@ -34,10 +35,17 @@ constexpr int kStepCalls = 10;
 
 struct StepCase {
   std::string name;
-  std::string model;  // mlp, cnn, wide, lstm, lstm_cells
+  std::string model;  // mlp, cnn, wide, lstm, lstm_cells, gpt, gpt_tiny
   int64_t batch;
   bool recurrent() const { return model == "lstm" || model == "lstm_cells"; }
+  bool gpt() const { return model == "gpt" || model == "gpt_tiny"; }
 };
+
+// The GPTs of #27's speed table (cli/gpt.h): "small" vocab 256, context 128, width 256, 4
+// layers, 8 heads; "tiny" vocab 64, context 32, width 64, 2 layers, 4 heads. AdamW as the GPT job.
+GptConfig gpt_config(const std::string& model) {
+  return model == "gpt" ? GptConfig{256, 128, 256, 4, 8} : GptConfig{64, 32, 64, 2, 4};
+}
 
 // The character models (cli/models.h): vocab 96, embedding 64, 2 LSTM layers of 256, seq 64.
 constexpr int64_t kCharVocab = 96, kCharSeq = 64;
@@ -51,8 +59,11 @@ nlohmann::json bench_step(const BenchOptions& o) {
                                                                 {"Fashion-MNIST CNN", "cnn", 128},
                                                                 {"4x Linear(4096)", "wide", 4096},
                                                                 {"char LSTM 2x256, seq 64", "lstm", 32},
-                                                                {"char LSTMCell loop 2x256, seq 64", "lstm_cells", 32}};
-  if (o.device.is_cpu() && !o.quick) cases = {{"MLP 784-512-512-10", "mlp", 64}, {"Fashion-MNIST CNN", "cnn", 128}};
+                                                                {"char LSTMCell loop 2x256, seq 64", "lstm_cells", 32},
+                                                                {"GPT small (ctx 128, w 256, 4L, 8H)", "gpt", 32},
+                                                                {"GPT tiny (ctx 32, w 64, 2L, 4H)", "gpt_tiny", 8}};
+  if (o.device.is_cpu() && !o.quick)
+    cases = {{"MLP 784-512-512-10", "mlp", 64}, {"Fashion-MNIST CNN", "cnn", 128}, {"GPT tiny (ctx 32, w 64, 2L, 4H)", "gpt_tiny", 8}};
   if (o.batch > 0)
     for (StepCase& c : cases) c.batch = o.batch;
   if (!o.models.empty())
@@ -62,7 +73,7 @@ nlohmann::json bench_step(const BenchOptions& o) {
   // scaler: its range is float32's) on the CPU, as PyTorch's CPU autocast.
   const bool cpu = o.device.is_cpu();
   const DType amp_dtype = cpu ? kBFloat16 : kFloat16;
-  std::printf("\n## Training step: forward, backward, SGD(momentum 0.9) step (Adam for the LSTM models); AMP = %s\n\n"
+  std::printf("\n## Training step: forward, backward, SGD(momentum 0.9) step (Adam for the LSTM models, AdamW for the GPTs); AMP = %s\n\n"
               "ms/step: the mean of %d back-to-back steps, as a training loop runs them (median of the samples);\n"
               "host ms/step: the host's time to queue a step (at ms/step: host-bound, the device waits);\n"
               "one step: a single step between two synchronizations (its latency, host time included);\n"
@@ -97,7 +108,15 @@ nlohmann::json bench_step(const BenchOptions& o) {
     }
     manual_seed(0);
     const TensorOptions on = TensorOptions().device(o.device);
-    if (c.recurrent()) {
+    if (c.gpt()) {
+      const GptConfig g = gpt_config(c.model);
+      s.net = std::make_shared<Gpt>(g);
+      s.net->to(o.device);
+      s.x = (rand({c.batch, g.context}, on) * static_cast<double>(g.vocab)).to(kInt64);
+      s.y = (rand({c.batch * g.context}, on) * static_cast<double>(g.vocab)).to(kInt64);
+      s.opt = std::make_unique<optim::AdamW>(s.net->parameters(),
+                                             optim::AdamWOptions(1e-3).weight_decay(0.1).betas({0.9, 0.95}));
+    } else if (c.recurrent()) {
       // Characters [seq, batch] and the next ones [seq * batch], drawn uniformly.
       s.net = std::make_shared<CharLstm>(kCharVocab, 64, 256, c.model == "lstm_cells", o.device);
       s.x = (rand({kCharSeq, c.batch}, on) * static_cast<double>(kCharVocab)).to(kInt64);
@@ -123,7 +142,9 @@ nlohmann::json bench_step(const BenchOptions& o) {
       s.opt->zero_grad(/*set_to_none=*/!graphed);
       {
         amp::AutocastGuard autocast(type, amp_dtype, amp_on);
-        s.loss = cross_entropy((*s.net)(s.x), s.y);
+        Tensor out = (*s.net)(s.x);
+        if (out.dim() == 3) out = out.reshape({-1, out.size(-1)});  // the GPT's [B, T, vocab]
+        s.loss = cross_entropy(out, s.y);
       }
       s.scaler->scale(s.loss).backward();
       s.scaler->step(*s.opt);
