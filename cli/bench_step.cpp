@@ -47,6 +47,8 @@ GptConfig gpt_config(const std::string& model) {
   return model == "gpt" ? GptConfig{256, 128, 256, 4, 8} : GptConfig{64, 32, 64, 2, 4};
 }
 
+const StepCase kGptTiny{"GPT tiny (ctx 32, w 64, 2L, 4H)", "gpt_tiny", 8};
+
 // The character models (cli/models.h): vocab 96, embedding 64, 2 LSTM layers of 256, seq 64.
 constexpr int64_t kCharVocab = 96, kCharSeq = 64;
 
@@ -61,9 +63,9 @@ nlohmann::json bench_step(const BenchOptions& o) {
                                                                 {"char LSTM 2x256, seq 64", "lstm", 32},
                                                                 {"char LSTMCell loop 2x256, seq 64", "lstm_cells", 32},
                                                                 {"GPT small (ctx 128, w 256, 4L, 8H)", "gpt", 32},
-                                                                {"GPT tiny (ctx 32, w 64, 2L, 4H)", "gpt_tiny", 8}};
+                                                                kGptTiny};
   if (o.device.is_cpu() && !o.quick)
-    cases = {{"MLP 784-512-512-10", "mlp", 64}, {"Fashion-MNIST CNN", "cnn", 128}, {"GPT tiny (ctx 32, w 64, 2L, 4H)", "gpt_tiny", 8}};
+    cases = {{"MLP 784-512-512-10", "mlp", 64}, {"Fashion-MNIST CNN", "cnn", 128}, kGptTiny};
   if (o.batch > 0)
     for (StepCase& c : cases) c.batch = o.batch;
   if (!o.models.empty())
@@ -114,8 +116,7 @@ nlohmann::json bench_step(const BenchOptions& o) {
       s.net->to(o.device);
       s.x = (rand({c.batch, g.context}, on) * static_cast<double>(g.vocab)).to(kInt64);
       s.y = (rand({c.batch * g.context}, on) * static_cast<double>(g.vocab)).to(kInt64);
-      s.opt = std::make_unique<optim::AdamW>(s.net->parameters(),
-                                             optim::AdamWOptions(1e-3).weight_decay(0.1).betas({0.9, 0.95}));
+      s.opt = std::make_unique<optim::AdamW>(s.net->parameters(), gpt_adamw(1e-3));
     } else if (c.recurrent()) {
       // Characters [seq, batch] and the next ones [seq * batch], drawn uniformly.
       s.net = std::make_shared<CharLstm>(kCharVocab, 64, 256, c.model == "lstm_cells", o.device);

@@ -63,6 +63,8 @@ Tensor Gpt::forward(const Tensor& idx) {
   return (*head_)((*ln_)(x));
 }
 
+optim::AdamWOptions gpt_adamw(double lr) { return optim::AdamWOptions(lr).weight_decay(0.1).betas({0.9, 0.95}); }
+
 std::vector<int64_t> Corpus::encode(const std::string& text) const {
   std::vector<int64_t> out;
   out.reserve(text.size());

@@ -9,6 +9,7 @@
 #include <ampgrad/nn/attention.h>
 #include <ampgrad/nn/layers.h>
 #include <ampgrad/nn/module.h>
+#include <ampgrad/optim/adam.h>
 
 namespace ampgrad::cli {
 
@@ -54,6 +55,10 @@ Corpus read_corpus(const std::string& path);
 // top_k likeliest (top_k 0: all), conditioned on the last `context` characters.
 std::string sample_text(Gpt& model, const Corpus& corpus, const std::string& prompt, int64_t length,
                         double temperature, int64_t top_k, uint64_t seed, Device device);
+
+// The GPT job's optimizer settings: AdamW(lr), weight decay 0.1, betas (0.9, 0.95); `ampgrad
+// bench step` times its GPT rows with the same.
+optim::AdamWOptions gpt_adamw(double lr);
 
 // `ampgrad train --model gpt`: the options it reads.
 struct GptTrainArgs {

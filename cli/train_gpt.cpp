@@ -69,7 +69,7 @@ void run_train_gpt(const GptTrainArgs& a) {
   manual_seed(a.seed);
   Gpt model(c);
   model.to(dev);
-  optim::AdamW opt(model.parameters(), optim::AdamWOptions(a.lr).weight_decay(0.1).betas({0.9, 0.95}));
+  optim::AdamW opt(model.parameters(), gpt_adamw(a.lr));
   amp::GradScaler scaler(amp::GradScalerOptions().enabled(use_amp && amp_dtype == kFloat16));
   std::mt19937_64 rng(a.seed + 1);
   auto loss_of = [&](const Tensor& x, const Tensor& y) {
