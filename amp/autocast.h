@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include <ampgrad/amp/category.h>
@@ -89,6 +90,7 @@ struct OpRecord {
   int read_16bit = 0;  // 16-bit inputs an fp32 op read as they are (OpInfo::reads_16bit)
   int cache_hits = 0;
   int64_t bytes_converted = 0;
+  std::string path;  // which implementation ran, and why, where an op has several (OpScope::note_path)
 };
 
 

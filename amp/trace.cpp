@@ -23,6 +23,7 @@ std::string format_trace(const std::vector<OpRecord>& records) {
                        category_name(r.category), dtypes_str(r.input_dtypes),
                        r.chosen_dtype ? traits(*r.chosen_dtype).short_name : "-", traits(r.output_dtype).short_name,
                        r.casts, r.read_16bit, r.cache_hits, r.bytes_converted);
+    if (!r.path.empty()) out += fmt::format("    {}\n", r.path);
   }
   return out;
 }

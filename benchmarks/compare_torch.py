@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Runs `ampgrad bench`'s cases in PyTorch on the same GPU and prints one side-by-side table.
 
-Usage: python3 benchmarks/compare_torch.py AMPGRAD_BENCH.json [--suites matmul,conv,step,optim] [--reps 30]
+Usage: python3 benchmarks/compare_torch.py AMPGRAD_BENCH.json [--suites matmul,conv,step,optim,attention] [--reps 30]
 The JSON comes from `ampgrad bench all --json FILE` run in the same session on the same card.
 """
 import argparse
@@ -219,7 +219,14 @@ def torch_step(row, reps):
         scaler.update()
 
     if not graphed:
-        return {"ms": median_ms(step, 5, reps, STEP_CALLS), "ms_single": median_ms(step, 5, reps, 1)}
+        out = {"ms": median_ms(step, 5, reps, STEP_CALLS), "ms_single": median_ms(step, 5, reps, 1)}
+        # Peak memory of one step after warm-ups, as ampgrad bench step measures it.
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        step()
+        torch.cuda.synchronize()
+        out["peak_mb"] = torch.cuda.max_memory_allocated() / 2 ** 20
+        return out
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
@@ -248,6 +255,23 @@ def torch_optim(row, reps):
         scaler.update()
 
     return {"ms": median_ms(step, 3, reps), "note": "fp32 params (no master-weight path)" if master else ""}
+
+
+def torch_attention(row, reps):
+    """scaled_dot_product_attention forward + backward with PyTorch's flash backend (cli/bench_attention.cpp)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    b, t, h, e = row["b"], row["t"], row["h"], row["e"]
+    dt = DTYPES[row["dtype"].replace("float16", "f16").replace("bfloat16", "bf16")]
+    make = lambda: torch.randn(b, t, h, e, device="cuda").to(dt).transpose(1, 2).detach().requires_grad_()
+    q, k, v = make(), make(), make()
+    g = torch.randn(b, h, t, e, device="cuda").to(dt)
+
+    def both():
+        F.scaled_dot_product_attention(q, k, v, is_causal=row["causal"]).backward(g)
+
+    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+        ms = median_ms(both, 3, reps)
+    return {"ms": ms, "tflops": row["tflops"] * row["ms"] / ms}
 
 
 def main():
@@ -293,6 +317,7 @@ def main():
         print("\n## Training step, ms (lower is better): mean of 10 back-to-back steps; one step: a single synchronized step\n\n"
               "| model | batch | precision | mode | ampgrad | PyTorch | PyTorch / ampgrad | ampgrad, one step | PyTorch, one step | ratio |\n"
               "|---|---|---|---|---|---|---|---|---|---|")
+        peaks = []
         for r in rows:
             if r["suite"] != "step" or r.get("ab") or "apart" in r["precision"]:  # A/B rows: ampgrad only
                 continue
@@ -301,6 +326,24 @@ def main():
             single = r.get("ms_single", float("nan"))
             print(f"| {r['model']} | {r['batch']} | {r['precision']} | {r['mode']}{note} | {r['ms']:.3f} | {t['ms']:.3f} | "
                   f"{t['ms'] / r['ms']:.2f} | {single:.3f} | {t['ms_single']:.3f} | {t['ms_single'] / single:.2f} |")
+            if "peak_mb" in r and "peak_mb" in t:
+                peaks.append(f"| {r['model']} | {r['batch']} | {r['precision']} | {r['peak_mb']:.1f} | {t['peak_mb']:.1f} | "
+                             f"{t['peak_mb'] / r['peak_mb']:.2f} |")
+        if peaks:
+            print("\n## Peak memory of one eager step, MiB (everything allocated: parameters, gradients, optimizer "
+                  "state, activations)\n\n| model | batch | precision | ampgrad | PyTorch | PyTorch / ampgrad |\n"
+                  "|---|---|---|---|---|---|")
+            print("\n".join(peaks))
+    if "attention" in suites:
+        print("\n## scaled_dot_product_attention forward + backward, ms (PyTorch: its flash backend; ratio = PyTorch / ampgrad, > 1: ampgrad faster)\n\n"
+              "| dtype | T | E | causal | ampgrad | PyTorch | ratio | ampgrad TFLOP/s | PyTorch TFLOP/s | ampgrad path |\n"
+              "|---|---|---|---|---|---|---|---|---|---|")
+        for r in rows:
+            if r["suite"] != "attention":
+                continue
+            t = torch_attention(r, args.reps)
+            print(f"| {r['dtype']} | {r['t']} | {r['e']} | {'yes' if r['causal'] else 'no'} | {r['ms']:.3f} | {t['ms']:.3f} | "
+                  f"{t['ms'] / r['ms']:.2f} | {r['tflops']:.0f} | {t['tflops']:.0f} | {r['path']} |")
     if "optim" in suites:
         print("\n## Optimizer step (unscale + inf check + Adam), ms\n\n| parameters | ampgrad | PyTorch Adam(fused) + GradScaler | PyTorch / ampgrad | ampgrad GB/s | copy GB/s |\n|---|---|---|---|---|---|")
         for r in rows:

@@ -1,4 +1,4 @@
-// `ampgrad bench matmul|conv|step|optim`: speed and accuracy of each precision, side by side.
+// `ampgrad bench matmul|conv|step|optim|attention`: speed and accuracy of each precision, side by side.
 #include "cli/bench.h"
 
 #include <cmath>
@@ -273,9 +273,9 @@ void add_bench(CLI::App& app) {
   auto models = std::make_shared<std::vector<std::string>>();
   auto batch = std::make_shared<int64_t>(0);
   auto threads = std::make_shared<int>(0);
-  CLI::App* cmd = app.add_subcommand("bench", "Measure each precision's speed and accuracy (matmul, conv, step, optim)");
-  cmd->add_option("suite", *suite, "matmul, conv, step, optim or all")
-      ->check(CLI::IsMember({"matmul", "conv", "step", "optim", "all"}))->capture_default_str();
+  CLI::App* cmd = app.add_subcommand("bench", "Measure each precision's speed and accuracy (matmul, conv, step, optim, attention)");
+  cmd->add_option("suite", *suite, "matmul, conv, step, optim, attention or all")
+      ->check(CLI::IsMember({"matmul", "conv", "step", "optim", "attention", "all"}))->capture_default_str();
   cmd->add_option("--device", *device, "auto, cpu or cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}))->capture_default_str();
   cmd->add_option("--json", *json, "also write the rows as JSON to this file ('-' for stdout)");
   cmd->add_flag("--quick", *quick, "a tiny sweep (seconds, for a smoke test)");
@@ -325,6 +325,7 @@ void add_bench(CLI::App& app) {
     run("conv", bench_conv);
     run("step", bench_step);
     run("optim", bench_optim);
+    run("attention", bench_attention);
     if (*json == "-") {
       std::printf("%s\n", all.dump(2).c_str());
     } else if (!json->empty()) {

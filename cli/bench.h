@@ -35,5 +35,6 @@ nlohmann::json bench_matmul(const BenchOptions& o);
 nlohmann::json bench_conv(const BenchOptions& o);
 nlohmann::json bench_step(const BenchOptions& o);
 nlohmann::json bench_optim(const BenchOptions& o);
+nlohmann::json bench_attention(const BenchOptions& o);  // cli/bench_attention.cpp
 
 }  // namespace ampgrad::cli

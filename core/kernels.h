@@ -5,6 +5,8 @@
 #pragma once
 
 #include <array>
+#include <string>
+#include <vector>
 
 #include <ampgrad/core/conv_params.h>
 #include <ampgrad/core/dispatch.h>
@@ -100,6 +102,28 @@ AG_DECLARE_KERNEL(gemm, void(const Tensor& a, const Tensor& bm, const Tensor& ou
 AG_DECLARE_KERNEL(gemm_bias,
                   bool(const Tensor& a, const Tensor& bm, const Tensor& bias, const Tensor& out, double alpha, bool relu));
 AG_DECLARE_KERNEL(gemm_bias_grad, bool(const Tensor& a, const Tensor& bm, const Tensor& out, const Tensor& bias_grad));
+
+// ---- Attention ---------------------------------------------------------------------------
+
+// Fused attention (CUDA only, cuDNN's flash attention, Note [Fused attention] in
+// cuda/attention.cpp; ops check has(device) first). q [B, H, L, E], k and v [B, H, S, E], o
+// [B, H, L, E], all float16 or all bfloat16, any strides with a last stride of 1: o =
+// softmax(q k^T * scale, masked to j <= i when causal) v, its weights dropped with probability
+// dropout_p (> 0: rng is a contiguous int64 [4] tensor, the seed at [0] and the offset at [2]);
+// stats (float32 contiguous [B, H, L, 1]) gets each row's logsumexp of the scaled scores, for
+// the backward. With backward_strides (the strides of do, dq, dk and dv, 16 values) it first
+// makes sure that the backward can run too, for tensors with those strides. The backward takes
+// the forward's inputs, o, stats and rng, and do (o's shape), and writes dq, dk, dv (q, k, v's
+// shapes). Both return false, with `why`, when cuDNN takes no such case (the strides, the
+// shape, an engine missing): nothing ran.
+AG_DECLARE_KERNEL(sdpa_fused_forward, bool(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o,
+                                           const Tensor& stats, double scale, bool causal, double dropout_p,
+                                           const std::vector<int64_t>& backward_strides, const Tensor& rng,
+                                           std::string& why));
+AG_DECLARE_KERNEL(sdpa_fused_backward,
+                  bool(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o, const Tensor& dout,
+                       const Tensor& stats, const Tensor& dq, const Tensor& dk, const Tensor& dv, double scale,
+                       bool causal, double dropout_p, const Tensor& rng, std::string& why));
 
 // ---- Indexing and losses --------------------------------------------------------------------
 

@@ -1,12 +1,17 @@
 // dlopen of oneDNN, its engine and stream, and the primitive cache (Note [oneDNN]).
 #include <ampgrad/cpu/onednn.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <ampgrad/core/dtype.h>
 #include <ampgrad/core/error.h>
 #include <ampgrad/cpu/parallel.h>
 
@@ -110,8 +115,17 @@ dnnl_memory_desc_t plain_md(const std::vector<int64_t>& dims, const std::vector<
     dd[i] = dims[i];
     ss[i] = strides[i];
   }
-  check(api().dnnl_memory_desc_init_by_strides(&md, static_cast<int>(dims.size()), dd, data_type(d), ss),
-        "dnnl_memory_desc_init_by_strides", "oneDNN");
+  // A dim of size 1 is never stepped along, so its stride is free; oneDNN refuses some (0, or
+  // one that orders it among the others oddly: [B, T, 1, E] transposed to [B, 1, T, E]). It
+  // gets the stride it would have if dense after the dim inside it.
+  for (size_t i = dims.size(); i-- > 0;)
+    if (dims[i] == 1) ss[i] = i + 1 < dims.size() ? ss[i + 1] * std::max<int64_t>(dd[i + 1], 1) : 1;
+  const dnnl_status_t st = api().dnnl_memory_desc_init_by_strides(&md, static_cast<int>(dims.size()), dd, data_type(d), ss);
+  if (st != dnnl_success)
+    check(st, "dnnl_memory_desc_init_by_strides",
+          fmt::format("oneDNN (a {} memory of dims [{}], strides [{}])", dtype_name(d), fmt::join(dims, ", "),
+                      fmt::join(std::vector<int64_t>(ss, ss + dims.size()), ", "))
+              .c_str());
   return md;
 }
 

@@ -73,27 +73,6 @@ struct HandleState {
   cudnnHandle_t handle = nullptr;
 };
 
-// One owner of a backend descriptor.
-class Desc {
- public:
-  explicit Desc(cudnnBackendDescriptorType_t type) { AG_CUDNN_CHECK(cudnnBackendCreateDescriptor(type, &d_)); }
-  ~Desc() { (void)cudnnBackendDestroyDescriptor(d_); }
-  Desc(const Desc&) = delete;
-  Desc& operator=(const Desc&) = delete;
-  cudnnBackendDescriptor_t get() const { return d_; }
-  void set(cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type, int64_t count, const void* values) {
-    AG_CUDNN_CHECK(cudnnBackendSetAttribute(d_, name, type, count, values));
-  }
-  void set(cudnnBackendAttributeName_t name, const Desc& other) {
-    cudnnBackendDescriptor_t v = other.get();
-    set(name, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &v);
-  }
-  void finalize() { AG_CUDNN_CHECK(cudnnBackendFinalize(d_)); }
-
- private:
-  cudnnBackendDescriptor_t d_ = nullptr;
-};
-using DescPtr = std::shared_ptr<Desc>;
 
 struct Plan {
   std::vector<DescPtr> parts;  // the descriptors the plan was built from, kept alive with it
@@ -228,30 +207,6 @@ std::vector<DescPtr> operation_graph(const ConvGeometry& g, cudnnHandle_t h) {
   graph->set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &h);
   graph->finalize();
   return {graph, op, conv, x, w, y};  // the graph first
-}
-
-// The engine configurations one heuristics mode proposes, best first (none when the mode
-// has nothing for this graph).
-std::vector<DescPtr> engine_configs(const Desc& graph, cudnnBackendHeurMode_t mode) {
-  Desc heur(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
-  heur.set(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph);
-  heur.set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
-  if (cudnnBackendFinalize(heur.get()) != CUDNN_STATUS_SUCCESS) return {};
-  int64_t count = 0;
-  if (cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count,
-                               nullptr) != CUDNN_STATUS_SUCCESS)
-    return {};
-  std::vector<DescPtr> cfgs;
-  std::vector<cudnnBackendDescriptor_t> raw;
-  for (int64_t i = 0; i < count; ++i) {
-    cfgs.push_back(std::make_shared<Desc>(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR));
-    raw.push_back(cfgs.back()->get());
-  }
-  int64_t got = 0;
-  AG_CUDNN_CHECK(cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
-                                          count, &got, raw.data()));
-  cfgs.resize(static_cast<size_t>(std::min(got, count)));
-  return cfgs;
 }
 
 struct EngineInfo {
@@ -675,6 +630,28 @@ Entry no_engine(const PlanSource& src) {
 }
 
 }  // namespace
+
+std::vector<DescPtr> engine_configs(const Desc& graph, cudnnBackendHeurMode_t mode) {
+  Desc heur(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
+  heur.set(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph);
+  heur.set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
+  if (cudnnBackendFinalize(heur.get()) != CUDNN_STATUS_SUCCESS) return {};
+  int64_t count = 0;
+  if (cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count,
+                               nullptr) != CUDNN_STATUS_SUCCESS)
+    return {};
+  std::vector<DescPtr> cfgs;
+  std::vector<cudnnBackendDescriptor_t> raw;
+  for (int64_t i = 0; i < count; ++i) {
+    cfgs.push_back(std::make_shared<Desc>(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR));
+    raw.push_back(cfgs.back()->get());
+  }
+  int64_t got = 0;
+  AG_CUDNN_CHECK(cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                                          count, &got, raw.data()));
+  cfgs.resize(static_cast<size_t>(std::min(got, count)));
+  return cfgs;
+}
 
 cudnnHandle_t handle(int device) {
   static auto* states = new std::array<HandleState, kMaxDevices>();  // never destroyed: plans use them

@@ -7,14 +7,43 @@
 #include <array>
 #include <compare>
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include <ampgrad/core/dtype.h>
+#include <ampgrad/cuda/check.h>
 
 namespace ampgrad::cuda::dnn {
 
 // The library's cuDNN handle of a device, bound to its stream (Note [CUDA stream]).
 cudnnHandle_t handle(int device);
+
+// One owner of a backend descriptor.
+class Desc {
+ public:
+  explicit Desc(cudnnBackendDescriptorType_t type) { AG_CUDNN_CHECK(cudnnBackendCreateDescriptor(type, &d_)); }
+  ~Desc() { (void)cudnnBackendDestroyDescriptor(d_); }
+  Desc(const Desc&) = delete;
+  Desc& operator=(const Desc&) = delete;
+  cudnnBackendDescriptor_t get() const { return d_; }
+  void set(cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type, int64_t count, const void* values) {
+    AG_CUDNN_CHECK(cudnnBackendSetAttribute(d_, name, type, count, values));
+  }
+  void set(cudnnBackendAttributeName_t name, const Desc& other) {
+    cudnnBackendDescriptor_t v = other.get();
+    set(name, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &v);
+  }
+  void finalize() { AG_CUDNN_CHECK(cudnnBackendFinalize(d_)); }
+
+ private:
+  cudnnBackendDescriptor_t d_ = nullptr;
+};
+using DescPtr = std::shared_ptr<Desc>;
+
+// The engine configurations one heuristics mode proposes for an operation graph, best first
+// (none when the mode has nothing for it).
+std::vector<DescPtr> engine_configs(const Desc& graph, cudnnBackendHeurMode_t mode);
 
 enum class Pass { Forward, BackwardData, BackwardFilter };
 const char* pass_name(Pass p);

@@ -1,9 +1,15 @@
 // scaled_dot_product_attention, as torch.nn.functional.scaled_dot_product_attention: the math
 // path, composed of matmul, softmax, where and dropout (Note [Attention math path]).
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <optional>
+#include <string>
+#include <vector>
 
+#include <ampgrad/autograd/node.h>
+#include <ampgrad/core/generator.h>
+#include <ampgrad/core/kernels.h>
 #include <ampgrad/ops/internal.h>
 #include <ampgrad/ops/nn_ops.h>
 #include <ampgrad/ops/op_scope.h>
@@ -23,6 +29,20 @@ namespace ampgrad {
 // does not know of training mode; MultiheadAttention passes 0 in eval). The L x S scores and
 // weights are tensors here: this is the path the fused one is tested against, and the one for
 // the CPU, float32 and float64.
+
+// Note [Attention paths]
+// On CUDA, float16 and bfloat16 attention takes the fused path (Note [Fused attention] in
+// cuda/attention.cpp) when cuDNN can: q [B, H, L, E], k and v [B, H, S, E] (4-D, no
+// broadcasting, Ev == E), E a multiple of 8 up to 128, no attn_mask (none, or is_causal), and,
+// when a gradient is wanted, S a multiple of 128 (cuDNN 9.15 and older need a padding-mask
+// workaround otherwise, which this path does not build) and a backward plan too. Everything
+// else, and any case cuDNN's engines refuse, takes the math path; the trace (`ampgrad explain`)
+// says which ran, and why. The output is laid out in the order of q's strides, and each
+// gradient in the order of its input's (as PyTorch's fused paths), so that a caller's
+// transposes back (MultiheadAttention's [N, H, L, D] to [L, N, E]) cost no copy. The
+// backward saves q, k, v, the output and the rows' logsumexp (float32 [B, H, L, 1]); nothing
+// L x S. Dropout draws one seed from the default generator, as dropout() does, into a device
+// tensor that forward and backward both read.
 
 namespace {
 const OpInfo kSdpa{"scaled_dot_product_attention", amp::Category::lower, true,
@@ -77,6 +97,58 @@ void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const Tenso
   AG_CHECK(broadcasts(mask.shape(), scores, true), "{}: attn_mask {} does not broadcast to the attention scores' shape {}", name,
            mask.desc(), shape_str(scores));
 }
+// The order of like's dims (4-D), outermost first, by their strides, the last dim last: a
+// tensor laid out in it (as PyTorch's fused attention allocates its output like the query)
+// makes the caller's transpose back free.
+std::array<int64_t, 4> dim_order(const Tensor& like) {
+  std::array<int64_t, 4> perm{0, 1, 2, 3};
+  std::stable_sort(perm.begin(), perm.begin() + 3, [&](int64_t a, int64_t b) { return like.stride(a) > like.stride(b); });
+  return perm;
+}
+
+// A tensor of `shape` (4-D), dense in like's dim order.
+Tensor empty_ordered_like(const Shape& shape, const Tensor& like) {
+  const std::array<int64_t, 4> perm = dim_order(like);
+  std::array<int64_t, 4> inverse{};
+  for (int64_t i = 0; i < 4; ++i) inverse[static_cast<size_t>(perm[static_cast<size_t>(i)])] = i;
+  return empty({shape[perm[0]], shape[perm[1]], shape[perm[2]], shape[perm[3]]}, like.options())
+      .permute({inverse[0], inverse[1], inverse[2], inverse[3]});
+}
+
+// The strides empty_ordered_like(shape, like) has.
+std::array<int64_t, 4> ordered_strides(const Shape& shape, const Tensor& like) {
+  const std::array<int64_t, 4> perm = dim_order(like);
+  std::array<int64_t, 4> st{};
+  int64_t step = 1;
+  for (int i = 3; i >= 0; --i) {
+    st[static_cast<size_t>(perm[static_cast<size_t>(i)])] = step;
+    step *= shape[perm[static_cast<size_t>(i)]];
+  }
+  return st;
+}
+
+// Why the fused path cannot take this call, or "" when it may try.
+std::string fused_refusal(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, bool grad) {
+  if (!q.is_cuda() || !kernel::sdpa_fused_forward.has(q.device())) return "math path: not a CUDA tensor";
+  if (q.dtype() != kFloat16 && q.dtype() != kBFloat16) return "math path: fused attention takes float16 and bfloat16";
+  if (mask.defined()) return "math path: an explicit attn_mask (the fused path takes none, or is_causal)";
+  if (q.dim() != 4 || k.dim() != 4 || v.dim() != 4) return "math path: the fused path takes 4-D [B, H, T, E] only";
+  if (k.size(0) != q.size(0) || v.size(0) != q.size(0) || k.size(1) != q.size(1) || v.size(1) != q.size(1))
+    return "math path: batch and head dims must match without broadcasting";
+  const int64_t e = q.size(3);
+  if (v.size(3) != e || e % 8 != 0 || e > 128) return "math path: head dims must be equal, a multiple of 8, at most 128";
+  if (q.size(2) == 0 || k.size(2) == 0 || q.numel() == 0) return "math path: empty";
+  if (grad && k.size(2) % 128 != 0) return "math path: backward needs S a multiple of 128";
+  return "";
+}
+
+// A contiguous-in-the-last-dim copy where t's strides do not suit cuDNN.
+Tensor for_cudnn(const Tensor& t) {
+  bool ok = t.stride(3) == 1;
+  for (int d = 0; d < 3; ++d) ok = ok && t.stride(d) % 8 == 0;
+  return ok ? t : contiguous(t);
+}
+
 }  // namespace
 
 Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, const Tensor& value,
@@ -86,6 +158,52 @@ Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, cons
   OpScope scope(kSdpa, q, k, v, mask);
   check_inputs(q, k, v, mask, dropout_p, is_causal);
   const double sc = scale ? *scale : 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+  const bool grad = autograd::any_requires_grad({&q, &k, &v});
+  std::string why = fused_refusal(q, k, v, mask, grad);
+  if (why.empty() && dropout_p < 1) {
+    const Tensor qc = for_cudnn(q), kc = for_cudnn(k), vc = for_cudnn(v);
+    const int64_t b = q.size(0), h = q.size(1), l = q.size(2), e = q.size(3);
+    const TensorOptions f32 = TensorOptions(kFloat32).device(q.device());
+    Tensor out = empty_ordered_like({b, h, l, e}, qc), stats = empty({b, h, l, 1}, f32), rng;
+    // The backward's tensors: do as out, dq, dk, dv as q, k, v are laid out.
+    std::vector<int64_t> backward_strides;
+    if (grad) {
+      backward_strides.insert(backward_strides.end(), out.strides().begin(), out.strides().end());
+      for (const Tensor* t : {&qc, &kc, &vc}) {
+        const std::array<int64_t, 4> st = ordered_strides(t->shape(), *t);
+        backward_strides.insert(backward_strides.end(), st.begin(), st.end());
+      }
+    }
+    if (dropout_p > 0) {
+      // 53 bits of one draw: a fill writes doubles (seed at [0], offset at [2]).
+      rng = full({4}, static_cast<double>(default_generator().next_u64() >> 11), TensorOptions(kInt64).device(q.device()));
+    }
+    if (kernel::sdpa_fused_forward(q.device(), qc, kc, vc, out, stats, sc, is_causal, dropout_p, backward_strides, rng, why)) {
+      scope.note_path([&] { return std::string("fused (cuDNN flash attention)"); });
+      if (grad) {
+        autograd::record(kSdpa, out, {q, k, v}, {qc, kc, vc, out.detach(), stats, rng},
+                         [sc, is_causal, dropout_p](const Tensor& g, const std::vector<Tensor>& sv) {
+                           const Tensor& o = sv[3];
+                           // do laid out as o, so that the plan checked for it applies.
+                           Tensor dout = g;
+                           if (dout.strides() != o.strides()) {
+                             dout = empty_ordered_like(o.shape(), o);
+                             dout.copy_(g);
+                           }
+                           const Tensor dq = empty_ordered_like(sv[0].shape(), sv[0]),
+                                        dk = empty_ordered_like(sv[1].shape(), sv[1]),
+                                        dv = empty_ordered_like(sv[2].shape(), sv[2]);
+                           std::string why;
+                           AG_CHECK(kernel::sdpa_fused_backward(o.device(), sv[0], sv[1], sv[2], o, dout, sv[4], dq, dk,
+                                                                dv, sc, is_causal, dropout_p, sv[5], why),
+                                    "scaled_dot_product_attention backward: {}", why);
+                           return autograd::Grads{dq, dk, dv};
+                         });
+      }
+      return scope.finish(out);
+    }
+  }
+  scope.note_path([&] { return why.empty() ? std::string("math path") : why; });
   Tensor kt = k.transpose(-2, -1);
   if (sc > 0) {
     const double root = std::sqrt(sc);

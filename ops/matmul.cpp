@@ -1,5 +1,7 @@
 // The matmul family: mm, bmm, matmul (batch dims broadcast), addmm, and the GEMM helpers that
 // linear (ops/linear.cpp) shares (ops/gemm.h).
+#include <optional>
+
 #include <ampgrad/autograd/node.h>
 #include <ampgrad/core/kernels.h>
 #include <ampgrad/ops/gemm.h>
@@ -157,11 +159,26 @@ Tensor matmul(const Tensor& a0, const Tensor& b0) {
     auto as3 = [nb](const Tensor& t) {
       if (t.dim() == 3) return t;
       if (t.dim() == 2) return t.unsqueeze(0);
+      // The batch dims of more than one element (a dim of size 1 is never stepped along, and its
+      // stride may be anything: [B, T, 1, E] transposed to [B, 1, T, E] has T * E... E, E).
+      auto batch_stride = [](const Tensor& u) -> std::optional<int64_t> {
+        std::optional<int64_t> inner;
+        int64_t span = 0;
+        for (int64_t i = u.dim() - 3; i >= 0; --i) {
+          if (u.size(i) == 1) continue;
+          if (!inner) inner = u.stride(i);
+          else if (u.stride(i) != span) return std::nullopt;
+          span = u.stride(i) * u.size(i);
+        }
+        return inner.value_or(u.size(-2) * u.size(-1));
+      };
       Tensor c = t;
-      bool uniform = true;
-      for (int64_t i = 0; i + 3 < t.dim(); ++i) uniform = uniform && t.stride(i) == t.stride(i + 1) * t.size(i + 1);
-      if (!uniform) c = t.contiguous();
-      return alias_with(c, {nb, c.size(-2), c.size(-1)}, {c.stride(-3), c.stride(-2), c.stride(-1)}, c.storage_offset());
+      std::optional<int64_t> bs = batch_stride(c);
+      if (!bs) {
+        c = t.contiguous();
+        bs = batch_stride(c);
+      }
+      return alias_with(c, {nb, c.size(-2), c.size(-1)}, {*bs, c.stride(-2), c.stride(-1)}, c.storage_offset());
     };
     Shape os = batch;
     os.insert(os.end(), {m, n});

@@ -38,6 +38,12 @@ class OpScope {
   // reads 16-bit inputs as they are (OpInfo::reads_16bit) computes in it.
   std::optional<DType> autocast_dtype() const { return autocast_dtype_; }
 
+  // Which implementation this call takes, and why, for the trace (`ampgrad explain`); the text
+  // is made only when a trace records this call.
+  template <class Make> void note_path(Make&& make) {
+    if (record_) record_->path = make();
+  }
+
   // Returns `out`, logging it to the trace when one records this call.
   Tensor finish(Tensor out) {
     if (record_) {

@@ -303,3 +303,144 @@ TEST_CASE("attention: gelu's tanh approximation, as PyTorch's", "[attention][ops
   CHECK_THROWS_WITH(ag::gelu(x, "fast"), Catch::StartsWith("gelu: approximate must be \"none\" or \"tanh\", got \"fast\""));
   CHECK_THROWS_WITH(ag::nn::GELU("erf"), Catch::StartsWith("GELU: approximate must be"));
 }
+
+namespace {
+
+// ||got - ref|| / ||ref|| over every element.
+double rel_err(const ag::Tensor& got, const ag::Tensor& ref) {
+  const Vec a = values(got), b = values(ref);
+  REQUIRE(a.size() == b.size());
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    num += (a[i] - b[i]) * (a[i] - b[i]);
+    den += b[i] * b[i];
+  }
+  return std::sqrt(num / den);
+}
+
+// The implementation the trace says the last scaled_dot_product_attention call took.
+std::string sdpa_path(const ag::amp::Trace& t) {
+  for (auto it = t.records().rbegin(); it != t.records().rend(); ++it)
+    if (it->op == "scaled_dot_product_attention") return it->path;
+  return "(not traced)";
+}
+
+}  // namespace
+
+TEST_CASE("attention: the fused CUDA path matches the float64 math path, forward and backward",
+          "[attention][cuda]") {
+  if (skip_without_cuda()) return;
+  ag::manual_seed(11);
+  const ag::TensorOptions on = ag::TensorOptions().device(ag::Device(ag::kCUDA));
+  struct Case {
+    ag::DType dtype;
+    int64_t b, h, l, s, e;
+    bool causal, heads_last;  // heads_last: q, k, v are [B, T, H, E] tensors viewed as [B, H, T, E]
+  };
+  const Case cases[] = {
+      {ag::kFloat16, 2, 3, 128, 128, 64, false, false}, {ag::kFloat16, 2, 3, 128, 128, 64, true, false},
+      {ag::kBFloat16, 2, 3, 128, 128, 64, true, false}, {ag::kFloat16, 1, 4, 128, 256, 32, false, true},
+      {ag::kFloat16, 2, 2, 256, 256, 128, true, true},  {ag::kBFloat16, 1, 2, 64, 128, 128, false, true},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(ag::dtype_name(c.dtype), c.b, c.h, c.l, c.s, c.e, c.causal, c.heads_last);
+    auto make = [&](int64_t t) {
+      ag::Tensor x = c.heads_last ? ag::randn({c.b, t, c.h, c.e}, on).to(c.dtype).transpose(1, 2)
+                                  : ag::randn({c.b, c.h, t, c.e}, on).to(c.dtype);
+      return x.detach().requires_grad_(true);
+    };
+    ag::Tensor q = make(c.l), k = make(c.s), v = make(c.s);
+    ag::Tensor out;
+    {
+      // Autocast on, so that the call is traced (the inputs are 16-bit already: no casts).
+      ag::amp::Trace trace;
+      ag::amp::AutocastGuard autocast(ag::kCUDA, c.dtype);
+      out = ag::scaled_dot_product_attention(q, k, v, {}, 0.0, c.causal);
+      CHECK(sdpa_path(trace).find("fused") == 0);
+    }
+    CHECK(out.dtype() == c.dtype);
+    CHECK(out.shape() == ag::Shape{c.b, c.h, c.l, c.e});
+    const ag::Tensor g = ag::randn(out.shape(), on).to(c.dtype);
+    out.backward(g);
+    auto ref_of = [](const ag::Tensor& t) { return t.detach().to(ag::kFloat64).requires_grad_(true); };
+    ag::Tensor q64 = ref_of(q), k64 = ref_of(k), v64 = ref_of(v);
+    ag::Tensor ref = ag::scaled_dot_product_attention(q64, k64, v64, {}, 0.0, c.causal);
+    ref.backward(g.to(ag::kFloat64));
+    const double tol = c.dtype == ag::kFloat16 ? 4e-3 : 2.5e-2;
+    CHECK(rel_err(out, ref) < tol);
+    CHECK(rel_err(q.grad(), q64.grad()) < tol);
+    CHECK(rel_err(k.grad(), k64.grad()) < tol);
+    CHECK(rel_err(v.grad(), v64.grad()) < tol);
+    CHECK(q.grad().shape() == q.shape());
+  }
+}
+
+TEST_CASE("attention: the fused CUDA path's dropout drops weights as its gradients say", "[attention][cuda]") {
+  if (skip_without_cuda()) return;
+  ag::manual_seed(12);
+  const ag::TensorOptions on = ag::TensorOptions().device(ag::Device(ag::kCUDA));
+  const int64_t B = 1, H = 2, L = 128, S = 128, E = 128;
+  const double p = 0.25;
+  ag::Tensor q = ag::randn({B, H, L, E}, on).to(ag::kFloat16).requires_grad_(true);
+  ag::Tensor k = ag::randn({B, H, S, E}, on).to(ag::kFloat16).requires_grad_(true);
+  // v the identity: the output is the dropped weights themselves, softmax * mask / (1 - p).
+  const ag::Tensor idx = ag::arange(S, ag::TensorOptions(ag::kInt64).device(ag::Device(ag::kCUDA)));
+  ag::Tensor v = ag::eq(idx.reshape({S, 1}), idx.reshape({1, E})).to(ag::kFloat16).reshape({1, 1, S, E});
+  v = v.expand({B, H, S, E}).contiguous();
+  v = v.detach().requires_grad_(true);
+  ag::Tensor out;
+  {
+    ag::amp::Trace trace;
+    ag::amp::AutocastGuard autocast(ag::kCUDA, ag::kFloat16);
+    out = ag::scaled_dot_product_attention(q, k, v, {}, p, false);
+    REQUIRE(sdpa_path(trace).find("fused") == 0);
+  }
+  const ag::Tensor g = ag::randn(out.shape(), on).to(ag::kFloat16);
+  out.backward(g);
+  // The mask the output shows, and the kept share.
+  const ag::Tensor kept = ag::ne(out.detach(), 0.0).to(ag::kFloat64);
+  const double share = kept.mean().item<double>();
+  CHECK(share == Approx(1 - p).margin(0.02));
+  // The math path with that mask, in float64: same output and gradients.
+  auto ref_of = [](const ag::Tensor& t) { return t.detach().to(ag::kFloat64).requires_grad_(true); };
+  ag::Tensor q64 = ref_of(q), k64 = ref_of(k), v64 = ref_of(v);
+  const ag::Tensor w = ag::softmax(ag::matmul(q64, k64.transpose(-2, -1)) / std::sqrt(double(E)), -1);
+  ag::Tensor ref = ag::matmul(w * kept / (1 - p), v64);
+  ref.backward(g.to(ag::kFloat64));
+  CHECK(rel_err(out, ref) < 4e-3);
+  CHECK(rel_err(q.grad(), q64.grad()) < 4e-3);
+  CHECK(rel_err(k.grad(), k64.grad()) < 4e-3);
+  CHECK(rel_err(v.grad(), v64.grad()) < 4e-3);
+  // Another draw, another mask.
+  ag::Tensor again = ag::scaled_dot_product_attention(q.detach(), k.detach(), v.detach(), {}, p, false);
+  CHECK(ag::ne(ag::ne(again, 0.0).to(ag::kFloat64), kept).to(ag::kFloat64).sum().item<double>() > 100);
+}
+
+TEST_CASE("attention: what the fused CUDA path does not take runs the math path, and the trace says why",
+          "[attention][cuda]") {
+  if (skip_without_cuda()) return;
+  ag::manual_seed(13);
+  const ag::TensorOptions on = ag::TensorOptions().device(ag::Device(ag::kCUDA));
+  auto path = [&](const ag::Tensor& q, const ag::Tensor& k, const ag::Tensor& mask, bool causal) {
+    ag::Tensor out;
+    std::string taken;
+    {
+      ag::amp::Trace trace;
+      ag::amp::AutocastGuard autocast(ag::kCUDA, ag::kFloat16);
+      out = ag::scaled_dot_product_attention(q, k, k, mask, 0.0, causal);
+      taken = sdpa_path(trace);
+    }
+    const ag::Tensor ref = ag::scaled_dot_product_attention(q.to(ag::kFloat64), k.to(ag::kFloat64),
+                                                            k.to(ag::kFloat64), mask, 0.0, causal);
+    CHECK(rel_err(out, ref) < 4e-3);
+    return taken;
+  };
+  const ag::Tensor q = ag::randn({2, 2, 64, 64}, on).to(ag::kFloat16), k = ag::randn({2, 2, 96, 64}, on).to(ag::kFloat16);
+  CHECK(path(q, k, {}, false).find("fused") == 0);  // no gradient wanted: any S
+  const ag::Tensor mask = ag::gt(ag::rand({64, 96}, on), 0.2);
+  CHECK(path(q, k, mask, false).find("attn_mask") != std::string::npos);
+  const ag::Tensor q3 = ag::randn({2, 64, 64}, on).to(ag::kFloat16), k3 = ag::randn({2, 96, 64}, on).to(ag::kFloat16);
+  CHECK(path(q3, k3, {}, false).find("4-D") != std::string::npos);
+  const ag::Tensor qg = q.detach().requires_grad_(true);
+  CHECK(path(qg, k, {}, true).find("multiple of 128") != std::string::npos);
+}

@@ -184,8 +184,14 @@ TEST_CASE("ampgrad bench runs a tiny sweep on the CPU and writes JSON", "[cli]")
       CHECK(row["host_ms"].get<double>() == row["ms"].get<double>());
     }
     if (row["suite"] == "optim") CHECK(row["gb_per_s"].get<double>() > 0);
+    if (row["suite"] == "attention") {
+      CHECK(row["ms"].get<double>() > 0);
+      CHECK(row["rel_error"].get<double>() > 0);
+      CHECK(row["rel_error"].get<double>() < 3e-2);  // float16 and bfloat16 against float64
+      CHECK(row["path"] == "math path: not a CUDA tensor");
+    }
   }
-  CHECK(suites == std::set<std::string>{"matmul", "conv", "step", "optim"});
+  CHECK(suites == std::set<std::string>{"matmul", "conv", "step", "optim", "attention"});
 }
 
 TEST_CASE("ampgrad train: a short CPU run lowers the loss, and resume continues identically", "[cli]") {
