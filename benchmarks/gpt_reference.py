@@ -6,9 +6,14 @@ weights, a batch and its targets from fixed seeds, runs forward + backward in fl
 writes weights, inputs, loss and gradients to one safetensors file (written by hand: no
 safetensors package needed). The C++ test loads the weights into ampgrad's Gpt and compares.
 
+Where CUDA is present (the H200, PyTorch 2.11) it also runs the same weights and batch there
+in float32 (TF32 off) and under torch.autocast("cuda", torch.float16) with float32 weights (the
+loss times 1024 before backward, the gradients divided by 1024 after, as a GradScaler would),
+and writes those losses and gradients too ("fp32/..." and "fp16/..."): what ampgrad's float32
+and fp16-autocast steps are compared with (tests/test_gpt.cpp).
+
 Usage: python3 benchmarks/gpt_reference.py tests/data/gpt_reference.safetensors
-Committed output: made with Debian's python3-torch (PyTorch 1.13, CPU); the model uses
-nothing newer (F.gelu approximate="tanh", nn.MultiheadAttention batch_first, a bool attn_mask).
+Committed output: made on the H200 with PyTorch 2.11 (the float64 part on its CPU).
 """
 import json
 import struct
@@ -47,8 +52,8 @@ class Gpt(nn.Module):
 
     def forward(self, idx):
         t = idx.shape[1]
-        causal = torch.triu(torch.ones(t, t, dtype=torch.bool), 1)  # True: may not attend
-        x = self.tok(idx) + self.pos(torch.arange(t))
+        causal = torch.triu(torch.ones(t, t, dtype=torch.bool, device=idx.device), 1)  # True: may not attend
+        x = self.tok(idx) + self.pos(torch.arange(t, device=idx.device))
         for b in self.blocks:
             x = b(x, causal)
         return self.head(self.ln(x))
@@ -90,7 +95,23 @@ def main():
     for name, p in model.named_parameters():
         tensors["param/" + name] = p.detach()
         tensors["grad/" + name] = p.grad.detach()
-    meta = {"torch": torch.__version__, "config": json.dumps([VOCAB, CONTEXT, WIDTH, LAYERS, HEADS])}
+    if torch.cuda.is_available():
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        for name, amp in (("fp32", False), ("fp16", True)):
+            m = Gpt()
+            m.load_state_dict({k: v.float() for k, v in model.state_dict().items()})
+            m = m.cuda()
+            with torch.autocast("cuda", torch.float16, enabled=amp):
+                l = F.cross_entropy(m(idx.cuda()).reshape(-1, VOCAB), target.cuda())
+            scale = 1024.0 if amp else 1.0
+            (l * scale).backward()
+            tensors[name + "/loss"] = l.detach().double().cpu().reshape(1)
+            for n, p in m.named_parameters():
+                tensors[name + "/grad/" + n] = (p.grad / scale).detach().cpu()
+            print(f"{name} on {torch.cuda.get_device_name()}: loss {l.item():.8f}")
+    meta = {"torch": torch.__version__, "config": json.dumps([VOCAB, CONTEXT, WIDTH, LAYERS, HEADS]),
+            "cuda": torch.cuda.get_device_name() if torch.cuda.is_available() else ""}
     write_safetensors(sys.argv[1], tensors, meta)
     print(f"{sys.argv[1]}: loss {loss.item():.12f}, {len(list(model.parameters()))} parameters, torch {torch.__version__}")
 

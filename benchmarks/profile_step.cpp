@@ -10,25 +10,37 @@
 // step`, BATCH sequences of 64; Adam); precision: fp32 or amp (fp16 + GradScaler). It prints
 // the call-graph counters of one step (Note [Call graphs] in cuda/call_graph.h): how many calls
 // ran directly, were captured, launched as graphs and ran inside batch graphs.
+// gpt and gpt_tiny are the GPTs of `ampgrad bench step` (cli/gpt.h; AdamW; BATCH sequences).
+// With `graph` as the fourth argument the step is captured whole in a CUDA graph (kept
+// gradients, as bench step's graphed rows), eager and graphed steps are timed with events
+// (medians of 20), and the profiled step is one replay of the graph:
+//   ncu --profile-from-start off --graph-profiling node --metrics gpu__time_duration.sum --csv \
+//       profile_step gpt 32 fp32 graph
 #include <cuda_profiler_api.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
+#include <vector>
 #include <string>
 
 #include <ampgrad/ampgrad.h>
 
 #include "benchmarks/host_sampler.h"
+#include "cli/gpt.h"
 #include "cli/models.h"
 #include <ampgrad/cuda/call_graph.h>
 #include <ampgrad/cuda/check.h>
 
 namespace ag = ampgrad;
 
-int main(int argc, char** argv) {
+namespace {
+int run(int argc, char** argv) {
   if (argc != 4 && argc != 5) {
-    std::fprintf(stderr, "usage: profile_step mlp|wide|cnn|lstm|lstm_cells BATCH fp32|amp [SAMPLES_FILE]\n");
+    std::fprintf(stderr,
+                 "usage: profile_step mlp|wide|cnn|lstm|lstm_cells|gpt|gpt_tiny BATCH fp32|amp [SAMPLES_FILE|graph]\n");
     return 2;
   }
   if (!ag::cuda::is_available()) {
@@ -43,8 +55,14 @@ int main(int argc, char** argv) {
   auto net = std::make_shared<ag::nn::Sequential>();
   const int64_t in = model == "wide" ? 4096 : 784, classes = model == "wide" ? 4096 : 10;
   const bool recurrent = model == "lstm" || model == "lstm_cells";
+  const bool gpt = model == "gpt" || model == "gpt_tiny";
+  const bool graphed = argc == 5 && std::string(argv[4]) == "graph";
+  const ag::cli::GptConfig gc = model == "gpt" ? ag::cli::GptConfig{256, 128, 256, 4, 8}
+                                               : ag::cli::GptConfig{64, 32, 64, 2, 4};
   std::shared_ptr<ag::nn::Module> root = net;
-  if (recurrent) {
+  if (gpt) {
+    root = std::make_shared<ag::cli::Gpt>(gc);
+  } else if (recurrent) {
     root = std::make_shared<ag::cli::CharLstm>(96, 64, 256, model == "lstm_cells", dev);
   } else if (model == "cnn") {
     namespace nn = ag::nn;
@@ -73,7 +91,11 @@ int main(int argc, char** argv) {
   const ag::TensorOptions on = ag::TensorOptions().device(dev);
   ag::Tensor x, y;
   std::unique_ptr<ag::optim::Optimizer> optp;
-  if (recurrent) {
+  if (gpt) {
+    x = (ag::rand({batch, gc.context}, on) * static_cast<double>(gc.vocab)).to(ag::kInt64);
+    y = (ag::rand({batch * gc.context}, on) * static_cast<double>(gc.vocab)).to(ag::kInt64);
+    optp = std::make_unique<ag::optim::AdamW>(root->parameters(), ag::cli::gpt_adamw(1e-3));
+  } else if (recurrent) {
     x = (ag::rand({64, batch}, on) * 96.0).to(ag::kInt64);
     y = (ag::rand({64 * batch}, on) * 96.0).to(ag::kInt64);
     optp = std::make_unique<ag::optim::Adam>(root->parameters(), ag::optim::AdamOptions(1e-3));
@@ -84,12 +106,16 @@ int main(int argc, char** argv) {
   }
   ag::optim::Optimizer& opt = *optp;
   ag::amp::GradScaler scaler(ag::amp::GradScalerOptions().enabled(amp_on));
+  auto logits = [&] {
+    ag::Tensor out = (*root)(x);
+    return gpt ? out.reshape({-1, out.size(-1)}) : out;  // the GPT's [B, T, vocab]
+  };
   auto step = [&] {
-    opt.zero_grad();  // set_to_none, as ampgrad bench step eager
+    opt.zero_grad(/*set_to_none=*/!graphed);  // as ampgrad bench step: kept when graphed
     ag::Tensor loss;
     {
       ag::amp::AutocastGuard autocast(dev.type, ag::kFloat16, amp_on);
-      loss = ag::nn::functional::cross_entropy((*root)(x), y);
+      loss = ag::nn::functional::cross_entropy(logits(), y);
     }
     scaler.scale(loss).backward();
     scaler.step(opt);
@@ -119,7 +145,7 @@ int main(int argc, char** argv) {
     ag::Tensor loss;
     {
       ag::amp::AutocastGuard autocast(dev.type, ag::kFloat16, amp_on);
-      loss = ag::nn::functional::cross_entropy((*root)(x), y);
+      loss = ag::nn::functional::cross_entropy(logits(), y);
     }
     auto t1 = std::chrono::steady_clock::now();
     scaler.scale(loss).backward();
@@ -135,6 +161,39 @@ int main(int argc, char** argv) {
   std::printf("profile_step %s batch %lld %s: host us per step: zero_grad+forward %.1f, backward %.1f, "
               "scaler step+update %.1f\n",
               model.c_str(), static_cast<long long>(batch), prec.c_str(), fwd_us / n, bwd_us / n, opt_us / n);
+  if (graphed) {
+    // Device ms per step, eager and as one graph: medians of 20 event-timed runs of 5 steps.
+    auto median_ms = [](const std::function<void()>& fn) {
+      cudaEvent_t a, b;
+      AG_CUDA_CHECK(cudaEventCreate(&a));
+      AG_CUDA_CHECK(cudaEventCreate(&b));
+      std::vector<float> ms;
+      for (int r = 0; r < 20; ++r) {
+        AG_CUDA_CHECK(cudaEventRecord(a, ag::cuda::current_stream(0)));
+        for (int i = 0; i < 5; ++i) fn();
+        AG_CUDA_CHECK(cudaEventRecord(b, ag::cuda::current_stream(0)));
+        AG_CUDA_CHECK(cudaEventSynchronize(b));
+        float t = 0;
+        AG_CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
+        ms.push_back(t / 5);
+      }
+      std::sort(ms.begin(), ms.end());
+      return ms[ms.size() / 2];
+    };
+    const float eager = median_ms(step);
+    ag::cuda::CudaGraph g;
+    g.capture(step);
+    for (int i = 0; i < 3; ++i) g.replay();
+    const float replay = median_ms([&] { g.replay(); });
+    std::printf("profile_step %s batch %lld %s: ms per step: eager %.3f, CUDA graph %.3f\n", model.c_str(),
+                static_cast<long long>(batch), prec.c_str(), eager, replay);
+    ag::cuda::synchronize();
+    AG_CUDA_CHECK(cudaProfilerStart());
+    g.replay();
+    ag::cuda::synchronize();
+    AG_CUDA_CHECK(cudaProfilerStop());
+    return 0;
+  }
   if (argc == 5) {
     const int steps = recurrent ? 400 : 20000;
     auto t0 = std::chrono::steady_clock::now();
@@ -153,4 +212,15 @@ int main(int argc, char** argv) {
   ag::cuda::synchronize();
   AG_CUDA_CHECK(cudaProfilerStop());
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "profile_step: %s\n", e.what());
+    return 1;
+  }
 }

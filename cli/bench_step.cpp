@@ -243,6 +243,25 @@ nlohmann::json bench_step(const BenchOptions& o) {
         ms_single[a][graphed] = one[a];
       }
     }
+    // Peak memory of one eager step (CUDA): each variant's setup alone, after warm-ups, from a
+    // reset peak to the step's end; everything allocated counts (parameters, gradients,
+    // optimizer state, working copies), as torch.cuda.max_memory_allocated does.
+    std::vector<double> peak_mb(nv, -1);
+#if AMPGRAD_WITH_CUDA
+    if (o.device.is_cuda()) {
+      for (size_t p = 0; p < nv; ++p) {
+        if (variants[p].ab) continue;
+        cuda::synchronize();
+        std::unique_ptr<Setup> s = make_setup(c, variants[p].amp, false, variants[p].fold);
+        for (int i = 0; i < 3; ++i) s->step();
+        cuda::synchronize();
+        cuda::reset_peak_memory_stats(o.device.index);
+        s->step();
+        cuda::synchronize();
+        peak_mb[p] = static_cast<double>(cuda::memory_stats(o.device.index).peak_allocated) / (1 << 20);
+      }
+    }
+#endif
     for (size_t p = 0; p < nv; ++p) {
       for (bool graphed : {false, true}) {
         if ((graphed && (!o.device.is_cuda() || c.recurrent())) || (graphed && variants[p].ab)) continue;
@@ -255,6 +274,7 @@ nlohmann::json bench_step(const BenchOptions& o) {
         rows.push_back({{"suite", "step"}, {"model", c.name}, {"batch", c.batch}, {"precision", prec}, {"mode", mode},
                         {"ms", t}, {"host_ms", th}, {"ms_single", t1}, {"images_per_s", c.batch / (t * 1e-3)},
                         {"ab", variants[p].ab}, {"device", o.device.str()}});
+        if (!graphed && peak_mb[p] >= 0) rows.back()["peak_mb"] = peak_mb[p];
         if (!graphed && misses >= 0) {
           rows.back()["graph_misses_per_step"] = misses;
           rows.back()["graph_evictions_per_step"] = evicted;

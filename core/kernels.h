@@ -51,6 +51,10 @@ AG_DECLARE_KERNEL(copy, void(const Tensor& dst, const Tensor& src));
 // them on the CPU; dispatched on the other's device.
 AG_DECLARE_KERNEL(copy_across_devices, void(const Tensor& dst, const Tensor& src));
 AG_DECLARE_KERNEL(fill, void(const Tensor& dst, double value));
+// dst (contiguous 1-D) [i] = start + step * i, computed in double and converted as a cast does
+// (CUDA only: arange fills CUDA tensors on the device, so that a CUDA graph can capture it; ops
+// check has(device) first).
+AG_DECLARE_KERNEL(arange, void(const Tensor& dst, double start, double step));
 // dst += src: floating dtypes that may differ, src of dst's shape (any strides, broadcast dims
 // stride 0). Each sum is formed in float (double when either is Float64) and rounded to dst's
 // dtype once, so a float16 gradient adds into a float32 one without a cast kernel or a

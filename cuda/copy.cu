@@ -1,4 +1,4 @@
-// CUDA copy (any strides, any pair of dtypes: a cast) and fill.
+// CUDA copy (any strides, any pair of dtypes: a cast), fill and arange.
 #include <cstring>
 
 #include <ampgrad/cuda/common.cuh>
@@ -51,6 +51,11 @@ template <class E> __global__ void fill_kernel(E* dst, E value, Geometry<1> g, u
   int64_t off[1];
   geometry_offsets(g, i, off);
   dst[off[0]] = value;
+}
+
+template <class D> __global__ void arange_kernel(D* dst, double start, double step, int64_t n) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) dst[i] = cast_value<D>(start + step * static_cast<double>(i));
 }
 
 // The bits `value` has in `t`, converted as the CPU's fill does.
@@ -152,6 +157,16 @@ void fill(const Tensor& dst, double value) {
   });
 }
 
+void arange(const Tensor& dst, double start, double step) {
+  const int64_t n = dst.numel();
+  if (n == 0) return;
+  KernelContext ctx(dst);
+  dispatch_all(dst.dtype(), [&](auto tag) {
+    using D = typename decltype(tag)::type;
+    launch(ctx, arange_kernel<D>, blocks_for(static_cast<uint32_t>(n)), kBlockSize, 0, ptr<D>(dst), start, step, n);
+  });
+}
+
 // Host <-> device bytes (Note [CUDA stream] on when each returns).
 void copy_across_devices(const Tensor& dst, const Tensor& src) {
   if (dst.is_cuda()) memcpy_h2d(ampgrad::detail::address(dst), ampgrad::detail::address(src), src.nbytes());
@@ -160,6 +175,7 @@ void copy_across_devices(const Tensor& dst, const Tensor& src) {
 
 AG_REGISTER_KERNEL(kernel::copy, kCUDA, copy);
 AG_REGISTER_KERNEL(kernel::fill, kCUDA, fill);
+AG_REGISTER_KERNEL(kernel::arange, kCUDA, arange);
 AG_REGISTER_KERNEL(kernel::copy_across_devices, kCUDA, copy_across_devices);
 
 }  // namespace ampgrad::cuda

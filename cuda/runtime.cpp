@@ -11,6 +11,7 @@
 #include <ampgrad/cuda/call_graph.h>
 #include <ampgrad/cuda/device_error.h>
 #include <ampgrad/cuda/check.h>
+#include <ampgrad/cuda/graph.h>
 
 namespace ampgrad::cuda {
 
@@ -182,9 +183,24 @@ bool is_pinned_host(const void* p) {
 }
 }  // namespace
 
+// Note [Host values in a capture]
+// A host-to-device copy made while a CUDA graph captures the stream becomes a copy node that
+// reads the host address again at every replay: by then the host buffer (a CPU tensor, the
+// values of tensor(), rand(), randn()) is freed or holds something else, and the replays
+// compute on garbage, silently. (The GPT's position indices, arange on the host then, were
+// such a copy: every replay read freed memory, and the embedding found indices out of range.)
+// So the copy is refused with an error; arange, full, zeros, ones and the like fill CUDA
+// tensors on the device and are captured as kernels. Tensors of host values are made before
+// the capture, and the step reads them there.
 void memcpy_h2d(void* dst, const void* src, size_t n) {
   if (n == 0) return;
   const int dev = device_of(dst);
+  AG_CHECK(!capturing(dev),
+           "cuda: a copy of {} bytes from host memory to cuda:{} while a CUDA graph captures: every replay would "
+           "read that host memory again, after it is gone (Note [Host values in a capture] in cuda/runtime.cpp). "
+           "Make the tensor before the capture (tensor(), rand(), randn(), .to(cuda) of a CPU tensor), or on the "
+           "device (arange, full, zeros, ones)",
+           n, dev);
   DeviceGuard guard(dev);
   cudaStream_t stream = current_stream(dev);
   AG_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, stream));

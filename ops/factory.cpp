@@ -79,12 +79,24 @@ Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step, Tensor
   AG_CHECK(st != 0, "arange: step must be non-zero");
   AG_CHECK((e - s) / st >= 0, "arange: start {} cannot reach end {} with step {}", s, e, st);
   const auto n = static_cast<int64_t>(std::ceil((e - s) / st));
-  std::vector<double> v(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) v[i] = s + st * static_cast<double>(i);
   if (!options.has_dtype()) {
     const bool integral = !start.is_floating() && !end.is_floating() && !step.is_floating();
     options = options.dtype(integral ? kInt64 : get_default_dtype());
   }
+  // On the device where it can: a CUDA graph captures a kernel, not a copy from host memory
+  // that is gone when the graph replays (Note [Host values in a capture] in cuda/runtime.cpp).
+  if (kernel::arange.has(options.device()) && n < INT32_MAX) {
+    Tensor out = empty({n}, options.requires_grad(false));
+    kernel::arange(out.device(), out, s, st);
+    if (options.requires_grad()) {
+      AG_CHECK(is_floating(out.dtype()), "arange: only floating tensors can require grad, got {}",
+               dtype_name(out.dtype()));
+      out.requires_grad_(true);
+    }
+    return out;
+  }
+  std::vector<double> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[i] = s + st * static_cast<double>(i);
   return from_host(v.data(), kFloat64, {n}, options, "arange");
 }
 

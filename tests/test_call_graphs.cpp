@@ -654,3 +654,22 @@ TEST_CASE("cuda: a launch that fails raises ag::Error at its call, naming the op
 }
 
 }  // namespace
+
+TEST_CASE("cuda: a capture takes arange as a kernel, and refuses a copy from host memory", "[cuda]") {
+  if (skip_without_cuda()) return;
+  // Note [Host values in a capture] in cuda/runtime.cpp.
+  const ag::TensorOptions i64 = ag::TensorOptions(ag::kInt64).device(ag::Device(ag::kCUDA));
+  ag::Tensor out;
+  ag::cuda::CudaGraph graph;
+  graph.capture([&] { out = ag::add(ag::arange(2, 40, 3, i64), 1); });
+  graph.replay();
+  std::vector<double> want;
+  for (int64_t v = 2; v < 40; v += 3) want.push_back(static_cast<double>(v + 1));
+  check_close(out.to(ag::kCPU), want, 0, 0);
+  check_close(ag::arange(0.5, 2.0, 0.25, ag::TensorOptions(ag::kFloat16).device(ag::Device(ag::kCUDA))).to(ag::kCPU),
+              {0.5, 0.75, 1.0, 1.25, 1.5, 1.75}, 0, 0);
+  ag::cuda::CudaGraph bad;
+  REQUIRE_THROWS_WITH_SUBSTR(bad.capture([&] { (void)ag::tensor({1.f, 2.f}, ag::TensorOptions().device(ag::Device(ag::kCUDA))); }),
+                             "while a CUDA graph captures");
+  CHECK(ag::add(out, 1).sum().item<double>() > 0);  // the stream is usable after the refusal
+}
