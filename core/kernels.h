@@ -213,6 +213,19 @@ AG_DECLARE_KERNEL(batch_norm_backward,
                        const Tensor& invstd, const Tensor& weight, bool training, const Tensor& grad_x,
                        const Tensor& grad_weight, const Tensor& grad_bias));
 
+// Layer norm over x viewed as contiguous [rows, n] (Note [Fused layer norm] in ops/norm.cpp;
+// CUDA only: ops check has(device) first), x Float32 or Float64, weight and bias contiguous
+// [n] of x's dtype (each optional). forward: y (contiguous, x's dtype) = (x - mean) * rstd *
+// weight + bias, mean and rstd = 1/sqrt(var + eps) (biased var) of each row into contiguous
+// [rows] tensors of x's dtype. backward: grad_x = rstd * (dy w - mean(dy w) - xhat mean(dy w
+// xhat)) (xhat = (x - mean) * rstd, means over the row), grad_weight = sum over rows of dy xhat
+// and grad_bias = sum dy, each when defined; sums in a fixed order (deterministic).
+AG_DECLARE_KERNEL(layer_norm_forward, void(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
+                                           const Tensor& y, const Tensor& mean, const Tensor& rstd));
+AG_DECLARE_KERNEL(layer_norm_backward, void(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                                            const Tensor& rstd, const Tensor& grad_x, const Tensor& grad_weight,
+                                            const Tensor& grad_bias));
+
 // ---- Windows, convolution, dropout ----------------------------------------------------------
 
 // x [N, C, H, W] (any strides) -> cols contiguous [N, C*kh*kw, oh*ow], row (c, i, j) holding

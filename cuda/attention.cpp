@@ -481,6 +481,13 @@ bool sdpa_fused_forward(const Tensor& q, const Tensor& k, const Tensor& v, const
     why = c.why;
     return false;
   }
+  if (!backward_strides.empty() && cudnnGetVersion() < 91600 && geo.s % 128 != 0) {
+    // cudnn-frontend works around a backward bug of these versions with a padding mask of
+    // full lengths when S is not a multiple of 128 (docs/research/cudnn_sdpa_graph.md, 4.6).
+    why = fmt::format("math path: cuDNN {} (older than 9.16) needs S a multiple of 128 for the fused backward, got {}",
+                      cudnnGetVersion(), geo.s);
+    return false;
+  }
   if (!backward_strides.empty()) {
     AG_INTERNAL_ASSERT(backward_strides.size() == 16, "sdpa_fused_forward: 16 backward strides, got {}",
                        backward_strides.size());

@@ -1,3 +1,6 @@
+// CUDA layer norm (Note [Fused layer norm] in ops/norm.cpp): a warp per row, forward in one
+// launch, backward in three (the input gradient; per-column partial sums of the weight and
+// bias gradients over chunks of rows; their sums, in chunk order).
 // CUDA batch norm (Note [Fused batch norm] in ops/norm.cpp): per-channel statistics in one
 // launch, the normalization in one, and the backward in two (per-channel sums, then the input
 // gradient). x is viewed as [outer, C, inner]: NCHW (outer N, inner H*W) or channels-last and
@@ -238,7 +241,154 @@ template <class F> void dispatch_bn(const Tensor& x, F&& f) {
   });
 }
 
+
+// ---- Layer norm -------------------------------------------------------------------------------
+
+constexpr int kLnRows = 8;     // rows (one warp each) per block of 256 threads
+constexpr int kLnChunk = 64;   // rows per partial sum of the weight and bias gradients
+
+template <class A> __device__ __forceinline__ A ln_warp_sum(A v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+template <class T>
+__global__ void ln_forward_kernel(const T* x, const T* w, const T* b, T* y, T* mean, T* rstd, int64_t rows, int64_t n,
+                                  double eps) {
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * kLnRows + threadIdx.y;
+  if (r >= rows) return;
+  const T* xr = x + r * n;
+  T* yr = y + r * n;
+  T s = 0;
+  for (int64_t j = threadIdx.x; j < n; j += 32) s += xr[j];
+  const T mu = ln_warp_sum(s) / static_cast<T>(n);
+  T v = 0;
+  for (int64_t j = threadIdx.x; j < n; j += 32) {
+    const T d = xr[j] - mu;
+    v += d * d;
+  }
+  const T inv = T(1) / sqrt(ln_warp_sum(v) / static_cast<T>(n) + static_cast<T>(eps));
+  for (int64_t j = threadIdx.x; j < n; j += 32) {
+    T o = (xr[j] - mu) * inv;
+    if (w) o *= w[j];
+    if (b) o += b[j];
+    yr[j] = o;
+  }
+  if (threadIdx.x == 0) {
+    mean[r] = mu;
+    rstd[r] = inv;
+  }
+}
+
+template <class T>
+__global__ void ln_backward_input_kernel(const T* dy, const T* x, const T* w, const T* mean, const T* rstd, T* gx,
+                                         int64_t rows, int64_t n) {
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * kLnRows + threadIdx.y;
+  if (r >= rows) return;
+  const T* xr = x + r * n;
+  const T* gr = dy + r * n;
+  const T mu = mean[r], inv = rstd[r];
+  T a = 0, c = 0;
+  for (int64_t j = threadIdx.x; j < n; j += 32) {
+    const T g = w ? gr[j] * w[j] : gr[j];
+    a += g;
+    c += g * (xr[j] - mu) * inv;
+  }
+  a = ln_warp_sum(a) / static_cast<T>(n);
+  c = ln_warp_sum(c) / static_cast<T>(n);
+  for (int64_t j = threadIdx.x; j < n; j += 32) {
+    const T g = w ? gr[j] * w[j] : gr[j];
+    gx[r * n + j] = inv * (g - a - (xr[j] - mu) * inv * c);
+  }
+}
+
+// Block (32, 8): 32 columns, the rows of chunk blockIdx.y; part[chunk][column] = {sum dy xhat, sum dy}.
+template <class T>
+__global__ void ln_backward_params_kernel(const T* dy, const T* x, const T* mean, const T* rstd, T* part, int64_t rows,
+                                          int64_t n) {
+  __shared__ T sw[kLnRows][33], sb[kLnRows][33];
+  const int64_t col = static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * kLnChunk, r1 = min(rows, r0 + kLnChunk);
+  T gw = 0, gb = 0;
+  if (col < n)
+    for (int64_t r = r0 + threadIdx.y; r < r1; r += kLnRows) {
+      const T g = dy[r * n + col];
+      gw += g * (x[r * n + col] - mean[r]) * rstd[r];
+      gb += g;
+    }
+  sw[threadIdx.y][threadIdx.x] = gw;
+  sb[threadIdx.y][threadIdx.x] = gb;
+  __syncthreads();
+  if (threadIdx.y == 0 && col < n) {
+    T tw = 0, tb = 0;
+#pragma unroll
+    for (int k = 0; k < kLnRows; ++k) {
+      tw += sw[k][threadIdx.x];
+      tb += sb[k][threadIdx.x];
+    }
+    part[(static_cast<int64_t>(blockIdx.y) * n + col) * 2] = tw;
+    part[(static_cast<int64_t>(blockIdx.y) * n + col) * 2 + 1] = tb;
+  }
+}
+
+template <class T>
+__global__ void ln_params_finish_kernel(const T* part, T* gw, T* gb, int64_t n, int64_t chunks) {
+  const int64_t col = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (col >= n) return;
+  T tw = 0, tb = 0;
+  for (int64_t c = 0; c < chunks; ++c) {
+    tw += part[(c * n + col) * 2];
+    tb += part[(c * n + col) * 2 + 1];
+  }
+  if (gw) gw[col] = tw;
+  if (gb) gb[col] = tb;
+}
+
+template <class F> void dispatch_ln(DType t, F&& f) {
+  AG_CHECK(t == DType::Float32 || t == DType::Float64, "layer_norm on cuda: the fused kernels take float32 and float64, got {}",
+           dtype_name(t));
+  if (t == DType::Float64) f(TypeTag<double>{});
+  else f(TypeTag<float>{});
+}
+
+unsigned ln_blocks(int64_t rows) { return static_cast<unsigned>((rows + kLnRows - 1) / kLnRows); }
+
 }  // namespace
+
+void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, const Tensor& y,
+                        const Tensor& mean, const Tensor& rstd) {
+  const int64_t rows = mean.numel(), n = rows > 0 ? x.numel() / rows : 0;
+  if (rows == 0 || n == 0) return;
+  KernelContext ctx(y);
+  dispatch_ln(x.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    launch(ctx, ln_forward_kernel<T>, dim3(ln_blocks(rows)), dim3(32, kLnRows), 0, ptr<const T>(x), ptr_or_null<T>(weight),
+           ptr_or_null<T>(bias), ptr<T>(y), ptr<T>(mean), ptr<T>(rstd), rows, n, eps);
+  });
+}
+
+void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                         const Tensor& rstd, const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias) {
+  const int64_t rows = mean.numel(), n = rows > 0 ? x.numel() / rows : 0;
+  if (rows == 0 || n == 0) return;
+  KernelContext ctx(mean);
+  dispatch_ln(x.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if (grad_x.defined())
+      launch(ctx, ln_backward_input_kernel<T>, dim3(ln_blocks(rows)), dim3(32, kLnRows), 0, ptr<const T>(dy),
+             ptr<const T>(x), ptr_or_null<T>(weight), ptr<const T>(mean), ptr<const T>(rstd), ptr<T>(grad_x), rows, n);
+    if (grad_weight.defined() || grad_bias.defined()) {
+      const int64_t chunks = (rows + kLnChunk - 1) / kLnChunk;
+      Tensor part = empty({chunks * n * 2}, mean.options());
+      launch(ctx, ln_backward_params_kernel<T>, dim3(static_cast<unsigned>((n + 31) / 32), static_cast<unsigned>(chunks)),
+             dim3(32, kLnRows), 0, ptr<const T>(dy), ptr<const T>(x), ptr<const T>(mean), ptr<const T>(rstd), ptr<T>(part),
+             rows, n);
+      launch(ctx, ln_params_finish_kernel<T>, dim3(static_cast<unsigned>((n + 255) / 256)), dim3(256), 0,
+             ptr<const T>(part), mut_or_null<T>(grad_weight), mut_or_null<T>(grad_bias), n, chunks);
+    }
+  });
+}
 
 void batch_norm_stats(const Tensor& x, int64_t outer, int64_t inner, double eps, const Tensor& mean,
                       const Tensor& invstd, const Tensor& running_mean, const Tensor& running_var, double momentum) {
@@ -292,6 +442,8 @@ void batch_norm_backward(const Tensor& dy, const Tensor& x, int64_t outer, int64
   });
 }
 
+AG_REGISTER_KERNEL(kernel::layer_norm_forward, kCUDA, layer_norm_forward);
+AG_REGISTER_KERNEL(kernel::layer_norm_backward, kCUDA, layer_norm_backward);
 AG_REGISTER_KERNEL(kernel::batch_norm_stats, kCUDA, batch_norm_stats);
 AG_REGISTER_KERNEL(kernel::batch_norm_apply, kCUDA, batch_norm_apply);
 AG_REGISTER_KERNEL(kernel::batch_norm_backward, kCUDA, batch_norm_backward);

@@ -85,11 +85,11 @@ std::pair<Tensor, Tensor> MultiheadAttention::forward(const Tensor& query, const
            kName);
 
   // The input projections: one GEMM for self-attention (query, key and value one tensor).
-  Tensor qp, kp, vp;
+  Tensor qp, kp, vp, all;
   if (in_proj_weight.defined()) {
     auto part = [&](const Tensor& t, int64_t i) { return t.defined() ? narrow(t, 0, i * E, E) : Tensor(); };
     if (query.is_same(key) && key.is_same(value)) {
-      const Tensor all = linear(q, in_proj_weight, in_proj_bias);  // [L, N, 3E]
+      all = linear(q, in_proj_weight, in_proj_bias);  // [L, N, 3E]
       qp = narrow(all, 2, 0, E);
       kp = narrow(all, 2, E, E);
       vp = narrow(all, 2, 2 * E, E);
@@ -154,7 +154,17 @@ std::pair<Tensor, Tensor> MultiheadAttention::forward(const Tensor& query, const
     Tensor m;
     if (mask.defined() && !causal) m = mask.size(0) == 1 ? mask.unsqueeze(0) : mask.reshape({N, H, mask.size(1), S});
     auto split = [&](const Tensor& t, int64_t len) { return heads(t, len).reshape({N, H, len, D}); };
-    const Tensor o = scaled_dot_product_attention(split(qp, L), split(kp, S), split(vp, S), m, p, causal);
+    Tensor o;
+    if (all.defined() && all.is_contiguous()) {
+      // Self-attention: q, k and v as views of the one projection, [L, N, 3, H, D] unbound and
+      // permuted to [N, H, L, D], no copies (the fused path takes their strides; unbind's one
+      // backward node stacks their gradients back in one kernel).
+      const std::vector<Tensor> qkv = unbind(all.reshape({L, N, 3, H, D}), 2);
+      auto to_heads = [](const Tensor& t) { return t.permute({1, 2, 0, 3}); };
+      o = scaled_dot_product_attention(to_heads(qkv[0]), to_heads(qkv[1]), to_heads(qkv[2]), m, p, causal);
+    } else {
+      o = scaled_dot_product_attention(split(qp, L), split(kp, S), split(vp, S), m, p, causal);
+    }
     out = o.permute({2, 0, 1, 3}).reshape({L * N, E});  // [L, N, H, D]
   }
   out = out_proj->forward(out).reshape({L, N, E});

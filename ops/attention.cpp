@@ -34,8 +34,9 @@ namespace ampgrad {
 // On CUDA, float16 and bfloat16 attention takes the fused path (Note [Fused attention] in
 // cuda/attention.cpp) when cuDNN can: q [B, H, L, E], k and v [B, H, S, E] (4-D, no
 // broadcasting, Ev == E), E a multiple of 8 up to 128, no attn_mask (none, or is_causal), and,
-// when a gradient is wanted, S a multiple of 128 (cuDNN 9.15 and older need a padding-mask
-// workaround otherwise, which this path does not build) and a backward plan too. Everything
+// when a gradient is wanted, a backward plan too (checked before the forward runs; with cuDNN
+// older than 9.16 also S a multiple of 128: those need a padding-mask workaround otherwise,
+// which this path does not build). Everything
 // else, and any case cuDNN's engines refuse, takes the math path; the trace (`ampgrad explain`)
 // says which ran, and why. The output is laid out in the order of q's strides, and each
 // gradient in the order of its input's (as PyTorch's fused paths), so that a caller's
@@ -128,7 +129,7 @@ std::array<int64_t, 4> ordered_strides(const Shape& shape, const Tensor& like) {
 }
 
 // Why the fused path cannot take this call, or "" when it may try.
-std::string fused_refusal(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, bool grad) {
+std::string fused_refusal(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask) {
   if (!q.is_cuda() || !kernel::sdpa_fused_forward.has(q.device())) return "math path: not a CUDA tensor";
   if (q.dtype() != kFloat16 && q.dtype() != kBFloat16) return "math path: fused attention takes float16 and bfloat16";
   if (mask.defined()) return "math path: an explicit attn_mask (the fused path takes none, or is_causal)";
@@ -138,7 +139,6 @@ std::string fused_refusal(const Tensor& q, const Tensor& k, const Tensor& v, con
   const int64_t e = q.size(3);
   if (v.size(3) != e || e % 8 != 0 || e > 128) return "math path: head dims must be equal, a multiple of 8, at most 128";
   if (q.size(2) == 0 || k.size(2) == 0 || q.numel() == 0) return "math path: empty";
-  if (grad && k.size(2) % 128 != 0) return "math path: backward needs S a multiple of 128";
   return "";
 }
 
@@ -159,7 +159,7 @@ Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, cons
   check_inputs(q, k, v, mask, dropout_p, is_causal);
   const double sc = scale ? *scale : 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
   const bool grad = autograd::any_requires_grad({&q, &k, &v});
-  std::string why = fused_refusal(q, k, v, mask, grad);
+  std::string why = fused_refusal(q, k, v, mask);
   if (why.empty() && dropout_p < 1) {
     const Tensor qc = for_cudnn(q), kc = for_cudnn(k), vc = for_cudnn(v);
     const int64_t b = q.size(0), h = q.size(1), l = q.size(2), e = q.size(3);

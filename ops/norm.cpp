@@ -1,4 +1,5 @@
-// Normalization and dropout: batch_norm, layer_norm (composites of differentiable ops).
+// Normalization and dropout: batch_norm and layer_norm (fused kernels where they can, composites of
+// differentiable ops elsewhere), group_norm, dropout.
 #include <ampgrad/autograd/node.h>
 #include <ampgrad/core/generator.h>
 #include <ampgrad/core/kernels.h>
@@ -82,6 +83,37 @@ Tensor batch_norm_fused(const Tensor& x, const BnGeometry& geo, const Tensor& ru
   }
   return y;
 }
+// Note [Fused layer norm]
+// As a composite (mean, var, the normalization's products and their gradients), layer norm
+// cost about eight kernels forward and fifteen backward, a GPT's largest share of launches
+// after its GEMMs. On CUDA, for float32 and float64 inputs whose weight and bias (when given)
+// have the input's dtype (under autocast layer_norm is an fp32 op, so its inputs arrive as
+// float32), it runs as kernels of its own (cuda/norm.cu): a warp per row computes the mean,
+// then the variance of the deviations (two passes over the row, so it does not cancel), and
+// writes the output and the row's mean and rstd; backward, the input gradient in one launch
+// and the weight and bias gradients as per-column partial sums over chunks of 64 rows, added
+// in chunk order by a second launch: deterministic, no atomics. Everything else (the CPU,
+// 16-bit parameters) takes the composite.
+Tensor layer_norm_fused(const Tensor& x, const Shape& normalized_shape, int64_t rows, const Tensor& weight,
+                        const Tensor& bias, double eps) {
+  const Tensor xc = contiguous(x);
+  Tensor y = empty(x.shape(), x.options());
+  Tensor mu = empty_as({rows}, x.dtype(), x), rstd = empty_as({rows}, x.dtype(), x);
+  kernel::layer_norm_forward(x.device(), xc, weight, bias, eps, y, mu, rstd);
+  if (autograd::any_requires_grad({&x, &weight, &bias})) {
+    autograd::record(kLayerNorm, y, {x, weight, bias}, {xc, weight, mu, rstd},
+                     [normalized_shape, need_x = x.requires_grad(), need_w = weight.defined() && weight.requires_grad(),
+                      need_b = bias.defined() && bias.requires_grad()](const Tensor& g, const std::vector<Tensor>& s) {
+                       const Tensor dy = contiguous(g);
+                       const Tensor gx = need_x ? empty(s[0].shape(), s[0].options()) : Tensor();
+                       const Tensor gw = need_w ? empty(normalized_shape, s[0].options()) : Tensor();
+                       const Tensor gb = need_b ? empty(normalized_shape, s[0].options()) : Tensor();
+                       kernel::layer_norm_backward(dy.device(), dy, s[0], s[1], s[2], s[3], gx, gw, gb);
+                       return autograd::Grads{gx, gw, gb};
+                     });
+  }
+  return y;
+}
 }  // namespace
 
 Tensor batch_norm(const Tensor& x0, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight0,
@@ -150,6 +182,12 @@ Tensor layer_norm(const Tensor& x0, const Shape& normalized_shape, const Tensor&
     if (t->defined())
       AG_CHECK(t->shape() == normalized_shape, "layer_norm: weight and bias must be {}, got {}",
                shape_str(normalized_shape), t->desc());
+  const int64_t n = shape_numel(normalized_shape), rows = n > 0 ? x.numel() / n : 0;
+  bool fusable = kernel::layer_norm_forward.has(x.device()) && (x.dtype() == kFloat32 || x.dtype() == kFloat64) &&
+                 rows > 0 && n > 0 && rows <= int64_t{65535} * 64;
+  for (const Tensor* t : std::initializer_list<const Tensor*>{&weight, &bias})
+    fusable = fusable && (!t->defined() || (t->dtype() == x.dtype() && t->is_contiguous() && t->device() == x.device()));
+  if (fusable) return scope.finish(layer_norm_fused(x, normalized_shape, rows, weight, bias, eps));
   Shape dims;
   for (int64_t d = x.dim() - k; d < x.dim(); ++d) dims.push_back(d);
   Tensor mu = mean(x, dims, true);

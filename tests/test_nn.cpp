@@ -671,3 +671,49 @@ TEST_CASE("nn: PReLU initializes as PyTorch's and learns its slope", "[nn][prelu
   check_close(per_channel.weight.grad(), {-2, -4, -1}, 0, 0);  // the negative inputs, per channel
   CHECK_THROWS_WITH(ag::prelu(x, ag::ones({2})), Catch::Contains("prelu") && Catch::Contains("1 or 3"));
 }
+
+TEST_CASE("layer_norm's fused CUDA kernels match the float64 composite, forward and backward", "[nn][cuda]") {
+  if (skip_without_cuda()) return;
+  // Note [Fused layer norm] in ops/norm.cpp: float32 and float64 on CUDA, against the CPU's
+  // composite in float64; 4100 rows cover several 64-row chunks and a partial one.
+  ag::manual_seed(31);
+  struct Case {
+    ag::Shape x, norm;
+    bool weight, bias;
+  };
+  const Case cases[] = {{{3, 5, 96}, {96}, true, true},
+                        {{4, 7, 3, 40}, {3, 40}, true, false},
+                        {{4100, 33}, {33}, false, true},
+                        {{2, 2050, 256}, {256}, true, true}};
+  const ag::Device cuda(ag::kCUDA);
+  for (ag::DType dt : {ag::kFloat32, ag::kFloat64}) {
+    for (const Case& c : cases) {
+      CAPTURE(ag::dtype_name(dt), ag::shape_str(c.x));
+      const ag::Tensor x64 = ag::randn(c.x, ag::TensorOptions(ag::kFloat64)) * 3.0 + 1.5;
+      const ag::Tensor w64 = c.weight ? ag::randn(c.norm, ag::TensorOptions(ag::kFloat64)) : ag::Tensor();
+      const ag::Tensor b64 = c.bias ? ag::randn(c.norm, ag::TensorOptions(ag::kFloat64)) : ag::Tensor();
+      const ag::Tensor g64 = ag::randn(c.x, ag::TensorOptions(ag::kFloat64));
+      auto leaf = [&](const ag::Tensor& t, ag::Device d, ag::DType type) {
+        return t.defined() ? t.to(d).to(type).detach().requires_grad_(true) : ag::Tensor();
+      };
+      ag::Tensor xr = leaf(x64, ag::kCPU, ag::kFloat64), wr = leaf(w64, ag::kCPU, ag::kFloat64),
+                 br = leaf(b64, ag::kCPU, ag::kFloat64);
+      ag::Tensor ref = ag::layer_norm(xr, c.norm, wr, br, 1e-5);
+      ref.backward(g64);
+      ag::Tensor xc = leaf(x64, cuda, dt), wc = leaf(w64, cuda, dt), bc = leaf(b64, cuda, dt);
+      ag::Tensor out = ag::layer_norm(xc, c.norm, wc, bc, 1e-5);
+      CHECK(out.dtype() == dt);
+      out.backward(g64.to(cuda).to(dt));
+      const double tol = dt == ag::kFloat32 ? 2e-5 : 1e-12;
+      check_close(out.to(ag::kCPU), ref.to_vector<double>(), tol, tol);
+      check_close(xc.grad().to(ag::kCPU), xr.grad().to_vector<double>(), tol, tol);
+      if (c.weight) check_close(wc.grad().to(ag::kCPU), wr.grad().to_vector<double>(), tol * 10, tol * 10);
+      if (c.bias) check_close(bc.grad().to(ag::kCPU), br.grad().to_vector<double>(), tol * 10, tol * 10);
+      // Deterministic: the same bits again.
+      ag::Tensor xc2 = leaf(x64, cuda, dt), wc2 = leaf(w64, cuda, dt), bc2 = leaf(b64, cuda, dt);
+      ag::layer_norm(xc2, c.norm, wc2, bc2, 1e-5).backward(g64.to(cuda).to(dt));
+      if (c.weight) CHECK(wc2.grad().to(ag::kCPU).to_vector<double>() == wc.grad().to(ag::kCPU).to_vector<double>());
+      CHECK(xc2.grad().to(ag::kCPU).to_vector<double>() == xc.grad().to(ag::kCPU).to_vector<double>());
+    }
+  }
+}
