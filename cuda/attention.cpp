@@ -37,7 +37,9 @@ namespace ampgrad::cuda::dnn {
 // q, k, v, o and do may have any strides with a last stride of 1 (multiples of 8 elements
 // apart, 16-byte aligned): [b, L, h, E] tensors viewed as [b, h, L, E] need no copy. The
 // dropout mask comes from cuDNN's generator, seeded by a device int64 tensor: backward
-// regenerates it from the same seed. A plan is built once per geometry (heuristics mode A,
+// regenerates it from the same seed. Before cuDNN 9.16 the backward is wrong for S not a
+// multiple of 128 unless a padding mask is on; as cudnn-frontend does, the graph then carries
+// one of full lengths (INT32 [b] tensors of L and S, bounding every GEMM too). A plan is built once per geometry (heuristics mode A,
 // then the fallback list; the first configuration that finalizes) and cached; a geometry no
 // engine takes is cached as such, and the op takes its math path (ops/attention.cpp).
 
@@ -49,6 +51,7 @@ using Dims4 = std::array<int64_t, 4>;
 enum Uid : int64_t {
   kQ = 1, kK, kV, kO, kStats, kSeed, kOffset, kDO, kDQ, kDK, kDV, kSoftmaxSum, kDQAccum,
   kScale = 20, kNegInf, kDropScale, kKeep, kOne,
+  kSeqQ = 30, kSeqKV,
   kFirstVirtual = 100
 };
 
@@ -116,15 +119,24 @@ class GraphBuilder {
     pointwise(mode, x, b, nullptr, y);
     return y;
   }
-  void matmul(const DescPtr& a, const DescPtr& b, const DescPtr& c) {
+  // c = a @ b; the overrides (sequence-length tensors, or null) bound the GEMM's M, N and K.
+  void matmul(const DescPtr& a, const DescPtr& b, const DescPtr& c, const DescPtr& m_override = nullptr,
+              const DescPtr& n_override = nullptr, const DescPtr& k_override = nullptr) {
     auto mm = std::make_shared<Desc>(CUDNN_BACKEND_MATMUL_DESCRIPTOR);
     const cudnnDataType_t comp = CUDNN_DATA_FLOAT;
     mm->set(CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &comp);
+    if (m_override || n_override || k_override) {
+      const double zero = 0.0;
+      mm->set(CUDNN_ATTR_MATMUL_PADDING_VALUE, CUDNN_TYPE_DOUBLE, 1, &zero);
+    }
     mm->finalize();
     auto op = std::make_shared<Desc>(CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR);
     op->set(CUDNN_ATTR_OPERATION_MATMUL_ADESC, *a);
     op->set(CUDNN_ATTR_OPERATION_MATMUL_BDESC, *b);
     op->set(CUDNN_ATTR_OPERATION_MATMUL_CDESC, *c);
+    if (m_override) op->set(CUDNN_ATTR_OPERATION_MATMUL_GEMM_M_OVERRIDE_DESC, *m_override);
+    if (n_override) op->set(CUDNN_ATTR_OPERATION_MATMUL_GEMM_N_OVERRIDE_DESC, *n_override);
+    if (k_override) op->set(CUDNN_ATTR_OPERATION_MATMUL_GEMM_K_OVERRIDE_DESC, *k_override);
     op->set(CUDNN_ATTR_OPERATION_MATMUL_DESC, *mm);
     op->finalize();
     add(mm, op);
@@ -176,6 +188,22 @@ class GraphBuilder {
     return out;
   }
 
+  // S masked to row < seq_q and col < seq_kv (INT32 [b, 1, 1, 1] tensors): -inf elsewhere.
+  DescPtr padding(const DescPtr& s, const Dims4& dims, const DescPtr& seq_q, const DescPtr& seq_kv,
+                  const DescPtr& neg_inf) {
+    DescPtr row = virt(CUDNN_DATA_INT32, dims, packed(dims)), col = virt(CUDNN_DATA_INT32, dims, packed(dims));
+    pointwise(CUDNN_POINTWISE_GEN_INDEX, s, nullptr, nullptr, row, CUDNN_DATA_INT32, 2);
+    pointwise(CUDNN_POINTWISE_GEN_INDEX, s, nullptr, nullptr, col, CUDNN_DATA_INT32, 3);
+    DescPtr in_rows = virt(CUDNN_DATA_BOOLEAN, dims, packed(dims)), in_cols = virt(CUDNN_DATA_BOOLEAN, dims, packed(dims));
+    pointwise(CUDNN_POINTWISE_CMP_LT, row, seq_q, nullptr, in_rows, CUDNN_DATA_BOOLEAN);
+    pointwise(CUDNN_POINTWISE_CMP_LT, col, seq_kv, nullptr, in_cols, CUDNN_DATA_BOOLEAN);
+    DescPtr keep = virt(CUDNN_DATA_BOOLEAN, dims, packed(dims));
+    pointwise(CUDNN_POINTWISE_LOGICAL_AND, in_rows, in_cols, nullptr, keep, CUDNN_DATA_BOOLEAN);
+    DescPtr out = virt(dims);
+    pointwise(CUDNN_POINTWISE_BINARY_SELECT, s, neg_inf, keep, out);
+    return out;
+  }
+
   // The operation graph of every operation added, in order.
   DescPtr finish() {
     auto graph = std::make_shared<Desc>(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
@@ -209,6 +237,9 @@ struct SdpaGeometry {
   int64_t b = 0, h = 0, l = 0, s = 0, e = 0;
   std::array<Dims4, 8> strides{};  // q, k, v, o, do, dq, dk, dv
   bool causal = false, dropout = false;
+  // Backward with full-length sequence tensors as a padding mask: cudnn-frontend's workaround
+  // for cuDNN older than 9.16 when S is not a multiple of 128 (research notes, 4.6).
+  bool full_lengths = false;
   uint32_t scale_bits = 0, keep_bits = 0;  // the float scale and keep probability
   auto operator<=>(const SdpaGeometry&) const = default;
 };
@@ -298,12 +329,19 @@ void backward_graph(GraphBuilder& g, const SdpaGeometry& geo) {
   g.reduce(CUDNN_REDUCE_TENSOR_ADD, prod, rows);
   DescPtr softmax_sum = g.tensor(kSoftmaxSum, CUDNN_DATA_FLOAT, rowd, packed(rowd), false);
   g.pointwise(CUDNN_POINTWISE_MUL, rows, g.scalar(geo.dropout ? kKeep : kOne), nullptr, softmax_sum);
+  DescPtr seq_q, seq_kv, neg_inf;
+  if (geo.full_lengths) {
+    seq_q = g.tensor(kSeqQ, CUDNN_DATA_INT32, {b, 1, 1, 1}, {1, 1, 1, 1}, false);
+    seq_kv = g.tensor(kSeqKV, CUDNN_DATA_INT32, {b, 1, 1, 1}, {1, 1, 1, 1}, false);
+  }
+  if (geo.causal || geo.full_lengths) neg_inf = g.scalar(kNegInf);
   // P recomputed from the stats.
   DescPtr s0 = g.virt(sd);
-  g.matmul(q, kt, s0);
+  g.matmul(q, kt, s0, seq_q, seq_kv);
   DescPtr s1 = g.pw(CUDNN_POINTWISE_MUL, s0, scale, sd);
   DescPtr s2 = g.pw(CUDNN_POINTWISE_SUB, s1, stats, sd);
-  if (geo.causal) s2 = g.causal(s2, sd, g.scalar(kNegInf));
+  if (geo.full_lengths) s2 = g.padding(s2, sd, seq_q, seq_kv, neg_inf);
+  if (geo.causal) s2 = g.causal(s2, sd, neg_inf);
   DescPtr p = g.pw(CUDNN_POINTWISE_EXP, s2, nullptr, sd);
   DescPtr mask, drop_scale, pd = p;
   if (geo.dropout) {
@@ -317,10 +355,10 @@ void backward_graph(GraphBuilder& g, const SdpaGeometry& geo) {
   // dv = P^T do.
   DescPtr pt = g.virt(io, td, {h * l * s_, l * s_, 1, s_});
   g.reshape(pd, pt);
-  g.matmul(pt, dout, dv);
+  g.matmul(pt, dout, dv, seq_kv, nullptr, seq_q);
   // dS = P * (dP - D) * scale, dP = do v^T (through the mask with dropout).
   DescPtr dp = g.virt(sd);
-  g.matmul(dout, vt, dp);
+  g.matmul(dout, vt, dp, seq_q, seq_kv);
   if (geo.dropout) dp = g.pw(CUDNN_POINTWISE_MUL, dp, mask, sd);
   DescPtr t = g.pw(CUDNN_POINTWISE_SUB, dp, softmax_sum, sd);
   DescPtr t2 = g.pw(CUDNN_POINTWISE_MUL, t, p, sd);
@@ -329,12 +367,12 @@ void backward_graph(GraphBuilder& g, const SdpaGeometry& geo) {
   // dk = dS^T q.
   DescPtr dst = g.virt(io, td, {h * l * s_, l * s_, 1, s_});
   g.reshape(ds, dst);
-  g.matmul(dst, q, dk);
+  g.matmul(dst, q, dk, seq_kv, nullptr, seq_q);
   // dq = dS k, accumulated in float.
   DescPtr k = g.virt(io, kd, st[1]);
   g.reshape(kt, k);
   DescPtr acc = g.tensor(kDQAccum, CUDNN_DATA_FLOAT, qd, packed(qd), false);
-  g.matmul(ds, k, acc);
+  g.matmul(ds, k, acc, seq_q, nullptr, seq_kv);
   g.pointwise(CUDNN_POINTWISE_IDENTITY, acc, nullptr, nullptr, dq);
 }
 
@@ -410,6 +448,10 @@ bool fits(const Tensor& t) {
   return reinterpret_cast<uintptr_t>(ampgrad::detail::address(t)) % 16 == 0;
 }
 
+// cudnn-frontend works around a backward bug of cuDNN older than 9.16 with a padding mask of
+// full lengths when S is not a multiple of 128 (docs/research/cudnn_sdpa_graph.md, 4.6).
+bool needs_full_lengths(int64_t s) { return cudnnGetVersion() < 91600 && s % 128 != 0; }
+
 SdpaGeometry geometry(bool backward, const Tensor& q, const Tensor& k, double scale, bool causal, double dropout_p) {
   SdpaGeometry g;
   g.backward = backward;
@@ -438,7 +480,7 @@ void run(const SdpaGeometry& geo, const SdpaPlan& plan, Binding& bind, const Ten
   if (plan.workspace > 0) ws = empty({plan.workspace}, TensorOptions(kUInt8).device(Device(kCUDA, geo.device)));
   void* wsp = plan.workspace > 0 ? ampgrad::detail::address(ws) : nullptr;
   bind.add(kScale, &plan.scale);
-  if (geo.causal) bind.add(kNegInf, &plan.neg_inf);
+  if (geo.causal || geo.full_lengths) bind.add(kNegInf, &plan.neg_inf);
   if (geo.dropout) {
     bind.add(kDropScale, &plan.drop_scale);
     if (geo.backward) bind.add(kKeep, &plan.keep);
@@ -481,18 +523,12 @@ bool sdpa_fused_forward(const Tensor& q, const Tensor& k, const Tensor& v, const
     why = c.why;
     return false;
   }
-  if (!backward_strides.empty() && cudnnGetVersion() < 91600 && geo.s % 128 != 0) {
-    // cudnn-frontend works around a backward bug of these versions with a padding mask of
-    // full lengths when S is not a multiple of 128 (docs/research/cudnn_sdpa_graph.md, 4.6).
-    why = fmt::format("math path: cuDNN {} (older than 9.16) needs S a multiple of 128 for the fused backward, got {}",
-                      cudnnGetVersion(), geo.s);
-    return false;
-  }
   if (!backward_strides.empty()) {
     AG_INTERNAL_ASSERT(backward_strides.size() == 16, "sdpa_fused_forward: 16 backward strides, got {}",
                        backward_strides.size());
     SdpaGeometry back = geo;
     back.backward = true;
+    back.full_lengths = needs_full_lengths(geo.s);
     for (size_t t = 0; t < 4; ++t)
       for (size_t d = 0; d < 4; ++d) back.strides[4 + t][d] = backward_strides[4 * t + d];
     const CachedPlan& cb = plan_for(back);
@@ -523,6 +559,7 @@ bool sdpa_fused_backward(const Tensor& q, const Tensor& k, const Tensor& v, cons
     return false;
   }
   SdpaGeometry geo = geometry(true, q, k, scale, causal, dropout_p);
+  geo.full_lengths = needs_full_lengths(geo.s);
   const Tensor* ts[] = {&q, &k, &v, &o, &dout, &dq, &dk, &dv};
   for (size_t i = 0; i < 8; ++i) geo.strides[i] = strides4(*ts[i]);
   const CachedPlan& c = plan_for(geo);
@@ -547,6 +584,16 @@ bool sdpa_fused_backward(const Tensor& q, const Tensor& k, const Tensor& v, cons
   if (geo.dropout) {
     bind.add(kSeed, ampgrad::detail::address(rng));
     bind.add(kOffset, static_cast<const int64_t*>(ampgrad::detail::address(rng)) + 2);
+  }
+  Tensor seq_q, seq_kv;
+  if (geo.full_lengths) {
+    const TensorOptions i32 = TensorOptions(kInt32).device(q.device());
+    seq_q = empty({geo.b}, i32);
+    seq_kv = empty({geo.b}, i32);
+    kernel::fill(q.device(), seq_q, static_cast<double>(geo.l));
+    kernel::fill(q.device(), seq_kv, static_cast<double>(geo.s));
+    bind.add(kSeqQ, ampgrad::detail::address(seq_q));
+    bind.add(kSeqKV, ampgrad::detail::address(seq_kv));
   }
   run(geo, *c.plan, bind, acc);
   return true;

@@ -245,7 +245,7 @@ template <class F> void dispatch_bn(const Tensor& x, F&& f) {
 // ---- Layer norm -------------------------------------------------------------------------------
 
 constexpr int kLnRows = 8;     // rows (one warp each) per block of 256 threads
-constexpr int kLnChunk = 64;   // rows per partial sum of the weight and bias gradients
+constexpr int kLnChunk = 256;  // rows per partial sum of the weight and bias gradients
 
 template <class A> __device__ __forceinline__ A ln_warp_sum(A v) {
 #pragma unroll

@@ -35,8 +35,8 @@ namespace ampgrad {
 // cuda/attention.cpp) when cuDNN can: q [B, H, L, E], k and v [B, H, S, E] (4-D, no
 // broadcasting, Ev == E), E a multiple of 8 up to 128, no attn_mask (none, or is_causal), and,
 // when a gradient is wanted, a backward plan too (checked before the forward runs; with cuDNN
-// older than 9.16 also S a multiple of 128: those need a padding-mask workaround otherwise,
-// which this path does not build). Everything
+// older than 9.16 and S not a multiple of 128 the backward graph carries cudnn-frontend's
+// workaround, a padding mask of full lengths). Everything
 // else, and any case cuDNN's engines refuse, takes the math path; the trace (`ampgrad explain`)
 // says which ran, and why. The output is laid out in the order of q's strides, and each
 // gradient in the order of its input's (as PyTorch's fused paths), so that a caller's

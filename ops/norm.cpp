@@ -91,7 +91,7 @@ Tensor batch_norm_fused(const Tensor& x, const BnGeometry& geo, const Tensor& ru
 // float32), it runs as kernels of its own (cuda/norm.cu): a warp per row computes the mean,
 // then the variance of the deviations (two passes over the row, so it does not cancel), and
 // writes the output and the row's mean and rstd; backward, the input gradient in one launch
-// and the weight and bias gradients as per-column partial sums over chunks of 64 rows, added
+// and the weight and bias gradients as per-column partial sums over chunks of 256 rows, added
 // in chunk order by a second launch: deterministic, no atomics. Everything else (the CPU,
 // 16-bit parameters) takes the composite.
 Tensor layer_norm_fused(const Tensor& x, const Shape& normalized_shape, int64_t rows, const Tensor& weight,

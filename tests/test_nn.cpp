@@ -675,7 +675,7 @@ TEST_CASE("nn: PReLU initializes as PyTorch's and learns its slope", "[nn][prelu
 TEST_CASE("layer_norm's fused CUDA kernels match the float64 composite, forward and backward", "[nn][cuda]") {
   if (skip_without_cuda()) return;
   // Note [Fused layer norm] in ops/norm.cpp: float32 and float64 on CUDA, against the CPU's
-  // composite in float64; 4100 rows cover several 64-row chunks and a partial one.
+  // composite in float64; 4100 rows cover several 256-row chunks and a partial one.
   ag::manual_seed(31);
   struct Case {
     ag::Shape x, norm;
