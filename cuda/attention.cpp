@@ -251,7 +251,9 @@ struct SdpaPlan {
   // The by-value scalars: the variant pack holds their host addresses.
   // (16-byte aligned, as every tensor of the graph is declared).
   alignas(16) float scale = 1;
-  alignas(16) float neg_inf = -std::numeric_limits<float>::infinity();
+  // -inf from cuDNN 9.10 on; before, cudnn-frontend masks with the lowest float.
+  alignas(16) float neg_inf = cudnnGetVersion() >= 91000 ? -std::numeric_limits<float>::infinity()
+                                                         : std::numeric_limits<float>::lowest();
   alignas(16) float drop_scale = 1;
   alignas(16) float keep = 1;
   alignas(16) float one = 1;
@@ -340,7 +342,11 @@ void backward_graph(GraphBuilder& g, const SdpaGeometry& geo) {
   g.matmul(q, kt, s0, seq_q, seq_kv);
   DescPtr s1 = g.pw(CUDNN_POINTWISE_MUL, s0, scale, sd);
   DescPtr s2 = g.pw(CUDNN_POINTWISE_SUB, s1, stats, sd);
-  if (geo.full_lengths) s2 = g.padding(s2, sd, seq_q, seq_kv, neg_inf);
+  if (geo.full_lengths) {
+    s2 = g.padding(s2, sd, seq_q, seq_kv, neg_inf);
+    // cudnn-frontend applies it twice for 9.0 <= cuDNN < 9.10 (a backend bug's workaround).
+    if (cudnnGetVersion() < 91000) s2 = g.padding(s2, sd, seq_q, seq_kv, neg_inf);
+  }
   if (geo.causal) s2 = g.causal(s2, sd, neg_inf);
   DescPtr p = g.pw(CUDNN_POINTWISE_EXP, s2, nullptr, sd);
   DescPtr mask, drop_scale, pd = p;
@@ -511,6 +517,7 @@ void run(const SdpaGeometry& geo, const SdpaPlan& plan, Binding& bind, const Ten
 bool sdpa_fused_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o, const Tensor& stats,
                         double scale, bool causal, double dropout_p, const std::vector<int64_t>& backward_strides,
                         const Tensor& rng, std::string& why) {
+  DeviceGuard guard(q.device().index);  // plans, handles and streams are the tensors' device's
   if (!fits(q) || !fits(k) || !fits(v) || !fits(o)) {
     why = "query, key, value and output must be 4-D with a last stride of 1, the others multiples of 8, 16-byte aligned";
     return false;
@@ -554,6 +561,7 @@ bool sdpa_fused_forward(const Tensor& q, const Tensor& k, const Tensor& v, const
 bool sdpa_fused_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o, const Tensor& dout,
                          const Tensor& stats, const Tensor& dq, const Tensor& dk, const Tensor& dv, double scale,
                          bool causal, double dropout_p, const Tensor& rng, std::string& why) {
+  DeviceGuard guard(q.device().index);
   if (!fits(q) || !fits(k) || !fits(v) || !fits(o) || !fits(dout) || !fits(dq) || !fits(dk) || !fits(dv)) {
     why = "every tensor must be 4-D with a last stride of 1, the others multiples of 8, 16-byte aligned";
     return false;

@@ -195,7 +195,12 @@ bool is_pinned_host(const void* p) {
 void memcpy_h2d(void* dst, const void* src, size_t n) {
   if (n == 0) return;
   const int dev = device_of(dst);
-  AG_CHECK(!capturing(dev),
+  cudaStreamCaptureStatus outside = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(current_stream(dev), &outside) != cudaSuccess) {
+    (void)cudaGetLastError();
+    outside = cudaStreamCaptureStatusNone;
+  }
+  AG_CHECK(!capturing(dev) && outside == cudaStreamCaptureStatusNone,
            "cuda: a copy of {} bytes from host memory to cuda:{} while a CUDA graph captures: every replay would "
            "read that host memory again, after it is gone (Note [Host values in a capture] in cuda/runtime.cpp). "
            "Make the tensor before the capture (tensor(), rand(), randn(), .to(cuda) of a CPU tensor), or on the "

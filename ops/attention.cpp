@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -184,10 +185,12 @@ Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, cons
         autograd::record(kSdpa, out, {q, k, v}, {qc, kc, vc, out.detach(), stats, rng},
                          [sc, is_causal, dropout_p](const Tensor& g, const std::vector<Tensor>& sv) {
                            const Tensor& o = sv[3];
-                           // do laid out as o, so that the plan checked for it applies.
+                           // do with o's strides exactly (o is dense), so that the plan checked
+                           // for it applies; an unaligned one is copied too.
                            Tensor dout = g;
-                           if (dout.strides() != o.strides()) {
-                             dout = empty_ordered_like(o.shape(), o);
+                           if (dout.strides() != o.strides() ||
+                               reinterpret_cast<uintptr_t>(ampgrad::detail::address(dout)) % 16 != 0) {
+                             dout = alias_with(empty({o.numel()}, o.options()), o.shape(), o.strides(), 0);
                              dout.copy_(g);
                            }
                            const Tensor dq = empty_ordered_like(sv[0].shape(), sv[0]),

@@ -178,7 +178,9 @@ Tensor matmul(const Tensor& a0, const Tensor& b0) {
         c = t.contiguous();
         bs = batch_stride(c);
       }
-      return alias_with(c, {nb, c.size(-2), c.size(-1)}, {*bs, c.stride(-2), c.stride(-1)}, c.storage_offset());
+      // (An empty tensor counts as contiguous and may keep odd strides: any batch stride does.)
+      return alias_with(c, {nb, c.size(-2), c.size(-1)}, {bs.value_or(c.size(-2) * c.size(-1)), c.stride(-2), c.stride(-1)},
+                        c.storage_offset());
     };
     Shape os = batch;
     os.insert(os.end(), {m, n});
