@@ -29,6 +29,7 @@
 #include <ampgrad/ampgrad.h>
 
 #include "benchmarks/host_sampler.h"
+#include "cli/bench_timer.h"
 #include "cli/gpt.h"
 #include "cli/models.h"
 #include <ampgrad/cuda/call_graph.h>
@@ -162,29 +163,13 @@ int run(int argc, char** argv) {
               "scaler step+update %.1f\n",
               model.c_str(), static_cast<long long>(batch), prec.c_str(), fwd_us / n, bwd_us / n, opt_us / n);
   if (graphed) {
-    // Device ms per step, eager and as one graph: medians of 20 event-timed runs of 5 steps.
-    auto median_ms = [](const std::function<void()>& fn) {
-      cudaEvent_t a, b;
-      AG_CUDA_CHECK(cudaEventCreate(&a));
-      AG_CUDA_CHECK(cudaEventCreate(&b));
-      std::vector<float> ms;
-      for (int r = 0; r < 20; ++r) {
-        AG_CUDA_CHECK(cudaEventRecord(a, ag::cuda::current_stream(0)));
-        for (int i = 0; i < 5; ++i) fn();
-        AG_CUDA_CHECK(cudaEventRecord(b, ag::cuda::current_stream(0)));
-        AG_CUDA_CHECK(cudaEventSynchronize(b));
-        float t = 0;
-        AG_CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
-        ms.push_back(t / 5);
-      }
-      std::sort(ms.begin(), ms.end());
-      return ms[ms.size() / 2];
-    };
-    const float eager = median_ms(step);
+    // Device ms per step, eager and as one graph: medians of 20 event-timed samples of 5 steps.
+    auto median_ms = [&](const std::function<void()>& fn) { return ag::cli::median_ms(dev, fn, 3, 20, 5); };
+    const double eager = median_ms(step);
     ag::cuda::CudaGraph g;
     g.capture(step);
     for (int i = 0; i < 3; ++i) g.replay();
-    const float replay = median_ms([&] { g.replay(); });
+    const double replay = median_ms([&] { g.replay(); });
     std::printf("profile_step %s batch %lld %s: ms per step: eager %.3f, CUDA graph %.3f\n", model.c_str(),
                 static_cast<long long>(batch), prec.c_str(), eager, replay);
     ag::cuda::synchronize();

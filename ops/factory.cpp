@@ -10,16 +10,20 @@ namespace ampgrad {
 
 namespace {
 // Builds a CPU tensor of dtype `from` holding `data`, then converts/moves it per `options`.
-Tensor from_host(const void* data, DType from, const Shape& shape, const TensorOptions& options, const char* what) {
-  Tensor host = empty(shape, TensorOptions(from));
-  if (host.nbytes()) std::memcpy(host.data_ptr(), data, host.nbytes());
-  Tensor out = host.to(options.device(), options.dtype());
+// out, requiring grad when options say so (floating dtypes only).
+Tensor with_requires_grad(Tensor out, const TensorOptions& options, const char* what) {
   if (options.requires_grad()) {
     AG_CHECK(is_floating(out.dtype()), "{}: only floating tensors can require grad, got {}", what,
              dtype_name(out.dtype()));
     out.requires_grad_(true);
   }
   return out;
+}
+
+Tensor from_host(const void* data, DType from, const Shape& shape, const TensorOptions& options, const char* what) {
+  Tensor host = empty(shape, TensorOptions(from));
+  if (host.nbytes()) std::memcpy(host.data_ptr(), data, host.nbytes());
+  return with_requires_grad(host.to(options.device(), options.dtype()), options, what);
 }
 
 void check_count(const char* what, size_t n, const Shape& shape) {
@@ -88,12 +92,7 @@ Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step, Tensor
   if (kernel::arange.has(options.device()) && n < INT32_MAX) {
     Tensor out = empty({n}, options.requires_grad(false));
     kernel::arange(out.device(), out, s, st);
-    if (options.requires_grad()) {
-      AG_CHECK(is_floating(out.dtype()), "arange: only floating tensors can require grad, got {}",
-               dtype_name(out.dtype()));
-      out.requires_grad_(true);
-    }
-    return out;
+    return with_requires_grad(out, options, "arange");
   }
   std::vector<double> v(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) v[i] = s + st * static_cast<double>(i);
