@@ -154,14 +154,6 @@ class GraphBuilder {
     op->finalize();
     add(r, op);
   }
-  // The dropout mask, bernoulli(keep) of `dims`, from the device seed and offset tensors
-  // (uids kSeed, kOffset): forward and backward draw the same one.
-  DescPtr dropout_mask(const Dims4& dims, double keep) {
-    DescPtr y = virt(dims);
-    rng(tensor(kSeed, CUDNN_DATA_INT64, {1, 1, 1, 1}, {1, 1, 1, 1}, false),
-        tensor(kOffset, CUDNN_DATA_INT64, {1, 1, 1, 1}, {1, 1, 1, 1}, false), y, keep);
-    return y;
-  }
   // y = bernoulli(keep) from the device seed and offset tensors.
   void rng(const DescPtr& seed, const DescPtr& offset, const DescPtr& y, double keep) {
     auto r = std::make_shared<Desc>(CUDNN_BACKEND_RNG_DESCRIPTOR);
@@ -301,7 +293,10 @@ void forward_graph(GraphBuilder& g, const SdpaGeometry& geo) {
   DescPtr p;
   if (geo.dropout) {
     DescPtr p0 = g.pw(CUDNN_POINTWISE_DIV, ex, sum, sd);
-    DescPtr mask = g.dropout_mask(sd, std::bit_cast<float>(geo.keep_bits));
+    DescPtr mask = g.virt(sd);
+    const float keep = std::bit_cast<float>(geo.keep_bits);
+    g.rng(g.tensor(kSeed, CUDNN_DATA_INT64, {1, 1, 1, 1}, {1, 1, 1, 1}, false),
+          g.tensor(kOffset, CUDNN_DATA_INT64, {1, 1, 1, 1}, {1, 1, 1, 1}, false), mask, keep);
     DescPtr p1 = g.pw(CUDNN_POINTWISE_MUL, p0, mask, sd);
     p = g.virt(io, sd, packed(sd));
     g.pointwise(CUDNN_POINTWISE_MUL, p1, g.scalar(kDropScale), nullptr, p);
@@ -356,7 +351,10 @@ void backward_graph(GraphBuilder& g, const SdpaGeometry& geo) {
   DescPtr p = g.pw(CUDNN_POINTWISE_EXP, s2, nullptr, sd);
   DescPtr mask, drop_scale, pd = p;
   if (geo.dropout) {
-    mask = g.dropout_mask(sd, std::bit_cast<float>(geo.keep_bits));
+    mask = g.virt(sd);
+    const float keep = std::bit_cast<float>(geo.keep_bits);
+    g.rng(g.tensor(kSeed, CUDNN_DATA_INT64, {1, 1, 1, 1}, {1, 1, 1, 1}, false),
+          g.tensor(kOffset, CUDNN_DATA_INT64, {1, 1, 1, 1}, {1, 1, 1, 1}, false), mask, keep);
     drop_scale = g.scalar(kDropScale);
     pd = g.pw(CUDNN_POINTWISE_MUL, g.pw(CUDNN_POINTWISE_MUL, p, mask, sd), drop_scale, sd);
   }
@@ -482,17 +480,12 @@ struct Binding {
   }
 };
 
-// Runs the plan with the bound tensors, its scalars and (with dropout) the seed and offset in
-// rng; through run_call, as convolutions.
-void run(const SdpaGeometry& geo, const SdpaPlan& plan, Binding& bind, const Tensor& rng, const Tensor& zero_first) {
+// Runs the plan with the bound tensors (and its scalars); through run_call, as convolutions.
+void run(const SdpaGeometry& geo, const SdpaPlan& plan, Binding& bind, const Tensor& zero_first) {
   Tensor ws;
   if (plan.workspace > 0) ws = empty({plan.workspace}, TensorOptions(kUInt8).device(Device(kCUDA, geo.device)));
   void* wsp = plan.workspace > 0 ? ampgrad::detail::address(ws) : nullptr;
   bind.add(kScale, &plan.scale);
-  if (geo.dropout) {
-    bind.add(kSeed, ampgrad::detail::address(rng));
-    bind.add(kOffset, static_cast<const int64_t*>(ampgrad::detail::address(rng)) + 2);
-  }
   if (geo.causal || geo.full_lengths) bind.add(kNegInf, &plan.neg_inf);
   if (geo.dropout) {
     bind.add(kDropScale, &plan.drop_scale);
@@ -557,7 +550,11 @@ bool sdpa_fused_forward(const Tensor& q, const Tensor& k, const Tensor& v, const
   bind.add(kV, ampgrad::detail::address(v));
   bind.add(kO, ampgrad::detail::address(o));
   bind.add(kStats, ampgrad::detail::address(stats));
-  run(geo, *c.plan, bind, rng, Tensor());
+  if (geo.dropout) {
+    bind.add(kSeed, ampgrad::detail::address(rng));
+    bind.add(kOffset, static_cast<const int64_t*>(ampgrad::detail::address(rng)) + 2);
+  }
+  run(geo, *c.plan, bind, Tensor());
   return true;
 }
 
@@ -592,6 +589,10 @@ bool sdpa_fused_backward(const Tensor& q, const Tensor& k, const Tensor& v, cons
   bind.add(kStats, ampgrad::detail::address(stats));
   bind.add(kSoftmaxSum, ampgrad::detail::address(softmax_sum));
   bind.add(kDQAccum, ampgrad::detail::address(acc));
+  if (geo.dropout) {
+    bind.add(kSeed, ampgrad::detail::address(rng));
+    bind.add(kOffset, static_cast<const int64_t*>(ampgrad::detail::address(rng)) + 2);
+  }
   Tensor seq_q, seq_kv;
   if (geo.full_lengths) {
     const TensorOptions i32 = TensorOptions(kInt32).device(q.device());
@@ -602,7 +603,7 @@ bool sdpa_fused_backward(const Tensor& q, const Tensor& k, const Tensor& v, cons
     bind.add(kSeqQ, ampgrad::detail::address(seq_q));
     bind.add(kSeqKV, ampgrad::detail::address(seq_kv));
   }
-  run(geo, *c.plan, bind, rng, acc);
+  run(geo, *c.plan, bind, acc);
   return true;
 }
 

@@ -108,21 +108,25 @@ std::array<int64_t, 4> dim_order(const Tensor& like) {
   return perm;
 }
 
-// The strides of a tensor of `shape` (4-D) dense in like's dim order.
-Shape ordered_strides(const Shape& shape, const Tensor& like) {
+// A tensor of `shape` (4-D), dense in like's dim order.
+Tensor empty_ordered_like(const Shape& shape, const Tensor& like) {
   const std::array<int64_t, 4> perm = dim_order(like);
-  Shape st(4);
+  std::array<int64_t, 4> inverse{};
+  for (int64_t i = 0; i < 4; ++i) inverse[static_cast<size_t>(perm[static_cast<size_t>(i)])] = i;
+  return empty({shape[perm[0]], shape[perm[1]], shape[perm[2]], shape[perm[3]]}, like.options())
+      .permute({inverse[0], inverse[1], inverse[2], inverse[3]});
+}
+
+// The strides empty_ordered_like(shape, like) has.
+std::array<int64_t, 4> ordered_strides(const Shape& shape, const Tensor& like) {
+  const std::array<int64_t, 4> perm = dim_order(like);
+  std::array<int64_t, 4> st{};
   int64_t step = 1;
   for (int i = 3; i >= 0; --i) {
     st[static_cast<size_t>(perm[static_cast<size_t>(i)])] = step;
     step *= shape[perm[static_cast<size_t>(i)]];
   }
   return st;
-}
-
-// A tensor of `shape` (4-D), dense in like's dim order.
-Tensor empty_ordered_like(const Shape& shape, const Tensor& like) {
-  return alias_with(empty({shape_numel(shape)}, like.options()), shape, ordered_strides(shape, like), 0);
 }
 
 // Why the fused path cannot take this call, or "" when it may try.
@@ -167,7 +171,7 @@ Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, cons
     if (grad) {
       backward_strides.insert(backward_strides.end(), out.strides().begin(), out.strides().end());
       for (const Tensor* t : {&qc, &kc, &vc}) {
-        const Shape st = ordered_strides(t->shape(), *t);
+        const std::array<int64_t, 4> st = ordered_strides(t->shape(), *t);
         backward_strides.insert(backward_strides.end(), st.begin(), st.end());
       }
     }
