@@ -6,6 +6,7 @@
 
 #include <ampgrad/amp/trace.h>
 #include <ampgrad/amp/working_copy_detail.h>
+#include <ampgrad/core/device_hooks.h>
 #include <ampgrad/ops/op.h>
 #include <ampgrad/ops/internal.h>
 #include <ampgrad/ops/ops.h>
@@ -40,8 +41,10 @@ Tensor cast(Tensor& t, DType dtype, OpRecord* rec) {
   State& s = t_state;
   const bool cacheable = t.is_leaf() && t.requires_grad() && t.dtype() == DType::Float32 && s.depth > 0;
   if (cacheable) {
+    // A capture that began inside this region looks past the region's cache, so that the copy
+    // its graph reads is recorded with the graph (Note [Working copies]).
     auto it = s.cache.find({t.unsafe_impl(), dtype});
-    if (it != s.cache.end()) {
+    if (it != s.cache.end() && !graph_capturing(t.device())) {
       ++s.stats.hits;
       if (rec) ++rec->cache_hits;
       return it->second.second;

@@ -20,15 +20,18 @@ namespace ampgrad::amp {
 // copy that still matches and reuses it: no kernel. Anything else that changes the
 // parameter (an in-place op, a checkpoint load, a broadcast) bumps its version, and the
 // next cast makes a fresh copy. A skipped step (found inf) writes neither, so they agree.
-// Three cases keep a copy out of the fused step, so that it goes stale instead:
+// Two cases keep a copy out of the fused step, so that it goes stale instead:
 // - a live graph (or an open autocast region) still holds it: writing it in place would
 //   change what that graph's backward reads (a GAN's generator loss built before the
 //   discriminator's step);
-// - a CUDA graph is being captured: a captured step casts inside the graph, as without kept
-//   copies, so its replays never read a copy that eager code changes behind them, and no
-//   copy lives in graph memory;
 // - a CUDA graph replayed since the copy was made: replays write parameters with no version
-//   bump, so every copy made before one is distrusted.
+//   bump, so every copy made before one is distrusted by eager code.
+// A captured step (Note [CUDA graphs] in cuda/graph.h) uses the copies its eager warm-up
+// kept, as an eager step does: its forward reads them, no cast in the graph, and its fused
+// optimizer step writes them. No copy is made during a capture (it would live in graph
+// memory). The graph keeps the copies it read (Note [Capture attachments] in core/capture.h)
+// and, before each replay, casts again into the same memory any whose parameter changed since
+// (its version moved) or that another graph's replay may have left behind.
 // Cost: 16 bits per parameter element; a freed parameter's copy goes at the next optimizer
 // step, cast of a new parameter, working_copy_count() or clear_working_copies().
 // set_keep_working_copies(false) restores a cache per autocast region (PyTorch's).

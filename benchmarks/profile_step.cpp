@@ -112,7 +112,7 @@ int run(int argc, char** argv) {
     return gpt ? out.reshape({-1, out.size(-1)}) : out;  // the GPT's [B, T, vocab]
   };
   auto step = [&] {
-    opt.zero_grad(/*set_to_none=*/!graphed);  // as ampgrad bench step: kept when graphed
+    opt.zero_grad();  // as ampgrad bench step: set to none, eager and graphed
     ag::Tensor loss;
     {
       ag::amp::AutocastGuard autocast(dev.type, ag::kFloat16, amp_on);

@@ -134,13 +134,13 @@ nlohmann::json bench_step(const BenchOptions& o) {
     s.scaler = std::make_unique<amp::GradScaler>(
         amp::GradScalerOptions().enabled(amp_on && amp_dtype == kFloat16).fold_into_step(fold));
     const DeviceType type = o.device.type;
-    s.step = [&s, type, amp_on, graphed, amp_dtype] {
+    s.step = [&s, type, amp_on, amp_dtype] {
       std::optional<cuda::MemPoolGuard> in_pool;
       if (s.pool) in_pool.emplace(*s.pool);
-      // Eager: the default, set_to_none (as PyTorch 2), so each gradient comes out of its GEMM
-      // as the parameter's .grad. Graphed: kept gradients, whose memory the graph rewrites
-      // (Note [CUDA graphs]). benchmarks/compare_torch.py does the same on PyTorch's side.
-      s.opt->zero_grad(/*set_to_none=*/!graphed);
+      // The default, set_to_none (as PyTorch 2), eager and graphed: each gradient comes out of
+      // its GEMM as the parameter's .grad, in graph memory when graphed (Note [CUDA graphs]).
+      // benchmarks/compare_torch.py does the same on PyTorch's side.
+      s.opt->zero_grad();
       {
         amp::AutocastGuard autocast(type, amp_dtype, amp_on);
         Tensor out = (*s.net)(s.x);

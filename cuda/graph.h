@@ -3,6 +3,12 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <vector>
+
+namespace ampgrad {
+struct CaptureAttachment;  // core/capture.h
+}
 
 struct CUgraph_st;
 struct CUgraphExec_st;
@@ -59,8 +65,13 @@ bool launch_batches();
 // memory nodes (the allocator uses cudaMallocAsync) with fixed addresses; the graph is
 // instantiated with AutoFreeOnLaunch, so tensors that outlive the capture (the loss, say) are
 // rewritten in place by each replay(). Tensors the step reads and writes (parameters,
-// gradients, optimizer and scaler state) must exist before the capture: run the step once
-// eagerly first, and zero gradients with zero_grad(false) so they keep their memory.
+// scaler state) must exist before the capture: run the step once eagerly first. Gradients
+// may be either: set to none at the step's start (zero_grad(), the default, as PyTorch's
+// whole-network capture does), they come out of the graph's memory at fixed addresses, each
+// GEMM writing its .grad directly; kept (zero_grad(false)), the graph zeroes them and adds
+// into them, a kernel more per parameter. Host-side state the step relies on rides with the
+// graph (Note [Capture attachments] in core/capture.h): replay() calls each attachment's
+// before_replay() first.
 class CudaGraph {
  public:
   CudaGraph() = default;
@@ -79,6 +90,7 @@ class CudaGraph {
   CUgraph_st* graph_ = nullptr;
   CUgraphExec_st* exec_ = nullptr;
   int device_ = 0;
+  std::vector<std::shared_ptr<CaptureAttachment>> attachments_;
 };
 
 }  // namespace ampgrad::cuda

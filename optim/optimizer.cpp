@@ -179,9 +179,10 @@ void Optimizer::step_written(const FusedStep& s) {
   for (const Tensor& p : s.params) p.bump_version();
   for (const Tensor& w : s.working)
     if (w.defined()) w.bump_version();
-  // Marks autocast's kept copies current; a master-weight step's working tensors are the
-  // 16-bit parameters themselves, no kept copies, so there is nothing to look up.
-  if (!s.masters && !s.working.empty()) amp::detail::working_copies_written(s.params, s.working);
+  // Marks autocast's kept copies current (and, in a capture, tells its graph which parameters it
+  // writes); a master-weight step's working tensors are the 16-bit parameters themselves, no
+  // kept copies, so there is nothing to look up.
+  if (!s.masters) amp::detail::working_copies_written(s.params, s.working);
 }
 
 std::vector<Tensor> Optimizer::state_at(Group& g, const std::string& name, const std::vector<size_t>& idx) {

@@ -107,11 +107,18 @@ TEST_CASE("the GPT on CUDA under fp16 autocast matches PyTorch 2.11's", "[gpt][c
   check_against_reference(ag::Device(ag::kCUDA), ag::kFloat32, 5e-3, "fp16/", 2e-4, true);
 }
 
-TEST_CASE("a GPT training step captured in a CUDA graph replays as the eager step does", "[gpt][cuda]") {
-  if (skip_without_cuda()) return;
+namespace {
+
+// Two identical GPTs on CUDA, one stepped eagerly, one by replays of a captured step: the
+// losses and parameters agree. `set_to_none`: gradients set to none at the step's start (they
+// come out of graph memory) or kept; `amp`: fp16 autocast with the GradScaler, the captured
+// forward reading the working copies its warm-up kept and its optimizer step writing them
+// (Note [Working copies]). Between replays a parameter is changed in place on both models: the
+// graph must cast its copy again before the next replay (Note [Capture attachments]).
+void check_graphed_gpt_step(bool set_to_none, bool amp) {
   // Everything the forward makes on the device (the positions' arange, the causal mask) must be
   // made inside the graph, not copied from host memory gone by the replay (Note [Host values in
-  // a capture] in cuda/runtime.cpp). Two identical models, one stepped eagerly, one by replays.
+  // a capture] in cuda/runtime.cpp).
   const ag::Device cuda(ag::kCUDA);
   const ag::cli::GptConfig c{64, 32, 64, 2, 4};
   ag::manual_seed(21);
@@ -123,23 +130,56 @@ TEST_CASE("a GPT training step captured in a CUDA graph replays as the eager ste
   const ag::Tensor x = (ag::rand({4, c.context}, on) * 64.0).to(ag::kInt64);
   const ag::Tensor y = (ag::rand({4 * c.context}, on) * 64.0).to(ag::kInt64);
   ag::optim::AdamW oe(eager.parameters(), ag::cli::gpt_adamw(1e-3)), og(graphed.parameters(), ag::cli::gpt_adamw(1e-3));
+  ag::amp::GradScaler se(ag::amp::GradScalerOptions().enabled(amp)), sg(ag::amp::GradScalerOptions().enabled(amp));
   ag::Tensor loss_e, loss_g;
-  auto step = [&](ag::cli::Gpt& m, ag::optim::Optimizer& o, ag::Tensor& loss) {
-    o.zero_grad(/*set_to_none=*/false);
-    loss = ag::nn::functional::cross_entropy(m(x).reshape({-1, c.vocab}), y);
-    loss.backward();
-    o.step();
+  int64_t kept_hits = -1;  // the last step's casts served by a kept working copy
+  auto step = [&](ag::cli::Gpt& m, ag::optim::Optimizer& o, ag::amp::GradScaler& scaler, ag::Tensor& loss) {
+    o.zero_grad(set_to_none);
+    {
+      ag::amp::AutocastGuard autocast(ag::kCUDA, ag::kFloat16, amp);
+      loss = ag::nn::functional::cross_entropy(m(x).reshape({-1, c.vocab}), y);
+      kept_hits = ag::amp::cast_cache_stats().working_copy_hits;
+    }
+    scaler.scale(loss).backward();
+    scaler.step(o);
+    scaler.update();
   };
-  step(eager, oe, loss_e);
-  step(graphed, og, loss_g);
+  for (int i = 0; i < 2; ++i) {
+    step(eager, oe, se, loss_e);
+    step(graphed, og, sg, loss_g);
+  }
+  const int64_t copies = ag::amp::working_copy_count();
   ag::cuda::CudaGraph graph;
-  graph.capture([&] { step(graphed, og, loss_g); });
-  for (int i = 0; i < 3; ++i) {
-    step(eager, oe, loss_e);
+  graph.capture([&] { step(graphed, og, sg, loss_g); });
+  CHECK(ag::amp::working_copy_count() == copies);  // none made in the capture
+  // Under autocast the captured forward read every weight's kept copy: 2 layers of 4 weights
+  // and 4 biases, and the head's 2 (the embeddings and layer norms are not cast).
+  if (amp) CHECK(kept_hits == 2 * 8 + 2);
+  auto pe = eager.parameters(), pg = graphed.parameters();
+  const auto names = graphed.named_parameters();
+  size_t w = 0;  // a weight autocast casts: the first block's attention input projection
+  while (w < names.size() && names[w].first != "blocks.0.attn.in_proj_weight") ++w;
+  REQUIRE(w < names.size());
+  for (int i = 0; i < 4; ++i) {
+    if (i == 2) {
+      ag::NoGradGuard no_grad;  // an eager in-place change between replays
+      pe[w].mul_(0.5);
+      pg[w].mul_(0.5);
+    }
+    step(eager, oe, se, loss_e);
     graph.replay();
     ag::cuda::synchronize();  // raises an index the embedding found out of range
-    CHECK(loss_g.item<double>() == Approx(loss_e.item<double>()).epsilon(1e-5));
+    CHECK(loss_g.item<double>() == Approx(loss_e.item<double>()).epsilon(amp ? 1e-4 : 1e-5));
   }
-  const auto pe = eager.parameters(), pg = graphed.parameters();
-  for (size_t i = 0; i < pe.size(); ++i) check_close(pg[i].to(ag::kCPU), pe[i].to(ag::kCPU).contiguous().to_vector<double>(), 1e-5, 1e-5);
+  for (size_t i = 0; i < pe.size(); ++i)
+    check_close(pg[i].to(ag::kCPU), pe[i].to(ag::kCPU).contiguous().to_vector<double>(), amp ? 1e-4 : 1e-5, 1e-5);
+}
+
+}  // namespace
+
+TEST_CASE("a GPT training step captured in a CUDA graph replays as the eager step does", "[gpt][cuda]") {
+  if (skip_without_cuda()) return;
+  SECTION("float32, gradients kept") { check_graphed_gpt_step(false, false); }
+  SECTION("float32, gradients set to none") { check_graphed_gpt_step(true, false); }
+  SECTION("fp16 autocast and the scaler, gradients set to none") { check_graphed_gpt_step(true, true); }
 }
