@@ -16,8 +16,11 @@ namespace ampgrad::cli {
 // MultiheadAttention hands them over), all three requiring grad. Timed: the forward and the
 // backward from a fixed gradient. FLOPs as FlashAttention's benchmarks count them: 4 B H T^2 E
 // forward and 2.5 times that backward, halved when causal. The path is what the trace says
-// ran (Note [Attention paths] in ops/attention.cpp). benchmarks/compare_torch.py times the
-// same cases with PyTorch's flash backend.
+// ran (Note [Attention paths] in ops/attention.cpp). The padding rows add a key-padding mask
+// ([B, 1, 1, T] bool, each sequence's last quarter masked; Note [Masks on the fused path]), float16,
+// E 64, not causal; their FLOPs are counted as the unmasked case's. benchmarks/compare_torch.py
+// times the same cases with PyTorch's flash backend (its default choice for the padding rows:
+// flash takes no mask).
 nlohmann::json bench_attention(const BenchOptions& o) {
   nlohmann::json rows = nlohmann::json::array();
   const bool cpu = o.device.is_cpu();
@@ -26,14 +29,16 @@ nlohmann::json bench_attention(const BenchOptions& o) {
   const int64_t tokens = o.quick || cpu ? 512 : 16384, width = o.quick || cpu ? 128 : 1024;
   std::printf("\n## attention: scaled_dot_product_attention forward + backward, %lld tokens, width %lld (median of %d runs)\n\n",
               static_cast<long long>(tokens), static_cast<long long>(width), o.reps);
-  std::printf("| dtype | T | E | causal | B x H | ms | TFLOP/s | out rel. error vs float64 | path |\n"
-              "|---|---|---|---|---|---|---|---|---|\n");
+  std::printf("| dtype | T | E | causal | mask | B x H | ms | TFLOP/s | out rel. error vs float64 | path |\n"
+              "|---|---|---|---|---|---|---|---|---|---|\n");
   const TensorOptions f32 = TensorOptions(kFloat32).device(o.device);
-  for (DType dtype : {kFloat16, kBFloat16}) {
-    for (int64_t e : {int64_t{64}, int64_t{128}}) {
-      for (bool causal : {false, true}) {
-        for (int64_t t : lengths) {
+  auto run_case = [&](DType dtype, int64_t e, bool causal, int64_t t, bool padded) {
           const int64_t b = tokens / t, h = width / e;
+          Tensor mask;
+          if (padded) {
+            const Tensor col = arange(t, TensorOptions(kInt64).device(o.device)).reshape({1, 1, 1, t});
+            mask = lt(col, (3 * t) / 4).expand({b, 1, 1, t}).contiguous();
+          }
           auto make = [&] { return randn({b, t, h, e}, f32).to(dtype).transpose(1, 2).detach().requires_grad_(true); };
           Tensor q = make(), k = make(), v = make();
           const Tensor g = randn({b, h, t, e}, f32).to(dtype);
@@ -42,7 +47,7 @@ nlohmann::json bench_attention(const BenchOptions& o) {
           {
             amp::Trace trace;
             amp::AutocastGuard autocast(o.device.type, dtype);
-            out = scaled_dot_product_attention(q, k, v, {}, 0.0, causal);
+            out = scaled_dot_product_attention(q, k, v, mask, 0.0, causal);
             for (const amp::OpRecord& r : trace.records())
               if (r.op == "scaled_dot_product_attention") path = r.path;
           }
@@ -51,28 +56,32 @@ nlohmann::json bench_attention(const BenchOptions& o) {
             NoGradGuard no_grad;
             // The float64 reference on a slice of the batch (the math path's T x T scores).
             auto part = [&](const Tensor& x) { return x.narrow(0, 0, 1).narrow(1, 0, std::min<int64_t>(h, 2)).to(kFloat64); };
-            const Tensor ref = scaled_dot_product_attention(part(q), part(k), part(v), {}, 0.0, causal);
+            const Tensor ref = scaled_dot_product_attention(part(q), part(k), part(v),
+                                                            padded ? mask.narrow(0, 0, 1) : Tensor(), 0.0, causal);
             const Tensor d = part(out) - ref;
             err = std::sqrt(sum(d * d).item<double>() / sum(ref * ref).item<double>());
           }
           const double ms = median_ms(o.device, [&] {
-            Tensor y = scaled_dot_product_attention(q, k, v, {}, 0.0, causal);
+            Tensor y = scaled_dot_product_attention(q, k, v, mask, 0.0, causal);
             y.backward(g);
           }, 3, o.reps);
           const double flops = 4.0 * 3.5 * static_cast<double>(b * h) * static_cast<double>(t * t) *
                                static_cast<double>(e) / (causal ? 2.0 : 1.0);
           const double tflops = flops / (ms * 1e-3) / 1e12;
           if (path.empty()) path = "math path";
-          std::printf("| %s | %lld | %lld | %s | %lld x %lld | %.3f | %.1f | %.2e | %s |\n", std::string(dtype_name(dtype)).c_str(),
-                      static_cast<long long>(t), static_cast<long long>(e), causal ? "yes" : "no",
-                      static_cast<long long>(b), static_cast<long long>(h), ms, tflops, err, path.c_str());
+          std::printf("| %s | %lld | %lld | %s | %s | %lld x %lld | %.3f | %.1f | %.2e | %s |\n",
+                      std::string(dtype_name(dtype)).c_str(), static_cast<long long>(t), static_cast<long long>(e),
+                      causal ? "yes" : "no", padded ? "padding" : "none", static_cast<long long>(b),
+                      static_cast<long long>(h), ms, tflops, err, path.c_str());
           rows.push_back({{"suite", "attention"}, {"dtype", std::string(dtype_name(dtype))}, {"t", t}, {"e", e}, {"causal", causal},
-                          {"b", b}, {"h", h}, {"ms", ms}, {"tflops", tflops}, {"rel_error", err}, {"path", path},
-                          {"device", o.device.str()}});
-        }
-      }
-    }
-  }
+                          {"mask", padded ? "padding" : "none"}, {"b", b}, {"h", h}, {"ms", ms}, {"tflops", tflops},
+                          {"rel_error", err}, {"path", path}, {"device", o.device.str()}});
+  };
+  for (DType dtype : {kFloat16, kBFloat16})
+    for (int64_t e : {int64_t{64}, int64_t{128}})
+      for (bool causal : {false, true})
+        for (int64_t t : lengths) run_case(dtype, e, causal, t, false);
+  for (int64_t t : lengths) run_case(kFloat16, 64, false, t, true);
   return rows;
 }
 

@@ -98,13 +98,15 @@ AG_DECLARE_KERNEL(anomaly_check, void(const Tensor& t, const Tensor& flags, int6
 // The CUDA kernel also takes 2-D operands (a batch of one, ops/matmul.cpp's gemm2d) and 16-bit
 // a and bm with a float32 out (Note [Wide weight gradients] in ops/linear.cpp).
 AG_DECLARE_KERNEL(gemm, void(const Tensor& a, const Tensor& bm, const Tensor& out, double alpha, double beta));
-// GEMM epilogues (CUDA only: ops check has(device) first). gemm_bias: out[0] = alpha * a[0] @
-// bm[0] + bias (bias [N] added to every row), then max(., 0) with relu (bias may then be
-// undefined). gemm_bias_grad: out[0] = a[0] @ bm[0] and bias_grad[i] = sum over k of
-// a[0][i, k] in one call. Both return false when they cannot (float64, batch > 1, an
-// unaligned bias, no such epilogue): nothing ran, use gemm.
-AG_DECLARE_KERNEL(gemm_bias,
-                  bool(const Tensor& a, const Tensor& bm, const Tensor& bias, const Tensor& out, double alpha, bool relu));
+// GEMM epilogues (CUDA only: ops check has(device) first). gemm_bias: out[0] = act(alpha *
+// a[0] @ bm[0] + bias) (bias [N] added to every row; with an activation it may be undefined);
+// with gelu_tanh, pre_act (out's shape and dtype, contiguous, or undefined) receives what the
+// activation was applied to, for its backward. gemm_bias_grad: out[0] = a[0] @ bm[0] and
+// bias_grad[i] = sum over k of a[0][i, k] in one call. Both return false when they cannot
+// (float64, batch > 1, unaligned operands, no such epilogue): nothing ran, use gemm.
+enum class GemmActivation : uint8_t { none, relu, gelu_tanh };
+AG_DECLARE_KERNEL(gemm_bias, bool(const Tensor& a, const Tensor& bm, const Tensor& bias, const Tensor& out, double alpha,
+                                  GemmActivation act, const Tensor& pre_act));
 AG_DECLARE_KERNEL(gemm_bias_grad, bool(const Tensor& a, const Tensor& bm, const Tensor& out, const Tensor& bias_grad));
 
 // ---- Attention ---------------------------------------------------------------------------
@@ -120,14 +122,16 @@ AG_DECLARE_KERNEL(gemm_bias_grad, bool(const Tensor& a, const Tensor& bm, const 
 // the forward's inputs, o, stats and rng, and do (o's shape), and writes dq, dk, dv (q, k, v's
 // shapes). Both return false, with `why`, when cuDNN takes no such case (the strides, the
 // shape, an engine missing): nothing ran.
-AG_DECLARE_KERNEL(sdpa_fused_forward, bool(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o,
-                                           const Tensor& stats, double scale, bool causal, double dropout_p,
-                                           const std::vector<int64_t>& backward_strides, const Tensor& rng,
-                                           std::string& why));
+// bias (undefined, or q's dtype, 4-D [B or 1, H or 1, L, S], last stride 1) is added to the
+// scaled scores before the softmax: an attention mask as 0 and -inf.
+AG_DECLARE_KERNEL(sdpa_fused_forward, bool(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias,
+                                           const Tensor& o, const Tensor& stats, double scale, bool causal,
+                                           double dropout_p, const std::vector<int64_t>& backward_strides,
+                                           const Tensor& rng, std::string& why));
 AG_DECLARE_KERNEL(sdpa_fused_backward,
-                  bool(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o, const Tensor& dout,
-                       const Tensor& stats, const Tensor& dq, const Tensor& dk, const Tensor& dv, double scale,
-                       bool causal, double dropout_p, const Tensor& rng, std::string& why));
+                  bool(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias, const Tensor& o,
+                       const Tensor& dout, const Tensor& stats, const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                       double scale, bool causal, double dropout_p, const Tensor& rng, std::string& why));
 
 // ---- Indexing and losses --------------------------------------------------------------------
 

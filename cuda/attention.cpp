@@ -27,7 +27,8 @@ namespace ampgrad::cuda::dnn {
 // as attention and runs it as one fused kernel (online softmax, the scores in registers). The
 // graphs are those cudnn-frontend's CompositeSDPANode and CompositeSDPABackwardNode build,
 // written here in the backend API (docs/research/cudnn_sdpa_graph.md, §3 and §4):
-//   forward  S = (q @ k^T) * scale, masked (row >= col) when causal; M = max_j S, E = exp(S - M),
+//   forward  S = (q @ k^T) * scale (+ bias, an attention mask as 0 and the lowest value, [b or 1,
+//            h or 1, L, S]), masked (row >= col) when causal; M = max_j S, E = exp(S - M),
 //            Z = sum_j E, stats = M + log Z (float [b, h, L, 1], saved for backward), P = E / Z,
 //            with dropout P * bernoulli(1 - p) / (1 - p); o = P @ v;
 //   backward D = sum_e do * o (per row), P = exp(S - stats) recomputed, dv = P^T @ do,
@@ -49,7 +50,7 @@ using Dims4 = std::array<int64_t, 4>;
 
 // uids of the tensors in the variant pack; virtual tensors count up from kFirstVirtual.
 enum Uid : int64_t {
-  kQ = 1, kK, kV, kO, kStats, kSeed, kOffset, kDO, kDQ, kDK, kDV, kSoftmaxSum, kDQAccum,
+  kQ = 1, kK, kV, kO, kStats, kSeed, kOffset, kDO, kDQ, kDK, kDV, kSoftmaxSum, kDQAccum, kBias,
   kScale = 20, kNegInf, kDropScale, kKeep, kOne,
   kSeqQ = 30, kSeqKV,
   kFirstVirtual = 100
@@ -154,6 +155,14 @@ class GraphBuilder {
     op->finalize();
     add(r, op);
   }
+  // The dropout mask, bernoulli(keep) of `dims`, from the device seed and offset tensors
+  // (uids kSeed, kOffset): forward and backward draw the same one.
+  DescPtr dropout_mask(const Dims4& dims, double keep) {
+    DescPtr y = virt(dims);
+    rng(tensor(kSeed, CUDNN_DATA_INT64, {1, 1, 1, 1}, {1, 1, 1, 1}, false),
+        tensor(kOffset, CUDNN_DATA_INT64, {1, 1, 1, 1}, {1, 1, 1, 1}, false), y, keep);
+    return y;
+  }
   // y = bernoulli(keep) from the device seed and offset tensors.
   void rng(const DescPtr& seed, const DescPtr& offset, const DescPtr& y, double keep) {
     auto r = std::make_shared<Desc>(CUDNN_BACKEND_RNG_DESCRIPTOR);
@@ -237,6 +246,9 @@ struct SdpaGeometry {
   int64_t b = 0, h = 0, l = 0, s = 0, e = 0;
   std::array<Dims4, 8> strides{};  // q, k, v, o, do, dq, dk, dv
   bool causal = false, dropout = false;
+  // An additive bias on the scaled scores: its dims ([b or 1, h or 1, L, S]) and strides.
+  bool bias = false;
+  Dims4 bias_dims{}, bias_strides{};
   // Backward with full-length sequence tensors as a padding mask: cudnn-frontend's workaround
   // for cuDNN older than 9.16 when S is not a multiple of 128 (research notes, 4.6).
   bool full_lengths = false;
@@ -280,6 +292,7 @@ void forward_graph(GraphBuilder& g, const SdpaGeometry& geo) {
   DescPtr s0 = g.virt(sd);
   g.matmul(q, kt, s0);
   DescPtr s = g.pw(CUDNN_POINTWISE_MUL, s0, scale, sd);
+  if (geo.bias) s = g.pw(CUDNN_POINTWISE_ADD, s, g.tensor(kBias, io, geo.bias_dims, geo.bias_strides, false), sd);
   if (geo.causal) s = g.causal(s, sd, g.scalar(kNegInf));
   DescPtr m = g.virt(rowd);
   g.reduce(CUDNN_REDUCE_TENSOR_MAX, s, m);
@@ -293,10 +306,7 @@ void forward_graph(GraphBuilder& g, const SdpaGeometry& geo) {
   DescPtr p;
   if (geo.dropout) {
     DescPtr p0 = g.pw(CUDNN_POINTWISE_DIV, ex, sum, sd);
-    DescPtr mask = g.virt(sd);
-    const float keep = std::bit_cast<float>(geo.keep_bits);
-    g.rng(g.tensor(kSeed, CUDNN_DATA_INT64, {1, 1, 1, 1}, {1, 1, 1, 1}, false),
-          g.tensor(kOffset, CUDNN_DATA_INT64, {1, 1, 1, 1}, {1, 1, 1, 1}, false), mask, keep);
+    DescPtr mask = g.dropout_mask(sd, std::bit_cast<float>(geo.keep_bits));
     DescPtr p1 = g.pw(CUDNN_POINTWISE_MUL, p0, mask, sd);
     p = g.virt(io, sd, packed(sd));
     g.pointwise(CUDNN_POINTWISE_MUL, p1, g.scalar(kDropScale), nullptr, p);
@@ -341,6 +351,7 @@ void backward_graph(GraphBuilder& g, const SdpaGeometry& geo) {
   DescPtr s0 = g.virt(sd);
   g.matmul(q, kt, s0, seq_q, seq_kv);
   DescPtr s1 = g.pw(CUDNN_POINTWISE_MUL, s0, scale, sd);
+  if (geo.bias) s1 = g.pw(CUDNN_POINTWISE_ADD, s1, g.tensor(kBias, io, geo.bias_dims, geo.bias_strides, false), sd);
   DescPtr s2 = g.pw(CUDNN_POINTWISE_SUB, s1, stats, sd);
   if (geo.full_lengths) {
     s2 = g.padding(s2, sd, seq_q, seq_kv, neg_inf);
@@ -351,10 +362,7 @@ void backward_graph(GraphBuilder& g, const SdpaGeometry& geo) {
   DescPtr p = g.pw(CUDNN_POINTWISE_EXP, s2, nullptr, sd);
   DescPtr mask, drop_scale, pd = p;
   if (geo.dropout) {
-    mask = g.virt(sd);
-    const float keep = std::bit_cast<float>(geo.keep_bits);
-    g.rng(g.tensor(kSeed, CUDNN_DATA_INT64, {1, 1, 1, 1}, {1, 1, 1, 1}, false),
-          g.tensor(kOffset, CUDNN_DATA_INT64, {1, 1, 1, 1}, {1, 1, 1, 1}, false), mask, keep);
+    mask = g.dropout_mask(sd, std::bit_cast<float>(geo.keep_bits));
     drop_scale = g.scalar(kDropScale);
     pd = g.pw(CUDNN_POINTWISE_MUL, g.pw(CUDNN_POINTWISE_MUL, p, mask, sd), drop_scale, sd);
   }
@@ -458,8 +466,14 @@ bool fits(const Tensor& t) {
 // full lengths when S is not a multiple of 128 (docs/research/cudnn_sdpa_graph.md, 4.6).
 bool needs_full_lengths(int64_t s) { return cudnnGetVersion() < 91600 && s % 128 != 0; }
 
-SdpaGeometry geometry(bool backward, const Tensor& q, const Tensor& k, double scale, bool causal, double dropout_p) {
+SdpaGeometry geometry(bool backward, const Tensor& q, const Tensor& k, const Tensor& bias, double scale, bool causal,
+                      double dropout_p) {
   SdpaGeometry g;
+  if (bias.defined()) {
+    g.bias = true;
+    g.bias_dims = {bias.size(0), bias.size(1), bias.size(2), bias.size(3)};
+    g.bias_strides = {bias.stride(0), bias.stride(1), bias.stride(2), bias.stride(3)};
+  }
   g.backward = backward;
   g.device = q.device().index;
   g.dtype = q.dtype();
@@ -480,12 +494,17 @@ struct Binding {
   }
 };
 
-// Runs the plan with the bound tensors (and its scalars); through run_call, as convolutions.
-void run(const SdpaGeometry& geo, const SdpaPlan& plan, Binding& bind, const Tensor& zero_first) {
+// Runs the plan with the bound tensors, its scalars and (with dropout) the seed and offset in
+// rng; through run_call, as convolutions.
+void run(const SdpaGeometry& geo, const SdpaPlan& plan, Binding& bind, const Tensor& rng, const Tensor& zero_first) {
   Tensor ws;
   if (plan.workspace > 0) ws = empty({plan.workspace}, TensorOptions(kUInt8).device(Device(kCUDA, geo.device)));
   void* wsp = plan.workspace > 0 ? ampgrad::detail::address(ws) : nullptr;
   bind.add(kScale, &plan.scale);
+  if (geo.dropout) {
+    bind.add(kSeed, ampgrad::detail::address(rng));
+    bind.add(kOffset, static_cast<const int64_t*>(ampgrad::detail::address(rng)) + 2);
+  }
   if (geo.causal || geo.full_lengths) bind.add(kNegInf, &plan.neg_inf);
   if (geo.dropout) {
     bind.add(kDropScale, &plan.drop_scale);
@@ -514,15 +533,26 @@ void run(const SdpaGeometry& geo, const SdpaPlan& plan, Binding& bind, const Ten
   run_call(geo.device, stream, call, enqueue);
 }
 
-bool sdpa_fused_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o, const Tensor& stats,
-                        double scale, bool causal, double dropout_p, const std::vector<int64_t>& backward_strides,
-                        const Tensor& rng, std::string& why) {
+// Whether bias suits the graph: q's dtype, [b or 1, h or 1, L, S], and as fits() asks.
+bool bias_fits(const Tensor& bias, const Tensor& q, const Tensor& k) {
+  return !bias.defined() ||
+         (bias.dtype() == q.dtype() && fits(bias) && (bias.size(0) == 1 || bias.size(0) == q.size(0)) &&
+          (bias.size(1) == 1 || bias.size(1) == q.size(1)) && bias.size(2) == q.size(2) && bias.size(3) == k.size(2));
+}
+
+bool sdpa_fused_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias, const Tensor& o,
+                        const Tensor& stats, double scale, bool causal, double dropout_p,
+                        const std::vector<int64_t>& backward_strides, const Tensor& rng, std::string& why) {
   DeviceGuard guard(q.device().index);  // plans, handles and streams are the tensors' device's
   if (!fits(q) || !fits(k) || !fits(v) || !fits(o)) {
     why = "query, key, value and output must be 4-D with a last stride of 1, the others multiples of 8, 16-byte aligned";
     return false;
   }
-  SdpaGeometry geo = geometry(false, q, k, scale, causal, dropout_p);
+  if (!bias_fits(bias, q, k)) {
+    why = "the mask's bias must be [B or 1, H or 1, L, S] in the query's dtype, its strides multiples of 8";
+    return false;
+  }
+  SdpaGeometry geo = geometry(false, q, k, bias, scale, causal, dropout_p);
   geo.strides[0] = strides4(q), geo.strides[1] = strides4(k), geo.strides[2] = strides4(v),
   geo.strides[3] = strides4(o);
   const CachedPlan& c = plan_for(geo);
@@ -550,23 +580,21 @@ bool sdpa_fused_forward(const Tensor& q, const Tensor& k, const Tensor& v, const
   bind.add(kV, ampgrad::detail::address(v));
   bind.add(kO, ampgrad::detail::address(o));
   bind.add(kStats, ampgrad::detail::address(stats));
-  if (geo.dropout) {
-    bind.add(kSeed, ampgrad::detail::address(rng));
-    bind.add(kOffset, static_cast<const int64_t*>(ampgrad::detail::address(rng)) + 2);
-  }
-  run(geo, *c.plan, bind, Tensor());
+  if (geo.bias) bind.add(kBias, ampgrad::detail::address(bias));
+  run(geo, *c.plan, bind, rng, Tensor());
   return true;
 }
 
-bool sdpa_fused_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o, const Tensor& dout,
-                         const Tensor& stats, const Tensor& dq, const Tensor& dk, const Tensor& dv, double scale,
-                         bool causal, double dropout_p, const Tensor& rng, std::string& why) {
+bool sdpa_fused_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias, const Tensor& o,
+                         const Tensor& dout, const Tensor& stats, const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                         double scale, bool causal, double dropout_p, const Tensor& rng, std::string& why) {
   DeviceGuard guard(q.device().index);
-  if (!fits(q) || !fits(k) || !fits(v) || !fits(o) || !fits(dout) || !fits(dq) || !fits(dk) || !fits(dv)) {
+  if (!fits(q) || !fits(k) || !fits(v) || !fits(o) || !fits(dout) || !fits(dq) || !fits(dk) || !fits(dv) ||
+      !bias_fits(bias, q, k)) {
     why = "every tensor must be 4-D with a last stride of 1, the others multiples of 8, 16-byte aligned";
     return false;
   }
-  SdpaGeometry geo = geometry(true, q, k, scale, causal, dropout_p);
+  SdpaGeometry geo = geometry(true, q, k, bias, scale, causal, dropout_p);
   geo.full_lengths = needs_full_lengths(geo.s);
   const Tensor* ts[] = {&q, &k, &v, &o, &dout, &dq, &dk, &dv};
   for (size_t i = 0; i < 8; ++i) geo.strides[i] = strides4(*ts[i]);
@@ -589,10 +617,7 @@ bool sdpa_fused_backward(const Tensor& q, const Tensor& k, const Tensor& v, cons
   bind.add(kStats, ampgrad::detail::address(stats));
   bind.add(kSoftmaxSum, ampgrad::detail::address(softmax_sum));
   bind.add(kDQAccum, ampgrad::detail::address(acc));
-  if (geo.dropout) {
-    bind.add(kSeed, ampgrad::detail::address(rng));
-    bind.add(kOffset, static_cast<const int64_t*>(ampgrad::detail::address(rng)) + 2);
-  }
+  if (geo.bias) bind.add(kBias, ampgrad::detail::address(bias));
   Tensor seq_q, seq_kv;
   if (geo.full_lengths) {
     const TensorOptions i32 = TensorOptions(kInt32).device(q.device());
@@ -603,7 +628,7 @@ bool sdpa_fused_backward(const Tensor& q, const Tensor& k, const Tensor& v, cons
     bind.add(kSeqQ, ampgrad::detail::address(seq_q));
     bind.add(kSeqKV, ampgrad::detail::address(seq_kv));
   }
-  run(geo, *c.plan, bind, acc);
+  run(geo, *c.plan, bind, rng, acc);
   return true;
 }
 

@@ -30,7 +30,9 @@ namespace ampgrad::cuda {
 // cublasLtMatmul, or, once the call repeats with the same pointers, a graph launch (Note [Call
 // graphs] in cuda/call_graph.h). linear's bias rides in the epilogue (EPILOGUE_BIAS) instead of being
 // copied into the output for a beta = 1 GEMM, as PyTorch's addmm does, and a relu after it in
-// the same epilogue (EPILOGUE_RELU_BIAS, linear_relu); in backward, the bias
+// the same epilogue (EPILOGUE_RELU_BIAS, linear_relu), or a gelu(approximate="tanh"), whose
+// input the epilogue also writes for the backward (EPILOGUE_GELU_AUX_BIAS, linear_gelu:
+// cuBLASLt's GELU is the tanh form, as PyTorch's _addmm_activation relies on); in backward, the bias
 // gradient (the column sums of the incoming gradient) comes out of the weight-gradient GEMM's
 // epilogue (EPILOGUE_BGRADB), which reads those columns anyway: one launch fewer per layer.
 
@@ -69,7 +71,7 @@ struct Key {
   int op_a, op_b;
   int64_t m, n, k, lda, ldb, ldc, stride_a, stride_b, stride_c, batch;
   bool beta_zero;
-  int epilogue;  // 0 none, 1 bias, 2 bias gradient, 3 relu of bias, 4 relu
+  int epilogue;  // an index of kEpilogues in make_plan
   int align_a, align_b, align_c;
   auto operator<=>(const Key&) const = default;
 };
@@ -125,15 +127,22 @@ std::unique_ptr<Plan> make_plan(const LtGemm& g, const Key& key, cublasLtHandle_
   AG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
   AG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
   if (key.epilogue != 0) {
-    constexpr cublasLtEpilogue_t kEpilogues[] = {CUBLASLT_EPILOGUE_DEFAULT, CUBLASLT_EPILOGUE_BIAS,
-                                                 CUBLASLT_EPILOGUE_BGRADB, CUBLASLT_EPILOGUE_RELU_BIAS,
-                                                 CUBLASLT_EPILOGUE_RELU};
+    constexpr cublasLtEpilogue_t kEpilogues[] = {
+        CUBLASLT_EPILOGUE_DEFAULT, CUBLASLT_EPILOGUE_BIAS,     CUBLASLT_EPILOGUE_BGRADB,
+        CUBLASLT_EPILOGUE_RELU_BIAS, CUBLASLT_EPILOGUE_RELU,   CUBLASLT_EPILOGUE_GELU_BIAS,
+        CUBLASLT_EPILOGUE_GELU,    CUBLASLT_EPILOGUE_GELU_AUX_BIAS, CUBLASLT_EPILOGUE_GELU_AUX};
     const cublasLtEpilogue_t epilogue = kEpilogues[key.epilogue];
     AG_CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
-    // A bias pointer for the heuristic to see; each call sets its own.
+    // A bias (and aux) pointer for the heuristic to see; each call sets its own.
     if (const void* vec = g.bias ? g.bias : g.bias_grad)
       AG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &vec, sizeof(vec)));
+    if (g.aux) {
+      const int64_t ld = g.ldc;
+      AG_CUBLAS_CHECK(
+          cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g.aux, sizeof(g.aux)));
+      AG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof(ld)));
+    }
   }
   // Stored shapes, before the transposes.
   const bool ta = g.op_a != CUBLAS_OP_N, tb = g.op_b != CUBLAS_OP_N;
@@ -188,10 +197,15 @@ PlanCache& plan_cache() {
 }  // namespace
 
 bool lt_gemm(const LtGemm& g, void* workspace, size_t workspace_bytes) {
-  if (g.batch > INT32_MAX || ((g.bias || g.bias_grad || g.relu) && (g.batch != 1 || g.beta != 0)) ||
-      (g.bias && g.bias_grad) || (g.relu && g.bias_grad))
+  const bool act = g.relu || g.gelu;
+  // The aux matrix (gelu's input) needs 16-byte alignment and a leading dimension of 8s.
+  if (g.batch > INT32_MAX || ((g.bias || g.bias_grad || act) && (g.batch != 1 || g.beta != 0)) ||
+      (g.bias && g.bias_grad) || (act && g.bias_grad) || (g.relu && g.gelu) || (g.aux && !g.gelu) ||
+      (g.aux && (alignment(g.aux) < 16 || g.ldc % 8 != 0)))
     return false;
-  const int epilogue = g.relu ? (g.bias ? 3 : 4) : (g.bias ? 1 : (g.bias_grad ? 2 : 0));
+  const int epilogue = g.relu ? (g.bias ? 3 : 4)
+                       : g.gelu ? (g.aux ? (g.bias ? 7 : 8) : (g.bias ? 5 : 6))
+                                : (g.bias ? 1 : (g.bias_grad ? 2 : 0));
   const Key key{g.device, g.dtype, g.out_dtype, g.tf32, static_cast<int>(g.op_a), static_cast<int>(g.op_b), g.m, g.n, g.k,
                 g.lda, g.ldb, g.ldc, g.batch > 1 ? g.stride_a : 0, g.batch > 1 ? g.stride_b : 0,
                 g.batch > 1 ? g.stride_c : 0, g.batch, g.beta == 0, epilogue, alignment(g.a),
@@ -224,6 +238,7 @@ bool lt_gemm(const LtGemm& g, void* workspace, size_t workspace_bytes) {
       .add(g.b)
       .add(g.c)
       .add(vec)
+      .add(g.aux)
       .add(workspace)
       .add_bits(g.alpha)
       .add_bits(g.beta)
@@ -233,6 +248,9 @@ bool lt_gemm(const LtGemm& g, void* workspace, size_t workspace_bytes) {
     // thread at a time (Note [CUDA stream]), so setting this call's bias here is safe.
     if (vec)
       AG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &vec, sizeof(vec)));
+    if (g.aux)
+      AG_CUBLAS_CHECK(
+          cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g.aux, sizeof(g.aux)));
     AG_CUBLAS_CHECK(cublasLtMatmul(h, plan->desc, &g.alpha, g.a, plan->a, g.b, plan->b, &g.beta, g.c, plan->c, g.c,
                                    plan->c, &plan->algo, workspace, plan->workspace, stream));
   });

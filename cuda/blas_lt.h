@@ -37,6 +37,11 @@ struct LtGemm {
   // When set: D = max(alpha * op(A) op(B) [+ bias[row]], 0) (EPILOGUE_RELU / RELU_BIAS: linear
   // followed by relu, ops/linear.cpp; batch 1, beta 0, no bias_grad).
   bool relu = false;
+  // When set: D = gelu_tanh(alpha * op(A) op(B) [+ bias[row]]), and, with aux, aux (m x n,
+  // leading dimension ldc, out_dtype) = what gelu was applied to (EPILOGUE_GELU[_AUX][_BIAS]:
+  // linear followed by gelu(approximate="tanh"), linear_gelu; batch 1, beta 0, no bias_grad).
+  bool gelu = false;
+  void* aux = nullptr;
 };
 
 // Runs the GEMM on the device's library stream; false when cuBLASLt proposes no algorithm

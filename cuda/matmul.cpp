@@ -106,7 +106,9 @@ Operand3 operand3(const Tensor& t) {
 // false only for a bias call cuBLASLt declines (nothing ran). Operands are [B, M, K], [B, K, N]
 // and [B, M, N], or all 2-D.
 bool run_gemm(const Tensor& a, const Tensor& bm, const Tensor& out, double alpha, double beta, const Tensor& bias,
-              const Tensor& bias_grad = Tensor(), bool relu = false) {
+              const Tensor& bias_grad = Tensor(), kernel::GemmActivation act = kernel::GemmActivation::none,
+              const Tensor& pre_act = Tensor()) {
+  const bool relu = act == kernel::GemmActivation::relu, gelu = act == kernel::GemmActivation::gelu_tanh;
   const Operand3 vo = operand3(out);
   const int64_t batch = vo.batch, m = vo.rows, n = vo.cols, k = operand3(a).cols;
   if (out.numel() == 0) return true;
@@ -116,7 +118,7 @@ bool run_gemm(const Tensor& a, const Tensor& bm, const Tensor& out, double alpha
            "matmul on cuda: dtypes {}, {} and {} differ", dtype_name(a.dtype()), dtype_name(bm.dtype()),
            dtype_name(out.dtype()));
   if (k == 0) {  // an empty sum: out = beta * out
-    if (bias.defined() || bias_grad.defined() || relu) return false;
+    if (bias.defined() || bias_grad.defined() || relu || gelu) return false;
     if (beta == 0) kernel::fill(out.device(), out, 0);
     else if (beta != 1) kernel::unary(out.device(), UnaryKind::MulScalar, out, out, beta, 0);
     return true;
@@ -175,9 +177,11 @@ bool run_gemm(const Tensor& a, const Tensor& bm, const Tensor& out, double alpha
     if (bias.defined()) g.bias = ampgrad::detail::address(bias);
     if (bias_grad.defined()) g.bias_grad = ampgrad::detail::address(bias_grad);
     g.relu = relu;
+    g.gelu = gelu;
+    if (pre_act.defined()) g.aux = ampgrad::detail::address(pre_act);
     if (lt_gemm(g, blas.workspace, kWorkspaceBytes)) return true;
   }
-  if (bias.defined() || bias_grad.defined() || relu) return false;
+  if (bias.defined() || bias_grad.defined() || relu || gelu) return false;
   const void* alpha_p = f64 ? static_cast<const void*>(&alpha) : static_cast<const void*>(&alpha_f);
   const void* beta_p = f64 ? static_cast<const void*>(&beta) : static_cast<const void*>(&beta_f);
 
@@ -195,13 +199,18 @@ void gemm(const Tensor& a, const Tensor& bm, const Tensor& out, double alpha, do
   run_gemm(a, bm, out, alpha, beta, Tensor());
 }
 
-bool gemm_bias(const Tensor& a, const Tensor& bm, const Tensor& bias, const Tensor& out, double alpha, bool relu) {
-  if (out.size(0) != 1 || out.dtype() == DType::Float64 || out.dtype() != a.dtype() || (!bias.defined() && !relu))
+bool gemm_bias(const Tensor& a, const Tensor& bm, const Tensor& bias, const Tensor& out, double alpha,
+               kernel::GemmActivation act, const Tensor& pre_act) {
+  if (out.size(0) != 1 || out.dtype() == DType::Float64 || out.dtype() != a.dtype() ||
+      (!bias.defined() && act == kernel::GemmActivation::none))
     return false;
   if (bias.defined() && (bias.dtype() != out.dtype() || !bias.is_contiguous() ||
                          reinterpret_cast<uintptr_t>(ampgrad::detail::address(bias)) % 16 != 0))
     return false;
-  return run_gemm(a, bm, out, alpha, 0, bias, Tensor(), relu);
+  if (pre_act.defined() && (act != kernel::GemmActivation::gelu_tanh || pre_act.dtype() != out.dtype() ||
+                            pre_act.shape() != out.shape() || !pre_act.is_contiguous()))
+    return false;
+  return run_gemm(a, bm, out, alpha, 0, bias, Tensor(), act, pre_act);
 }
 
 bool gemm_bias_grad(const Tensor& a, const Tensor& bm, const Tensor& out, const Tensor& bias_grad) {

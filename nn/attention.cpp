@@ -84,6 +84,75 @@ std::pair<Tensor, Tensor> MultiheadAttention::forward(const Tensor& query, const
            "above the diagonal)",
            kName);
 
+  const double p = is_training() ? opts_.dropout : 0.0;
+  // is_causal when the causal mask is all: sdpa's own causal mask, no mask tensor.
+  const bool causal = is_causal && !key_padding_mask.defined();
+
+  // The masks, as one float mask [1 or N * H, L, S] (PyTorch's merge) for the explicit weights;
+  // for scaled_dot_product_attention as 4-D masks that broadcast, [1 or N, 1 or H, L, S] and
+  // [N, 1, 1, S], so the fused path's bias is no larger than they are.
+  Tensor mask, attn4, kpm4;
+  // With build false, only the checks (a causal call that needs no mask tensor).
+  auto build_masks = [&](DType dt, bool build) {
+    if (attn_mask0.defined()) {
+      const Tensor& m = attn_mask0;
+      AG_CHECK(m.dtype() == kBool || is_floating(m.dtype()), "{}: attn_mask must be bool or floating, got {}", kName,
+               m.desc());
+      if (m.dim() == 2) {
+        AG_CHECK(m.size(0) == L && m.size(1) == S, "{}: a 2-D attn_mask must be [L, S] = [{}, {}], got {}", kName, L, S,
+                 m.desc());
+        if (build) {
+          mask = float_mask(m, dt).unsqueeze(0);
+          attn4 = mask.unsqueeze(0);
+        }
+      } else {
+        AG_CHECK(m.dim() == 3 && m.size(0) == N * H && m.size(1) == L && m.size(2) == S,
+                 "{}: attn_mask must be [L, S] = [{}, {}] or [N * num_heads, L, S] = [{}, {}, {}], got {}", kName, L, S,
+                 N * H, L, S, m.desc());
+        if (build) {
+          mask = float_mask(m, dt);
+          attn4 = mask.reshape({N, H, L, S});
+        }
+      }
+    }
+    if (key_padding_mask.defined()) {
+      const Tensor& m = key_padding_mask;
+      const Shape want = batched ? Shape{N, S} : Shape{S};
+      AG_CHECK(m.shape() == want, "{}: key_padding_mask must be {} (batch, source length), got {}", kName,
+               shape_str(want), m.desc());
+      AG_CHECK(m.dtype() == kBool || is_floating(m.dtype()), "{}: key_padding_mask must be bool or floating, got {}",
+               kName, m.desc());
+      if (!build) return;
+      kpm4 = float_mask(m, dt).reshape({N, 1, 1, S});
+      if (need_weights) {
+        const Tensor kpm = kpm4.expand({N, H, 1, S}).reshape({N * H, 1, S});
+        mask = mask.defined() ? mask + kpm : kpm;
+      }
+    }
+  };
+
+
+  // Note [MultiheadAttention's layout]
+  // Self-attention with batch_first, no weights asked for, stays [N, L, E] throughout: one
+  // projection GEMM on the input as it is, q, k and v as views of [N, L, 3, H, D] permuted to
+  // [N, H, L, D], the fused attention's output laid out as [N, L, H, D] (Note [Attention paths]),
+  // so [N * L, E] for the output projection is a view. Transposing to [L, N, E] first (PyTorch's
+  // layout inside) costs a strided cast and copy each way per layer.
+  if (batched && opts_.batch_first && !need_weights && in_proj_weight.defined() && query.is_same(key) &&
+      key.is_same(value) && query.is_contiguous()) {
+    const Tensor proj = linear(query, in_proj_weight, in_proj_bias);  // [N, L, 3E]
+    build_masks(proj.dtype(), !causal);
+    Tensor m;
+    if (!causal) {
+      m = attn4;
+      if (kpm4.defined()) m = m.defined() ? m + kpm4 : kpm4;
+    }
+    const std::vector<Tensor> qkv = unbind(proj.reshape({N, L, 3, H, D}), 2);
+    auto to_heads = [](const Tensor& t) { return t.permute({0, 2, 1, 3}); };
+    const Tensor o = scaled_dot_product_attention(to_heads(qkv[0]), to_heads(qkv[1]), to_heads(qkv[2]), m, p, causal);
+    return {out_proj->forward(o.permute({0, 2, 1, 3}).reshape({N * L, E})).reshape({N, L, E}), Tensor()};
+  }
+
   // The input projections: one GEMM for self-attention (query, key and value one tensor).
   Tensor qp, kp, vp, all;
   if (in_proj_weight.defined()) {
@@ -105,34 +174,7 @@ std::pair<Tensor, Tensor> MultiheadAttention::forward(const Tensor& query, const
     vp = linear(v, v_proj_weight, part(2));
   }
 
-  // The masks, as one float mask [1 or N * H, L, S] (PyTorch's merge).
-  Tensor mask;
-  if (attn_mask0.defined()) {
-    const Tensor& m = attn_mask0;
-    AG_CHECK(m.dtype() == kBool || is_floating(m.dtype()), "{}: attn_mask must be bool or floating, got {}", kName,
-             m.desc());
-    if (m.dim() == 2) {
-      AG_CHECK(m.size(0) == L && m.size(1) == S, "{}: a 2-D attn_mask must be [L, S] = [{}, {}], got {}", kName, L, S,
-               m.desc());
-      mask = float_mask(m, qp.dtype()).unsqueeze(0);
-    } else {
-      AG_CHECK(m.dim() == 3 && m.size(0) == N * H && m.size(1) == L && m.size(2) == S,
-               "{}: attn_mask must be [L, S] = [{}, {}] or [N * num_heads, L, S] = [{}, {}, {}], got {}", kName, L, S,
-               N * H, L, S, m.desc());
-      mask = float_mask(m, qp.dtype());
-    }
-  }
-  if (key_padding_mask.defined()) {
-    const Tensor& m = key_padding_mask;
-    const Shape want = batched ? Shape{N, S} : Shape{S};
-    AG_CHECK(m.shape() == want, "{}: key_padding_mask must be {} (batch, source length), got {}", kName,
-             shape_str(want), m.desc());
-    AG_CHECK(m.dtype() == kBool || is_floating(m.dtype()), "{}: key_padding_mask must be bool or floating, got {}",
-             kName, m.desc());
-    const Tensor kpm = float_mask(m, qp.dtype()).reshape({N, 1, 1, S}).expand({N, H, 1, S}).reshape({N * H, 1, S});
-    mask = mask.defined() ? mask + kpm : kpm;
-  }
-  const double p = is_training() ? opts_.dropout : 0.0;
+  build_masks(qp.dtype(), need_weights || !causal);
 
   // Heads: [L, N, E] -> [N * H, L, D].
   auto heads = [&](const Tensor& t, int64_t len) { return t.reshape({len, N * H, D}).transpose(0, 1); };
@@ -149,10 +191,12 @@ std::pair<Tensor, Tensor> MultiheadAttention::forward(const Tensor& query, const
     if (average_attn_weights) weights = mean(weights, {1});
     if (!batched) weights = weights.squeeze(0);
   } else {
-    // scaled_dot_product_attention per head, [N, H, L, D]; is_causal when the causal mask is all.
-    const bool causal = is_causal && !key_padding_mask.defined();
+    // scaled_dot_product_attention per head, [N, H, L, D].
     Tensor m;
-    if (mask.defined() && !causal) m = mask.size(0) == 1 ? mask.unsqueeze(0) : mask.reshape({N, H, mask.size(1), S});
+    if (!causal) {
+      m = attn4;
+      if (kpm4.defined()) m = m.defined() ? m + kpm4 : kpm4;
+    }
     auto split = [&](const Tensor& t, int64_t len) { return heads(t, len).reshape({N, H, len, D}); };
     Tensor o;
     if (all.defined() && all.is_contiguous()) {

@@ -45,6 +45,7 @@ using ampgrad::scaled_dot_product_attention;
 using ampgrad::gelu;
 using ampgrad::layer_norm;
 using ampgrad::linear;
+using ampgrad::linear_gelu;
 using ampgrad::linear_relu;
 using ampgrad::log_softmax;
 using ampgrad::max_pool2d;

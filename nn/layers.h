@@ -109,6 +109,7 @@ class GELU : public Module {
  public:
   explicit GELU(std::string approximate = "none");
   Tensor forward(const Tensor& x) override;
+  const std::string& approximate() const { return approximate_; }
 
  private:
   std::string approximate_;

@@ -137,6 +137,14 @@ Tensor Sequential::forward(const Tensor& x) {
       ++i;
       continue;
     }
+    // And one followed by a tanh GELU (Note [Linear + GELU]).
+    if (i + 1 < children.size() && typeid(*m) == typeid(Linear) && typeid(*children[i + 1].second) == typeid(GELU) &&
+        static_cast<const GELU&>(*children[i + 1].second).approximate() == "tanh") {
+      auto* lin = static_cast<Linear*>(m);
+      h = linear_gelu(h, lin->weight, lin->bias);
+      ++i;
+      continue;
+    }
     h = m->forward(h);
   }
   return h;

@@ -66,7 +66,8 @@ class Module : public std::enable_shared_from_this<Module> {
 };
 
 // Modules applied in order; a Linear directly followed by a ReLU runs as one linear_relu (Note
-// [Linear + ReLU] in ops/linear.cpp).
+// [Linear + ReLU] in ops/linear.cpp), one followed by GELU("tanh") as one linear_gelu (Note
+// [Linear + GELU]).
 class Sequential : public Module {
  public:
   Sequential() : Module("Sequential") {}

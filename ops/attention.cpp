@@ -34,8 +34,8 @@ namespace ampgrad {
 // Note [Attention paths]
 // On CUDA, float16 and bfloat16 attention takes the fused path (Note [Fused attention] in
 // cuda/attention.cpp) when cuDNN can: q [B, H, L, E], k and v [B, H, S, E] (4-D, no
-// broadcasting, Ev == E), E a multiple of 8 up to 128, no attn_mask (none, or is_causal), and,
-// when a gradient is wanted, a backward plan too (checked before the forward runs; with cuDNN
+// broadcasting, Ev == E), E a multiple of 8 up to 128, and, when a gradient is wanted, a
+// backward plan too (checked before the forward runs; with cuDNN
 // older than 9.16 and S not a multiple of 128 the backward graph carries cudnn-frontend's
 // workaround, a padding mask of full lengths). Everything
 // else, and any case cuDNN's engines refuse, takes the math path; the trace (`ampgrad explain`)
@@ -45,6 +45,25 @@ namespace ampgrad {
 // backward saves q, k, v, the output and the rows' logsumexp (float32 [B, H, L, 1]); nothing
 // L x S. Dropout draws one seed from the default generator, as dropout() does, into a device
 // tensor that forward and backward both read.
+//
+// Note [Masks on the fused path]
+// An attn_mask (bool; or, in float16, a float mask that needs no gradient; S a multiple of 8)
+// reaches cuDNN as a bias added to the scaled scores, the mask broadcast to [B or 1, H or 1, L,
+// S] in q's dtype: 0 where a bool mask allows attention and a floor where it does not; a float
+// mask as it is, raised to that floor (-inf among what is raised). The floor is float16's
+// lowest, -65504, and for bfloat16 -2^100 (its own lowest, -3.4e38, overflows to -inf once the
+// kernel scales the scores by log2 e: that row came out zero on the H200). A finite floor
+// rather than -inf keeps a row the mask empties finite inside the kernel (an all -inf row is
+// exp(-inf + inf), NaN); values below it weigh as it does (exp underflows to 0 either way).
+// bfloat16 float masks take the math path: a row whose every value sits near -2^100 keeps a
+// logsumexp that has lost log Z (the float ulp there is 2^77), so the backward's recomputed
+// weights came out S times too large on the H200; a floor of -2^16 would keep it (as float16's
+// does), and is the next step, not yet run there. The rows a mask empties (a bool row all false, a float row all -inf) are found from the
+// mask and set to zero after the kernel (masked_fill, whose backward zeroes their gradient), as
+// the math path's safe softmax gives. (A float row mixing -inf with values at or below the floor
+// differs: the kernel weighs both alike.) The bias is as large as the mask broadcast
+// over L: a key-padding mask [B, 1, 1, S] becomes [B, 1, L, S], not B * H score matrices.
+// MultiheadAttention hands its key_padding_mask over as [N, 1, 1, S] for this.
 
 namespace {
 const OpInfo kSdpa{"scaled_dot_product_attention", amp::Category::lower, true,
@@ -108,19 +127,10 @@ std::array<int64_t, 4> dim_order(const Tensor& like) {
   return perm;
 }
 
-// A tensor of `shape` (4-D), dense in like's dim order.
-Tensor empty_ordered_like(const Shape& shape, const Tensor& like) {
+// The strides of a tensor of `shape` (4-D) dense in like's dim order.
+Shape ordered_strides(const Shape& shape, const Tensor& like) {
   const std::array<int64_t, 4> perm = dim_order(like);
-  std::array<int64_t, 4> inverse{};
-  for (int64_t i = 0; i < 4; ++i) inverse[static_cast<size_t>(perm[static_cast<size_t>(i)])] = i;
-  return empty({shape[perm[0]], shape[perm[1]], shape[perm[2]], shape[perm[3]]}, like.options())
-      .permute({inverse[0], inverse[1], inverse[2], inverse[3]});
-}
-
-// The strides empty_ordered_like(shape, like) has.
-std::array<int64_t, 4> ordered_strides(const Shape& shape, const Tensor& like) {
-  const std::array<int64_t, 4> perm = dim_order(like);
-  std::array<int64_t, 4> st{};
+  Shape st(4);
   int64_t step = 1;
   for (int i = 3; i >= 0; --i) {
     st[static_cast<size_t>(perm[static_cast<size_t>(i)])] = step;
@@ -129,11 +139,19 @@ std::array<int64_t, 4> ordered_strides(const Shape& shape, const Tensor& like) {
   return st;
 }
 
+// A tensor of `shape` (4-D), dense in like's dim order.
+Tensor empty_ordered_like(const Shape& shape, const Tensor& like) {
+  return alias_with(empty({shape_numel(shape)}, like.options()), shape, ordered_strides(shape, like), 0);
+}
+
 // Why the fused path cannot take this call, or "" when it may try.
 std::string fused_refusal(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask) {
   if (!q.is_cuda() || !kernel::sdpa_fused_forward.has(q.device())) return "math path: not a CUDA tensor";
   if (q.dtype() != kFloat16 && q.dtype() != kBFloat16) return "math path: fused attention takes float16 and bfloat16";
-  if (mask.defined()) return "math path: an explicit attn_mask (the fused path takes none, or is_causal)";
+  if (mask.defined() && mask.requires_grad()) return "math path: an attn_mask that requires grad";
+  if (mask.defined() && k.size(-2) % 8 != 0) return "math path: an attn_mask with S not a multiple of 8";
+  if (mask.defined() && mask.dtype() != kBool && q.dtype() == kBFloat16)
+    return "math path: a bfloat16 float attn_mask (the fused path takes bool masks in bfloat16)";
   if (q.dim() != 4 || k.dim() != 4 || v.dim() != 4) return "math path: the fused path takes 4-D [B, H, T, E] only";
   if (k.size(0) != q.size(0) || v.size(0) != q.size(0) || k.size(1) != q.size(1) || v.size(1) != q.size(1))
     return "math path: batch and head dims must match without broadcasting";
@@ -171,18 +189,37 @@ Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, cons
     if (grad) {
       backward_strides.insert(backward_strides.end(), out.strides().begin(), out.strides().end());
       for (const Tensor* t : {&qc, &kc, &vc}) {
-        const std::array<int64_t, 4> st = ordered_strides(t->shape(), *t);
+        const Shape st = ordered_strides(t->shape(), *t);
         backward_strides.insert(backward_strides.end(), st.begin(), st.end());
+      }
+    }
+    // The mask as the scores' bias (Note [Masks on the fused path]).
+    const double lowest = q.dtype() == kFloat16 ? -65504.0 : std::ldexp(-1.0, 100);
+    Tensor bias, dead;  // dead: the rows the mask leaves empty, [B or 1, H or 1, L, 1]
+    if (mask.defined()) {
+      NoGradGuard no_grad;
+      Shape m4 = mask.shape();
+      while (m4.size() < 4) m4.insert(m4.begin(), 1);
+      const Tensor m = mask.reshape(m4).expand({m4[0], m4[1], l, k.size(2)});
+      if (mask.dtype() == kBool) {
+        bias = where(m, zeros({}, q.options()), lowest);
+        dead = eq(max(bias, -1, true).first, lowest);
+      } else {
+        bias = clamp(m, lowest, std::nullopt);
+        dead = eq(max(m, -1, true).first, -INFINITY);
       }
     }
     if (dropout_p > 0) {
       // 53 bits of one draw: a fill writes doubles (seed at [0], offset at [2]).
       rng = full({4}, static_cast<double>(default_generator().next_u64() >> 11), TensorOptions(kInt64).device(q.device()));
     }
-    if (kernel::sdpa_fused_forward(q.device(), qc, kc, vc, out, stats, sc, is_causal, dropout_p, backward_strides, rng, why)) {
-      scope.note_path([&] { return std::string("fused (cuDNN flash attention)"); });
+    if (kernel::sdpa_fused_forward(q.device(), qc, kc, vc, bias, out, stats, sc, is_causal, dropout_p, backward_strides,
+                                   rng, why)) {
+      scope.note_path([&] {
+        return std::string(bias.defined() ? "fused (cuDNN flash attention, the mask as a bias)" : "fused (cuDNN flash attention)");
+      });
       if (grad) {
-        autograd::record(kSdpa, out, {q, k, v}, {qc, kc, vc, out.detach(), stats, rng},
+        autograd::record(kSdpa, out, {q, k, v}, {qc, kc, vc, out.detach(), stats, rng, bias},
                          [sc, is_causal, dropout_p](const Tensor& g, const std::vector<Tensor>& sv) {
                            const Tensor& o = sv[3];
                            // do with o's strides exactly (o is dense), so that the plan checked
@@ -197,12 +234,14 @@ Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, cons
                                         dk = empty_ordered_like(sv[1].shape(), sv[1]),
                                         dv = empty_ordered_like(sv[2].shape(), sv[2]);
                            std::string why;
-                           AG_CHECK(kernel::sdpa_fused_backward(o.device(), sv[0], sv[1], sv[2], o, dout, sv[4], dq, dk,
-                                                                dv, sc, is_causal, dropout_p, sv[5], why),
+                           AG_CHECK(kernel::sdpa_fused_backward(o.device(), sv[0], sv[1], sv[2], sv[6], o, dout, sv[4],
+                                                                dq, dk, dv, sc, is_causal, dropout_p, sv[5], why),
                                     "scaled_dot_product_attention backward: {}", why);
                            return autograd::Grads{dq, dk, dv};
                          });
       }
+      // Rows the mask left empty give zeros, as the math path's.
+      if (dead.defined()) out = masked_fill(out, dead, 0.0);
       return scope.finish(out);
     }
   }

@@ -1,5 +1,5 @@
 // linear, and linear_relu: the same layer with its relu in the GEMM's epilogue (nn::Sequential
-// runs each Linear followed by a ReLU as one, Note [Linear + ReLU]).
+// runs each Linear followed by a ReLU as one, Note [Linear + ReLU], or by a tanh GELU, Note [Linear + GELU]).
 #include <ampgrad/autograd/node.h>
 #include <ampgrad/core/kernels.h>
 #include <ampgrad/ops/gemm.h>
@@ -17,6 +17,8 @@ namespace {
 const OpInfo kLinear{"linear", Category::lower, true, "tensor cores: float16/bfloat16 inputs with float32 accumulation"};
 const OpInfo kLinearRelu{"linear_relu", Category::lower, true,
                          "tensor cores, as PyTorch's linear; the relu rides in the GEMM's epilogue"};
+const OpInfo kLinearGelu{"linear_gelu", Category::lower, true,
+                         "tensor cores, as PyTorch's linear; the tanh gelu rides in the GEMM's epilogue"};
 
 void check_linear(const OpInfo& op, const Tensor& x, const Tensor& w, const Tensor& b) {
   check_defined(op, x, "input");
@@ -70,19 +72,37 @@ Grads linear_grads(const Tensor& g2, const Tensor& x, const Tensor& w, bool has_
 // then linear's gradients. nn::Sequential runs each Linear directly followed by a ReLU this
 // way; the trace (`ampgrad explain`) shows it as linear_relu. Elsewhere (the CPU, float64, a
 // GEMM cuBLASLt declines) the relu runs in place on linear's output.
-Tensor linear_impl(const OpInfo& op, const Tensor& x, const Tensor& w, const Tensor& b, bool relu) {
+//
+// Note [Linear + GELU]
+// A transformer's MLP is Linear, GELU, Linear. With gelu(approximate="tanh") (GPT-2's) the
+// first two are linear_gelu: cuBLASLt's GELU epilogue is that tanh form (EPILOGUE_GELU_AUX_BIAS),
+// and it also writes what gelu was applied to, x @ w^T + b, as its aux matrix, which gelu's
+// backward reads. One launch forward instead of two; backward as before, gelu's backward
+// kernel then linear's gradients. The epilogue rounds once (gelu of the float32 accumulator),
+// the unfused pair twice (the GEMM's output, then gelu's): they differ by an ulp of the
+// 16-bit output. nn::Sequential runs a Linear directly followed by GELU("tanh") this way;
+// elsewhere (the CPU, float32 and float64, a GEMM cuBLASLt declines: out_features not a
+// multiple of 8, say) gelu runs as its own kernel on linear's output. (In float32 the epilogue's
+// gelu differs from the formula by up to 5e-5 relative, a fast tanh's error: too much there.)
+Tensor linear_impl(const OpInfo& op, const Tensor& x, const Tensor& w, const Tensor& b, kernel::GemmActivation act) {
   check_linear(op, x, w, b);
-  Tensor out;
+  const bool relu = act == kernel::GemmActivation::relu, gelu = act == kernel::GemmActivation::gelu_tanh;
+  const bool grad = autograd::any_requires_grad({&x, &w, &b});
+  Tensor out, pre;  // pre: gelu's input, saved for its backward
   {
     NoGradGuard no_grad;
     const Tensor x2 = x.dim() == 2 ? x : x.reshape({-1, x.size(-1)});
     const int64_t rows = x2.size(0), n = w.size(0);
     const Tensor wt = transposed(w);
     bool fused = false;
-    if (relu && kernel::gemm_bias.has(x2.device()) && rows > 0 && x2.size(1) > 0) {
+    // The gelu epilogue for 16-bit outputs only: cuBLASLt's tanh form is within 5e-5 of the
+    // formula (measured on the H200), far below a 16-bit rounding but not a float32 one.
+    const bool epilogue = relu || (gelu && is_reduced_float(x2.dtype()));
+    if (epilogue && kernel::gemm_bias.has(x2.device()) && rows > 0 && x2.size(1) > 0) {
       out = empty({rows, n}, x2.options());
+      if (gelu && grad) pre = empty({rows, n}, x2.options());
       fused = kernel::gemm_bias(out.device(), batch1(x2), batch1(wt), b.defined() ? b.contiguous() : Tensor(),
-                                batch1(out), 1, true);
+                                batch1(out), 1, act, pre.defined() ? batch1(pre) : Tensor());
     }
     if (!fused) {
       // The bias as a [1, rows, n] broadcast row (Note [GEMM views]).
@@ -90,6 +110,11 @@ Tensor linear_impl(const OpInfo& op, const Tensor& x, const Tensor& w, const Ten
           b.defined() ? alias_with(b, {1, rows, n}, {0, 0, b.stride(0)}, b.storage_offset()) : Tensor();
       out = gemm2d(x2, wt, bias);
       if (relu && out.numel()) kernel::unary(out.device(), UnaryKind::Relu, out, out, 0, 0);
+      if (gelu) {
+        pre = out;
+        out = empty(pre.shape(), pre.options());
+        if (out.numel()) kernel::unary(out.device(), UnaryKind::GeluTanh, pre, out, 0, 0);
+      }
     }
     if (x.dim() != 2) {
       Shape os = x.shape();
@@ -97,7 +122,7 @@ Tensor linear_impl(const OpInfo& op, const Tensor& x, const Tensor& w, const Ten
       out = out.view(os);
     }
   }
-  if (autograd::any_requires_grad({&x, &w, &b})) {
+  if (grad) {
     const bool has_bias = b.defined() && b.requires_grad(), need_w = w.requires_grad();
     // Note [Wide weight gradients]
     // Under autocast a float32 parameter reaches linear as its float16 copy (a cast), and its
@@ -119,12 +144,14 @@ Tensor linear_impl(const OpInfo& op, const Tensor& x, const Tensor& w, const Ten
                       (!has_bias || autograd::takes_grad_dtype(b, kFloat32));
     Saved saved{x, w};
     if (relu) saved.push_back(out.detach());  // the relu's mask; detached: no cycle through out's node
+    if (gelu) saved.push_back(pre.view(out.shape()));
     autograd::record(op, out, {x, w, b}, std::move(saved),
-                     [has_bias, need_x = x.requires_grad(), need_w, wide, relu](const Tensor& g, const Saved& s) {
+                     [has_bias, need_x = x.requires_grad(), need_w, wide, act](const Tensor& g, const Saved& s) {
                        Tensor gz = g;
-                       if (relu) {
+                       if (act != kernel::GemmActivation::none) {
                          gz = empty(g.shape(), g.options());
-                         if (gz.numel()) kernel::unary_backward(gz.device(), UnaryKind::Relu, g, s[2], gz, 0, 0);
+                         const UnaryKind kind = act == kernel::GemmActivation::relu ? UnaryKind::Relu : UnaryKind::GeluTanh;
+                         if (gz.numel()) kernel::unary_backward(gz.device(), kind, g, s[2], gz, 0, 0);
                        }
                        const Tensor g2 = gz.dim() == 2 ? gz : gz.reshape({-1, gz.size(-1)});
                        return linear_grads(g2, s[0], s[1], has_bias, need_x, need_w, wide);
@@ -142,13 +169,19 @@ Tensor linear_impl(const OpInfo& op, const Tensor& x, const Tensor& w, const Ten
 Tensor linear(const Tensor& x0, const Tensor& w0, const Tensor& b0) {
   Tensor x = x0, w = w0, b = b0;
   OpScope scope(kLinear, x, w, b);
-  return scope.finish(linear_impl(kLinear, x, w, b, false));
+  return scope.finish(linear_impl(kLinear, x, w, b, kernel::GemmActivation::none));
 }
 
 Tensor linear_relu(const Tensor& x0, const Tensor& w0, const Tensor& b0) {
   Tensor x = x0, w = w0, b = b0;
   OpScope scope(kLinearRelu, x, w, b);
-  return scope.finish(linear_impl(kLinearRelu, x, w, b, true));
+  return scope.finish(linear_impl(kLinearRelu, x, w, b, kernel::GemmActivation::relu));
+}
+
+Tensor linear_gelu(const Tensor& x0, const Tensor& w0, const Tensor& b0) {
+  Tensor x = x0, w = w0, b = b0;
+  OpScope scope(kLinearGelu, x, w, b);
+  return scope.finish(linear_impl(kLinearGelu, x, w, b, kernel::GemmActivation::gelu_tanh));
 }
 
 }  // namespace ampgrad

@@ -38,7 +38,7 @@ Tensor batched_gemm(const Tensor& a3, const Tensor& b3, const Tensor& c3, double
   if (kernel::gemm_bias.has(out.device()) && c3.defined() && beta == 1 && batch == 1 && a3.size(2) > 0 && c3.size(1) == m &&
       c3.size(2) == n && (m == 1 || c3.stride(1) == 0) && (n == 1 || c3.stride(2) == 1) && c3.dtype() == out.dtype()) {
     const Tensor bias = alias_with(c3, {n}, {1}, c3.storage_offset());
-    if (kernel::gemm_bias(out.device(), a3, b3, bias, out, alpha, false)) return out;
+    if (kernel::gemm_bias(out.device(), a3, b3, bias, out, alpha, kernel::GemmActivation::none, Tensor())) return out;
   }
   if (a3.size(2) == 0 || (c3.defined() && beta != 0)) {
     NoGradGuard no_grad;

@@ -192,6 +192,9 @@ Tensor tensordot(const Tensor& a, const Tensor& b, int64_t dims = 2);
 Tensor cross(const Tensor& a, const Tensor& b, std::optional<int64_t> dim = std::nullopt);
 // relu(linear(x, weight, bias)) as one op: the relu in the GEMM's epilogue (Note [Linear + ReLU]).
 Tensor linear_relu(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+// gelu(linear(x, weight, bias), approximate="tanh") as one op: the gelu in the GEMM's epilogue
+// (Note [Linear + GELU] in ops/linear.cpp).
+Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
 
 // Casts and copies (ops/copy.cpp). `to` is differentiable: gradients flow back in the
 // source dtype.

@@ -411,6 +411,12 @@ const std::vector<Row>& rows() {
       // disagree on the mask: gradcheck and autocast only.
       sum_row("linear_relu", "without bias", {sy({2, 3, N}), sy({3, N})}, [](const V& v) { return ag::linear_relu(v[0], v[1]); })
           .no_cuda(),
+      // out_features 8 and 16 (multiples of 8): the CUDA GEMM takes the gelu epilogue.
+      sum_row("linear_gelu", "3-D input, with bias", {sy({2, 3, N}), sy({8, N}), sy({8})},
+              [](const V& v) { return ag::linear_gelu(v[0], v[1], v[2]); }),
+      sum_row("linear_gelu", "without bias", {sy({2, 3, N}), sy({16, N})}, [](const V& v) { return ag::linear_gelu(v[0], v[1]); }),
+      sum_row("linear_gelu", "out_features 5 (unfused on CUDA)", {sy({4, N}), sy({5, N}), sy({5})},
+              [](const V& v) { return ag::linear_gelu(v[0], v[1], v[2]); }),
 
       // ---- Neural-network ops (cuDNN may pick Winograd or FFT algorithms: looser) ----------------
       image_row("conv2d", "bias, padding 1", {nrm({2, 3, N, N}), nrm({4, 3, 3, 3}), nrm({4})},

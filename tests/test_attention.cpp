@@ -379,6 +379,63 @@ TEST_CASE("attention: the fused CUDA path matches the float64 math path, forward
   }
 }
 
+TEST_CASE("attention: masks on the fused CUDA path match the float64 math path, empty rows included",
+          "[attention][cuda]") {
+  if (skip_without_cuda()) return;
+  ag::manual_seed(14);
+  const ag::Device cuda(ag::kCUDA);
+  const ag::TensorOptions on = ag::TensorOptions().device(cuda);
+  const int64_t B = 2, H = 2, L = 64, S = 128, E = 64;
+  // A key-padding mask [B, 1, 1, S]: batch 0 sees its first 88 keys, batch 1 none (its rows are
+  // empty: zeros out, zero gradients). A float mask [1, H, L, S]: finite values and -inf.
+  const ag::Tensor col = ag::arange(S, ag::TensorOptions(ag::kInt64).device(cuda)).reshape({1, 1, 1, S});
+  const ag::Tensor limit = ag::tensor({88.0f, 0.0f}, {B, 1, 1, 1}).to(ag::kInt64).to(cuda);
+  const ag::Tensor padding = ag::lt(col, limit);
+  for (ag::DType dt : {ag::kFloat16, ag::kBFloat16}) {
+    // Row 3 all -inf (empty: zeros, as the math path), row 5 all the dtype's lowest value
+    // (finite: a softmax over its keys, as the math path).
+    const double lowest = dt == ag::kFloat16 ? -65504.0 : -3.38953138925153547590e38;
+    const ag::Tensor row = ag::arange(L, ag::TensorOptions(ag::kInt64).device(cuda)).reshape({1, 1, L, 1});
+    const ag::Tensor noise = ag::rand({1, H, L, S}, on) * -2.0;
+    ag::Tensor floats = ag::where(ag::gt(ag::rand({1, H, L, S}, on), 0.3), noise, -INFINITY);
+    floats = ag::where(ag::eq(row, 3), ag::full({1, H, L, S}, -INFINITY, on), floats);
+    floats = ag::where(ag::eq(row, 5), ag::full({1, H, L, S}, lowest, on), floats).to(dt);
+    for (const ag::Tensor& mask : {padding, floats}) {
+      CAPTURE(ag::dtype_name(dt), mask.desc());
+      auto make = [&](int64_t t) { return ag::randn({B, H, t, E}, on).to(dt).detach().requires_grad_(true); };
+      ag::Tensor q = make(L), k = make(S), v = make(S), out;
+      {
+        ag::amp::Trace trace;
+        ag::amp::AutocastGuard autocast(ag::kCUDA, dt);
+        out = ag::scaled_dot_product_attention(q, k, v, mask, 0.0, false);
+        // (bfloat16 float masks: the math path, Note [Masks on the fused path].)
+        const bool fused = mask.dtype() == ag::kBool || dt == ag::kFloat16;
+        CHECK(sdpa_path(trace).find(fused ? "fused (cuDNN flash attention, the mask as a bias)"
+                                          : "math path: a bfloat16 float attn_mask") == 0);
+      }
+      const ag::Tensor g = ag::randn(out.shape(), on).to(dt);
+      out.backward(g);
+      auto ref_of = [](const ag::Tensor& t) { return t.detach().to(ag::kFloat64).requires_grad_(true); };
+      ag::Tensor q64 = ref_of(q), k64 = ref_of(k), v64 = ref_of(v);
+      const ag::Tensor m64 = mask.dtype() == ag::kBool ? mask : mask.to(ag::kFloat64);
+      ag::Tensor ref = ag::scaled_dot_product_attention(q64, k64, v64, m64, 0.0, false);
+      ref.backward(g.to(ag::kFloat64));
+      const double tol = dt == ag::kFloat16 ? 4e-3 : 2.5e-2;
+      CHECK(rel_err(out, ref) < tol);
+      CHECK(rel_err(q.grad(), q64.grad()) < tol);
+      CHECK(rel_err(k.grad(), k64.grad()) < tol);
+      CHECK(rel_err(v.grad(), v64.grad()) < tol);
+      if (mask.dtype() == ag::kBool) {  // batch 1 attends to nothing
+        CHECK(ag::max(out.detach().select(0, 1).abs()).item<double>() == 0);
+        CHECK(ag::max(q.grad().select(0, 1).abs()).item<double>() == 0);
+      } else {  // row 3 attends to nothing, row 5 to every key
+        CHECK(ag::max(out.detach().select(2, 3).abs()).item<double>() == 0);
+        CHECK(ag::max(out.detach().select(2, 5).abs()).item<double>() > 0);
+      }
+    }
+  }
+}
+
 TEST_CASE("attention: the fused CUDA path's dropout drops weights as its gradients say", "[attention][cuda]") {
   if (skip_without_cuda()) return;
   ag::manual_seed(12);
@@ -442,7 +499,9 @@ TEST_CASE("attention: what the fused CUDA path does not take runs the math path,
   const ag::Tensor q = ag::randn({2, 2, 64, 64}, on).to(ag::kFloat16), k = ag::randn({2, 2, 96, 64}, on).to(ag::kFloat16);
   CHECK(path(q, k, {}, false).find("fused") == 0);  // no gradient wanted: any S
   const ag::Tensor mask = ag::gt(ag::rand({64, 96}, on), 0.2);
-  CHECK(path(q, k, mask, false).find("attn_mask") != std::string::npos);
+  CHECK(path(q, k, mask, false).find("fused (cuDNN flash attention, the mask as a bias)") == 0);
+  const ag::Tensor k90 = ag::randn({2, 2, 90, 64}, on).to(ag::kFloat16);
+  CHECK(path(q, k90, ag::gt(ag::rand({64, 90}, on), 0.2), false).find("S not a multiple of 8") != std::string::npos);
   const ag::Tensor q3 = ag::randn({2, 64, 64}, on).to(ag::kFloat16), k3 = ag::randn({2, 96, 64}, on).to(ag::kFloat16);
   CHECK(path(q3, k3, {}, false).find("4-D") != std::string::npos);
   // S = 96 with a gradient wanted (before cuDNN 9.16 through the full-length padding mask).
