@@ -37,8 +37,37 @@ thread_local State t_state;
 
 int idx(DeviceType t) { return static_cast<int>(t); }
 
+// Note [Ready casts]: this thread's offers. One lives while its source does (a layer_norm's
+// output: about one block of a network), so a few are open at a time; a bound keeps a caller
+// that holds many from growing the list.
+struct ReadyCast {
+  std::weak_ptr<TensorImpl> source;
+  uint32_t source_version = 0, low_version = 0;
+  Tensor low;
+};
+constexpr size_t kMaxReadyCasts = 16;
+thread_local std::vector<ReadyCast> t_ready;
+
+Tensor take_ready(const Tensor& t, DType dtype) {
+  for (const ReadyCast& r : t_ready) {
+    const std::shared_ptr<TensorImpl> src = r.source.lock();
+    if (src.get() == t.unsafe_impl() && r.low.dtype() == dtype && t.version() == r.source_version &&
+        r.low.version() == r.low_version)
+      return r.low;
+  }
+  return Tensor();
+}
+
 Tensor cast(Tensor& t, DType dtype, OpRecord* rec) {
   State& s = t_state;
+  if (!t_ready.empty()) {
+    if (Tensor ready = take_ready(t, dtype); ready.defined()) {
+      ++s.stats.hits;
+      ++s.stats.ready_hits;
+      if (rec) ++rec->cache_hits;
+      return ready;
+    }
+  }
   const bool cacheable = t.is_leaf() && t.requires_grad() && t.dtype() == DType::Float32 && s.depth > 0;
   if (cacheable) {
     // A capture that began inside this region looks past the region's cache, so that the copy
@@ -129,6 +158,17 @@ class TraceWriter {
 };
 
 namespace detail {
+
+std::optional<DType> ready_cast_dtype(Device device) {
+  if (!t_state.enabled[idx(device.type)]) return std::nullopt;
+  return t_state.dtype[idx(device.type)];
+}
+
+void offer_cast(const Tensor& source, const Tensor& low) {
+  std::erase_if(t_ready, [](const ReadyCast& r) { return r.source.expired(); });
+  if (t_ready.size() >= kMaxReadyCasts) t_ready.erase(t_ready.begin());
+  t_ready.push_back(ReadyCast{source.weak_impl(), source.version(), low.version(), low});
+}
 
 bool policy_active() { return t_state.enabled[0] || t_state.enabled[1] || t_state.trace != nullptr; }
 bool tracing() { return t_state.trace != nullptr; }

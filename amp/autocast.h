@@ -33,6 +33,19 @@ namespace ampgrad::amp {
 // fp32 master weight. The cache empties when the outermost enabled region exits; the copy
 // itself is kept, and reused by later regions while the parameter is unchanged or changed
 // only by a fused optimizer step, which refreshes it (Note [Working copies]).
+//
+// Note [Ready casts]
+// An fp32 op's float32 output is often the next `lower` op's input: a pre-norm transformer's
+// layer_norm feeds linear, whose input autocast casts to float16, one more launch forward and
+// its gradient's cast back one more backward, per norm. A fused fp32 op whose kernel can write
+// its output in the autocast dtype as well, in the same pass (layer_norm on CUDA), does so
+// while autocast is enabled and offers that copy (detail::offer_cast): it is a second output
+// of the op's autograd node, so its gradient goes straight into the op's backward (which
+// takes the two outputs' gradients in one kernel) with no cast either way. When a later op's
+// policy would cast that output, unchanged since (version), to that dtype, it gets the copy
+// instead (cast_cache_stats().ready_hits). The values are the cast's bit for bit: both round
+// the same float32 result once. The op's output itself stays float32, as PyTorch's; the copy
+// is kept only while the output lives, and costs a write of its bytes when nothing takes it.
 
 bool is_autocast_enabled(DeviceType type);
 DType get_autocast_dtype(DeviceType type);
@@ -75,6 +88,7 @@ struct CastCacheStats {
   int64_t misses = 0;
   int64_t bytes_converted = 0;  // bytes written by casts made under autocast
   int64_t working_copy_hits = 0;  // of the hits, served by a kept copy (Note [Working copies])
+  int64_t ready_hits = 0;         // of the hits, an op's own 16-bit copy of its output (Note [Ready casts])
 };
 CastCacheStats cast_cache_stats();  // this thread's, since the outermost region began
 void clear_cast_cache();

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Summarizes `ncu --csv --metrics gpu__time_duration.sum` output: one line per kernel launch
-in order, then the total device time and the kernels grouped by name, largest first."""
+"""Summarizes `ncu --csv --metrics gpu__time_duration.sum` output: the total device time and the
+kernels grouped by name, largest first; with --launches, first one line per launch in order."""
 import csv
 import sys
 from collections import defaultdict
@@ -18,6 +18,9 @@ def main():
         us = v / 1000 if unit in ("ns", "nsecond") else (v * 1000 if unit in ("ms", "msecond") else v)
         rows.append((r["Kernel Name"][:90], us))
     total = sum(us for _, us in rows)
+    if "--launches" in sys.argv[2:]:
+        for i, (name, us) in enumerate(rows):
+            print(f"{i:4d} {us:8.2f} {name}")
     print(f"{len(rows)} kernels, {total:.1f} us of device time")
     groups = defaultdict(lambda: [0, 0.0])
     for name, us in rows:

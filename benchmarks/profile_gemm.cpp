@@ -6,7 +6,10 @@
 // when each GEMM's output is allocated and freed inside the graph (cudaMallocAsync and
 // cudaFreeAsync captured as memory nodes, as ampgrad's allocator does during a capture).
 // For choosing the algorithm policy of cuda/blas_lt.cpp (Note [cuBLASLt GEMM]):
-//   profile_gemm f16|bf16|f32 M N K [nn|tn|nt]     (column-major, cuBLAS's M N K)
+//   profile_gemm f16|bf16|f32 M N K [nn|tn|nt] [same|f32] [none|bgradb]
+// (column-major, cuBLAS's M N K; f32: a float32 C and D for 16-bit A and B, as linear's wide
+// weight gradients; bgradb: the bias gradient, B's sums over K, in the epilogue, as linear's
+// weight-gradient GEMM: m the input features, n the output features, k the rows, "nt").
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
@@ -44,12 +47,20 @@ int main(int argc, char** argv) {
   const std::string dt = argv[1];
   const int64_t m = std::atoll(argv[2]), n = std::atoll(argv[3]), k = std::atoll(argv[4]);
   const std::string ops = argc > 5 ? argv[5] : "nn";
+  const std::string out_kind = argc > 6 ? argv[6] : "same", epi = argc > 7 ? argv[7] : "none";
   if (ops.size() != 2 || (ops != "nn" && ops != "tn" && ops != "nt")) {
     std::fprintf(stderr, "profile_gemm: transposes must be nn, tn or nt, got %s\n", ops.c_str());
     return 2;
   }
+  if ((out_kind != "same" && out_kind != "f32") || (epi != "none" && epi != "bgradb")) {
+    std::fprintf(stderr, "profile_gemm: the output is same or f32 and the epilogue none or bgradb, got %s %s\n",
+                 out_kind.c_str(), epi.c_str());
+    return 2;
+  }
   const cudaDataType_t type = dt == "f16" ? CUDA_R_16F : dt == "bf16" ? CUDA_R_16BF : CUDA_R_32F;
   const size_t elt = type == CUDA_R_32F ? 4 : 2;
+  const cudaDataType_t out_type = out_kind == "f32" ? CUDA_R_32F : type;
+  const size_t out_elt = out_type == CUDA_R_32F ? 4 : 2;
   const cublasOperation_t op_a = ops[0] == 't' ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_b = ops[1] == 't' ? CUBLAS_OP_T : CUBLAS_OP_N;
   const int64_t a_rows = op_a == CUBLAS_OP_N ? m : k, a_cols = op_a == CUBLAS_OP_N ? k : m;
@@ -63,7 +74,9 @@ int main(int argc, char** argv) {
   const size_t ws_bytes = 32u << 20;
   CK(cudaMalloc(&a, a_rows * a_cols * elt));
   CK(cudaMalloc(&b, b_rows * b_cols * elt));
-  CK(cudaMalloc(&c, m * n * elt));
+  CK(cudaMalloc(&c, m * n * out_elt));
+  void* bias_grad = nullptr;
+  CK(cudaMalloc(&bias_grad, n * out_elt));
   CK(cudaMalloc(&ws, ws_bytes));
   // Non-zero inputs (every byte 0x1c: small finite values in each dtype); their values do not
   // matter for timing.
@@ -74,23 +87,28 @@ int main(int argc, char** argv) {
   CK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   CK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
   CK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
+  if (epi == "bgradb") {
+    const cublasLtEpilogue_t e = CUBLASLT_EPILOGUE_BGRADB;
+    CK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof(e)));
+    CK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_grad, sizeof(bias_grad)));
+  }
   cublasLtMatrixLayout_t la, lb, lc;
   CK(cublasLtMatrixLayoutCreate(&la, type, a_rows, a_cols, a_rows));
   CK(cublasLtMatrixLayoutCreate(&lb, type, b_rows, b_cols, b_rows));
-  CK(cublasLtMatrixLayoutCreate(&lc, type, m, n, m));
+  CK(cublasLtMatrixLayoutCreate(&lc, out_type, m, n, m));
   cublasLtMatmulPreference_t pref;
   CK(cublasLtMatmulPreferenceCreate(&pref));
   const uint64_t wsb = ws_bytes;
   CK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof(wsb)));
-  const uint32_t schemes = type == CUDA_R_32F ? static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_MASK)
+  const uint32_t schemes = out_type == CUDA_R_32F ? static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_MASK)
                                               : static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE);
   CK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes, sizeof(schemes)));
   std::vector<cublasLtMatmulHeuristicResult_t> res(32);
   int found = 0;
   CK(cublasLtMatmulAlgoGetHeuristic(h, desc, la, lb, lc, lc, pref, static_cast<int>(res.size()), res.data(), &found));
   const float alpha = 1, beta = 0;
-  std::printf("profile_gemm %s m %lld n %lld k %lld %s: %d algorithms\n", dt.c_str(), (long long)m, (long long)n,
-              (long long)k, ops.c_str(), found);
+  std::printf("profile_gemm %s m %lld n %lld k %lld %s out %s epilogue %s: %d algorithms\n", dt.c_str(),
+              (long long)m, (long long)n, (long long)k, ops.c_str(), out_kind.c_str(), epi.c_str(), found);
   std::printf("%3s %6s %5s %6s %6s %7s %7s %9s %9s %9s %8s %9s\n", "#", "id", "tile", "stages", "splitK", "cluster",
               "ws_KiB", "host_us", "graph1_us", "device_us", "TFLOP/s", "alloc_us");
   for (int i = 0; i < found; ++i) {
@@ -134,7 +152,7 @@ int main(int argc, char** argv) {
           continue;
         }
         void* out = nullptr;
-        CK(cudaMallocAsync(&out, m * n * elt, stream));
+        CK(cudaMallocAsync(&out, m * n * out_elt, stream));
         CK(cublasLtMatmul(h, desc, &alpha, a, la, b, lb, &beta, out, lc, out, lc, algo, ws, res[i].workspaceSize,
                           stream));
         CK(cudaFreeAsync(out, stream));

@@ -11,6 +11,7 @@
 #include <random>
 
 #include <ampgrad/ampgrad.h>
+#include <ampgrad/core/device_hooks.h>
 
 namespace ampgrad::cli {
 
@@ -56,9 +57,14 @@ Tensor Gpt::forward(const Tensor& idx) {
   AG_CHECK(idx.dim() == 2 && idx.size(1) <= c_.context, "gpt: input {} must be [batch, T] with T <= context {}",
            shape_str(idx.sizes()), c_.context);
   const int64_t t = idx.size(1);
-  // true above the diagonal: position i may not attend to j > i (MultiheadAttention's convention)
-  const Tensor causal = triu(ones({t, t}, TensorOptions().device(idx.device())), 1).to(kBool);
-  Tensor x = (*tok_)(idx) + (*pos_)(arange(t, TensorOptions(kInt64).device(idx.device())));
+  Tensor causal = causal_, positions = positions_;
+  if (!causal.defined() || causal.size(0) != t || causal.device() != idx.device()) {
+    // true above the diagonal: position i may not attend to j > i (MultiheadAttention's convention)
+    causal = triu(ones({t, t}, TensorOptions().device(idx.device())), 1).to(kBool);
+    positions = arange(t, TensorOptions(kInt64).device(idx.device()));
+    if (!graph_capturing(idx.device())) causal_ = causal, positions_ = positions;
+  }
+  Tensor x = (*tok_)(idx) + (*pos_)(positions);
   for (size_t i = 0; i < blocks_->size(); ++i) x = std::static_pointer_cast<Block>((*blocks_)[i])->run(x, causal);
   return (*head_)((*ln_)(x));
 }

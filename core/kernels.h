@@ -60,6 +60,11 @@ AG_DECLARE_KERNEL(arange, void(const Tensor& dst, double start, double step));
 // dtype once, so a float16 gradient adds into a float32 one without a cast kernel or a
 // temporary (Note [Mixed-dtype accumulation] in ops/binary.cpp).
 AG_DECLARE_KERNEL(accumulate, void(const Tensor& dst, const Tensor& src));
+// out = f(x, y) for Add, Sub and Mul, where one of x and y is Float32 and the other Float16 or
+// BFloat16, read in its own dtype and widened in registers; x, y and out contiguous of one
+// shape, out Float32 (Note [Widening arithmetic] in ops/binary.cpp; CUDA only: ops check
+// has(device) first).
+AG_DECLARE_KERNEL(binary_widening, void(BinaryKind k, const Tensor& x, const Tensor& y, const Tensor& out));
 
 // ---- Reductions and softmax -----------------------------------------------------------------
 
@@ -221,14 +226,18 @@ AG_DECLARE_KERNEL(batch_norm_backward,
 // CUDA only: ops check has(device) first), x Float32 or Float64, weight and bias contiguous
 // [n] of x's dtype (each optional). forward: y (contiguous, x's dtype) = (x - mean) * rstd *
 // weight + bias, mean and rstd = 1/sqrt(var + eps) (biased var) of each row into contiguous
-// [rows] tensors of x's dtype. backward: grad_x = rstd * (dy w - mean(dy w) - xhat mean(dy w
-// xhat)) (xhat = (x - mean) * rstd, means over the row), grad_weight = sum over rows of dy xhat
-// and grad_bias = sum dy, each when defined; sums in a fixed order (deterministic).
+// [rows] tensors of x's dtype; y_low, when defined (Float16 or BFloat16, contiguous, x
+// Float32), gets y rounded to its dtype in the same pass (Note [Ready casts] in
+// amp/autocast.h). backward: dy is the sum of dy (x's dtype) and dy_low (y_low's dtype), each
+// optional, contiguous [rows, n]; grad_x = rstd * (dy w - mean(dy w) - xhat mean(dy w xhat))
+// (xhat = (x - mean) * rstd, means over the row), grad_weight = sum over rows of dy xhat and
+// grad_bias = sum dy, each when defined; sums in a fixed order (deterministic).
 AG_DECLARE_KERNEL(layer_norm_forward, void(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
-                                           const Tensor& y, const Tensor& mean, const Tensor& rstd));
-AG_DECLARE_KERNEL(layer_norm_backward, void(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
-                                            const Tensor& rstd, const Tensor& grad_x, const Tensor& grad_weight,
-                                            const Tensor& grad_bias));
+                                           const Tensor& y, const Tensor& mean, const Tensor& rstd,
+                                           const Tensor& y_low));
+AG_DECLARE_KERNEL(layer_norm_backward, void(const Tensor& dy, const Tensor& dy_low, const Tensor& x,
+                                            const Tensor& weight, const Tensor& mean, const Tensor& rstd,
+                                            const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias));
 
 // ---- Windows, convolution, dropout ----------------------------------------------------------
 

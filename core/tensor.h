@@ -85,6 +85,8 @@ class Tensor {
   void bump_version() const { impl().storage->bump_version(); }
   const std::shared_ptr<Storage>& storage() const { return impl().storage; }
   TensorImpl* unsafe_impl() const { return impl_.get(); }
+  // A reference that does not keep this tensor alive (caches keyed by a tensor's identity).
+  std::weak_ptr<TensorImpl> weak_impl() const { return impl_; }
   const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
   bool is_same(const Tensor& o) const { return impl_ == o.impl_; }
   // One-line description for error messages: "float32 [2, 3] on cpu".

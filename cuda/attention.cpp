@@ -15,6 +15,7 @@
 #include <ampgrad/core/kernels.h>
 #include <ampgrad/core/tensor.h>
 #include <ampgrad/cuda/call_graph.h>
+#include <ampgrad/cuda/graph.h>
 #include <ampgrad/cuda/check.h>
 #include <ampgrad/cuda/cudnn_plan.h>
 #include <ampgrad/cuda/runtime.h>
@@ -466,6 +467,27 @@ bool fits(const Tensor& t) {
 // full lengths when S is not a multiple of 128 (docs/research/cudnn_sdpa_graph.md, 4.6).
 bool needs_full_lengths(int64_t s) { return cudnnGetVersion() < 91600 && s % 128 != 0; }
 
+// Those lengths, [b] int32 all `len`, made once per device, b and len and kept for the process
+// (they never change): two fills fewer in every backward, in a CUDA graph too. Not kept when
+// made while a graph captures: their fill would run only when it replays.
+Tensor full_lengths(const Device& device, int64_t b, int64_t len) {
+  static auto* mu = new std::mutex();
+  static auto* cache = new std::map<std::array<int64_t, 3>, Tensor>();
+  const std::array<int64_t, 3> key{device.index, b, len};
+  {
+    std::lock_guard<std::mutex> lock(*mu);
+    auto it = cache->find(key);
+    if (it != cache->end()) return it->second;
+  }
+  Tensor t = empty({b}, TensorOptions(kInt32).device(device));
+  kernel::fill(device, t, static_cast<double>(len));
+  if (!capturing(device.index)) {
+    std::lock_guard<std::mutex> lock(*mu);
+    cache->emplace(key, t);
+  }
+  return t;
+}
+
 SdpaGeometry geometry(bool backward, const Tensor& q, const Tensor& k, const Tensor& bias, double scale, bool causal,
                       double dropout_p) {
   SdpaGeometry g;
@@ -620,11 +642,8 @@ bool sdpa_fused_backward(const Tensor& q, const Tensor& k, const Tensor& v, cons
   if (geo.bias) bind.add(kBias, ampgrad::detail::address(bias));
   Tensor seq_q, seq_kv;
   if (geo.full_lengths) {
-    const TensorOptions i32 = TensorOptions(kInt32).device(q.device());
-    seq_q = empty({geo.b}, i32);
-    seq_kv = empty({geo.b}, i32);
-    kernel::fill(q.device(), seq_q, static_cast<double>(geo.l));
-    kernel::fill(q.device(), seq_kv, static_cast<double>(geo.s));
+    seq_q = full_lengths(q.device(), geo.b, geo.l);
+    seq_kv = full_lengths(q.device(), geo.b, geo.s);
     bind.add(kSeqQ, ampgrad::detail::address(seq_q));
     bind.add(kSeqKV, ampgrad::detail::address(seq_kv));
   }

@@ -99,6 +99,26 @@ __global__ void binary_backward_kernel(const T* g, const T* x, const T* y, T* gx
   if (gy) gy[off[1]] = from_acc<T>(binary_grad_y<K, A>(vg, vx, vy));
 }
 
+// out = f(x, y) with x or y 16-bit (X, Y: their types, one of them float), each read in its own
+// dtype and widened in registers (Note [Widening arithmetic] in ops/binary.cpp): 4 elements a
+// thread, then a scalar tail.
+template <BinaryKind K, class X, class Y>
+__global__ void binary_widening_kernel(const X* x, const Y* y, float* out, int64_t n) {
+  const int64_t nvec = n / 4;
+  const int64_t gid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t v = gid; v < nvec; v += step) {
+    Vec<X, 4> a = reinterpret_cast<const Vec<X, 4>*>(x)[v];
+    Vec<Y, 4> b = reinterpret_cast<const Vec<Y, 4>*>(y)[v];
+    Vec<float, 4> r;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) r.v[j] = binary_op<K, float>(to_acc(a.v[j]), to_acc(b.v[j]));
+    reinterpret_cast<Vec<float, 4>*>(out)[v] = r;
+  }
+  const int64_t t = nvec * 4 + gid;
+  if (t < n) out[t] = binary_op<K, float>(to_acc(x[t]), to_acc(y[t]));
+}
+
 // where moves elements without looking at them, so it is instantiated per element size.
 template <class E>
 __global__ void where_kernel(const bool* cond, const E* x, const E* y, E* out, Geometry<4> g, uint32_t n) {
@@ -182,6 +202,42 @@ void binary(BinaryKind k, const Tensor& x, const Tensor& y, const Tensor& out) {
   });
 }
 
+void binary_widening(BinaryKind k, const Tensor& x, const Tensor& y, const Tensor& out) {
+  const int64_t n = out.numel();
+  if (n == 0) return;
+  AG_INTERNAL_ASSERT(out.dtype() == DType::Float32 && x.numel() == n && y.numel() == n && x.is_contiguous() &&
+                         y.is_contiguous() && out.is_contiguous(),
+                     "binary_widening: contiguous operands of one shape and a float32 output, got {}, {} and {}",
+                     x.desc(), y.desc(), out.desc());
+  KernelContext ctx(out);
+  auto run = [&](auto xt, auto yt) {
+    using X = typename decltype(xt)::type;
+    using Y = typename decltype(yt)::type;
+    const X* xp = ptr<const X>(x);
+    const Y* yp = ptr<const Y>(y);
+    float* op = ptr<float>(out);
+    AG_INTERNAL_ASSERT(is_aligned(xp, 4 * sizeof(X)) && is_aligned(yp, 4 * sizeof(Y)) && is_aligned(op, 16),
+                       "binary_widening: operands aligned to 4 elements");
+    auto go = [&](auto kind) {
+      launch(ctx, binary_widening_kernel<decltype(kind)::value, X, Y>, ctx.grid_stride_blocks(n / 4 + 1), kBlockSize, 0,
+             xp, yp, op, n);
+    };
+    switch (k) {
+      case BinaryKind::Add: return go(BinaryConst<BinaryKind::Add>{});
+      case BinaryKind::Sub: return go(BinaryConst<BinaryKind::Sub>{});
+      case BinaryKind::Mul: return go(BinaryConst<BinaryKind::Mul>{});
+      default: AG_INTERNAL_ASSERT(false, "binary_widening: {} is not Add, Sub or Mul", kind_name(k));
+    }
+  };
+  auto narrow = [&](const Tensor& t, auto&& f) {
+    if (t.dtype() == DType::Float16) return f(TypeTag<__half>{});
+    if (t.dtype() == DType::BFloat16) return f(TypeTag<__nv_bfloat16>{});
+    AG_INTERNAL_ASSERT(false, "binary_widening: one operand float16 or bfloat16, got {}", dtype_name(t.dtype()));
+  };
+  if (x.dtype() == DType::Float32) narrow(y, [&](auto yt) { run(TypeTag<float>{}, yt); });
+  else narrow(x, [&](auto xt) { run(xt, TypeTag<float>{}); });
+}
+
 void binary_backward(BinaryKind k, const Tensor& g, const Tensor& x, const Tensor& y, const Tensor& gx,
                      const Tensor& gy) {
   if (g.numel() == 0 || (!gx.defined() && !gy.defined())) return;
@@ -231,6 +287,7 @@ void where(const Tensor& cond, const Tensor& x, const Tensor& y, const Tensor& o
 AG_REGISTER_KERNEL(kernel::binary, kCUDA, binary);
 AG_REGISTER_KERNEL(kernel::binary_backward, kCUDA, binary_backward);
 AG_REGISTER_KERNEL(kernel::accumulate, kCUDA, accumulate);
+AG_REGISTER_KERNEL(kernel::binary_widening, kCUDA, binary_widening);
 AG_REGISTER_KERNEL(kernel::where, kCUDA, where);
 
 }  // namespace ampgrad::cuda

@@ -7,6 +7,7 @@
 // 2-D inputs (outer N*H*W, inner 1). Sums run in the accumulation type A (float, double for
 // float64) in a fixed order, so results are deterministic.
 #include <algorithm>
+#include <type_traits>
 
 #include <ampgrad/cuda/common.cuh>
 #include <ampgrad/cuda/launch.cuh>
@@ -244,8 +245,9 @@ template <class F> void dispatch_bn(const Tensor& x, F&& f) {
 
 // ---- Layer norm -------------------------------------------------------------------------------
 
-constexpr int kLnRows = 8;     // rows (one warp each) per block of 256 threads
-constexpr int kLnChunk = 256;  // rows per partial sum of the weight and bias gradients
+constexpr int kLnRows = 8;          // rows (one warp each) per block of 256 threads
+constexpr int kLnChunk = 256;       // rows per partial sum of the loop kernels' weight gradients
+constexpr int kLnFinishWarps = 32;  // warps of the register kernels' finishing block
 
 template <class A> __device__ __forceinline__ A ln_warp_sum(A v) {
 #pragma unroll
@@ -253,9 +255,19 @@ template <class A> __device__ __forceinline__ A ln_warp_sum(A v) {
   return v;
 }
 
-template <class T>
-__global__ void ln_forward_kernel(const T* x, const T* w, const T* b, T* y, T* mean, T* rstd, int64_t rows, int64_t n,
-                                  double eps) {
+// The output's gradient at i: dy's and dy_low's (the 16-bit copy's, Note [Ready casts] in
+// amp/autocast.h), each optional.
+template <class T, class L> __device__ __forceinline__ T ln_dy(const T* dy, const L* dy_low, int64_t i) {
+  T d = dy ? dy[i] : T(0);
+  if (dy_low) d += static_cast<T>(to_acc(dy_low[i]));
+  return d;
+}
+
+// ---- The loop kernels: rows of any length -----------------------------------------------------
+
+template <class T, class L>
+__global__ void ln_forward_kernel(const T* x, const T* w, const T* b, T* y, L* y_low, T* mean, T* rstd, int64_t rows,
+                                  int64_t n, double eps) {
   const int64_t r = static_cast<int64_t>(blockIdx.x) * kLnRows + threadIdx.y;
   if (r >= rows) return;
   const T* xr = x + r * n;
@@ -274,6 +286,7 @@ __global__ void ln_forward_kernel(const T* x, const T* w, const T* b, T* y, T* m
     if (w) o *= w[j];
     if (b) o += b[j];
     yr[j] = o;
+    if (y_low) y_low[r * n + j] = from_acc<L>(o);
   }
   if (threadIdx.x == 0) {
     mean[r] = mu;
@@ -281,39 +294,40 @@ __global__ void ln_forward_kernel(const T* x, const T* w, const T* b, T* y, T* m
   }
 }
 
-template <class T>
-__global__ void ln_backward_input_kernel(const T* dy, const T* x, const T* w, const T* mean, const T* rstd, T* gx,
-                                         int64_t rows, int64_t n) {
+template <class T, class L>
+__global__ void ln_backward_input_kernel(const T* dy, const L* dy_low, const T* x, const T* w, const T* mean,
+                                         const T* rstd, T* gx, int64_t rows, int64_t n) {
   const int64_t r = static_cast<int64_t>(blockIdx.x) * kLnRows + threadIdx.y;
   if (r >= rows) return;
   const T* xr = x + r * n;
-  const T* gr = dy + r * n;
   const T mu = mean[r], inv = rstd[r];
   T a = 0, c = 0;
   for (int64_t j = threadIdx.x; j < n; j += 32) {
-    const T g = w ? gr[j] * w[j] : gr[j];
+    const T d = ln_dy(dy, dy_low, r * n + j);
+    const T g = w ? d * w[j] : d;
     a += g;
     c += g * (xr[j] - mu) * inv;
   }
   a = ln_warp_sum(a) / static_cast<T>(n);
   c = ln_warp_sum(c) / static_cast<T>(n);
   for (int64_t j = threadIdx.x; j < n; j += 32) {
-    const T g = w ? gr[j] * w[j] : gr[j];
+    const T d = ln_dy(dy, dy_low, r * n + j);
+    const T g = w ? d * w[j] : d;
     gx[r * n + j] = inv * (g - a - (xr[j] - mu) * inv * c);
   }
 }
 
 // Block (32, 8): 32 columns, the rows of chunk blockIdx.y; part[chunk][column] = {sum dy xhat, sum dy}.
-template <class T>
-__global__ void ln_backward_params_kernel(const T* dy, const T* x, const T* mean, const T* rstd, T* part, int64_t rows,
-                                          int64_t n) {
+template <class T, class L>
+__global__ void ln_backward_params_kernel(const T* dy, const L* dy_low, const T* x, const T* mean, const T* rstd,
+                                          T* part, int64_t rows, int64_t n) {
   __shared__ T sw[kLnRows][33], sb[kLnRows][33];
   const int64_t col = static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x;
   const int64_t r0 = static_cast<int64_t>(blockIdx.y) * kLnChunk, r1 = min(rows, r0 + kLnChunk);
   T gw = 0, gb = 0;
   if (col < n)
     for (int64_t r = r0 + threadIdx.y; r < r1; r += kLnRows) {
-      const T g = dy[r * n + col];
+      const T g = ln_dy(dy, dy_low, r * n + col);
       gw += g * (x[r * n + col] - mean[r]) * rstd[r];
       gb += g;
     }
@@ -345,6 +359,172 @@ __global__ void ln_params_finish_kernel(const T* part, T* gw, T* gb, int64_t n, 
   if (gb) gb[col] = tb;
 }
 
+// Note [Layer norm kernels]
+// A warp per row. A row of up to 32 * V elements (V per lane, V a power of two up to 32) lives
+// in registers: the forward reads x once (mean, then the variance about it, from registers:
+// no E[x^2] - E[x]^2 cancellation; each lane sums its elements in the loop kernels' order, so
+// the results are theirs bit for bit) and writes y (and y_low). The backward reads dy (and
+// dy_low) and x once, writes the input gradient, and keeps per-lane column sums of dy * xhat
+// and dy over the rows its warp takes (a block per SM at most, the warps striding over the
+// rows); each block adds its warps' sums in shared memory, in warp order, into part[block] =
+// {dw[n], db[n]}, and a second kernel adds the blocks' rows in block order, 32 warps to a
+// column strip. Deterministic for a given device, and two launches where the loop kernels took
+// three (their weight gradient ran a block per 256 rows and 32 columns: 2 blocks for a
+// [256, 64] input, 10 us on the H200). Longer rows (and float64 rows over 512) take the loop
+// kernels.
+constexpr int kLnMaxV = 32;
+
+template <class T, int V, class L>
+__global__ void ln_forward_reg_kernel(const T* x, const T* w, const T* b, T* y, L* y_low, T* mean, T* rstd,
+                                      int64_t rows, int n, double eps) {
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * kLnRows + threadIdx.y;
+  if (r >= rows) return;
+  const T* xr = x + r * n;
+  T v[V], wv[V], bv[V];
+#pragma unroll
+  for (int i = 0; i < V; ++i) {  // every load first: the weight's and bias's overlap x's
+    const int c = threadIdx.x + 32 * i;
+    v[i] = c < n ? xr[c] : T(0);
+    wv[i] = w && c < n ? w[c] : T(1);
+    bv[i] = b && c < n ? b[c] : T(0);
+  }
+  T s = 0;
+#pragma unroll
+  for (int i = 0; i < V; ++i) s += v[i];
+  const T mu = ln_warp_sum(s) / static_cast<T>(n);
+  T q = 0;
+#pragma unroll
+  for (int i = 0; i < V; ++i) {
+    const T d = threadIdx.x + 32 * i < n ? v[i] - mu : T(0);
+    q += d * d;
+  }
+  const T inv = T(1) / sqrt(ln_warp_sum(q) / static_cast<T>(n) + static_cast<T>(eps));
+  T* yr = y + r * n;
+#pragma unroll
+  for (int i = 0; i < V; ++i) {
+    const int c = threadIdx.x + 32 * i;
+    if (c < n) {
+      T o = (v[i] - mu) * inv;
+      if (w) o *= wv[i];
+      if (b) o += bv[i];
+      yr[c] = o;
+      if (y_low) y_low[r * n + c] = from_acc<L>(o);
+    }
+  }
+  if (threadIdx.x == 0) {
+    mean[r] = mu;
+    rstd[r] = inv;
+  }
+}
+
+// gx may be null (no input gradient), part too (no weight or bias gradient); dynamic shared
+// memory kLnRows * 32 * V elements when part is not null.
+template <class T, int V, class L>
+__global__ void ln_backward_reg_kernel(const T* dy, const L* dy_low, const T* x, const T* w, const T* mean,
+                                       const T* rstd, T* gx, T* part, int64_t rows, int n) {
+  T sw[V], sb[V], wv[V];
+#pragma unroll
+  for (int i = 0; i < V; ++i) {
+    const int col = threadIdx.x + 32 * i;
+    sw[i] = sb[i] = T(0);
+    wv[i] = w && col < n ? w[col] : T(1);
+  }
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kLnRows;
+  for (int64_t r = static_cast<int64_t>(blockIdx.x) * kLnRows + threadIdx.y; r < rows; r += stride) {
+    const T* xr = x + r * n;
+    const T mu = mean[r], inv = rstd[r];
+    T xh[V], g[V];
+    T a = 0, c = 0;
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+      const int col = threadIdx.x + 32 * i;
+      xh[i] = g[i] = T(0);
+      if (col < n) {
+        const T d = ln_dy(dy, dy_low, r * n + col);
+        xh[i] = (xr[col] - mu) * inv;
+        g[i] = w ? d * wv[i] : d;
+        sw[i] += d * xh[i];
+        sb[i] += d;
+      }
+      a += g[i];
+      c += g[i] * xh[i];
+    }
+    a = ln_warp_sum(a) / static_cast<T>(n);
+    c = ln_warp_sum(c) / static_cast<T>(n);
+    if (gx) {
+#pragma unroll
+      for (int i = 0; i < V; ++i) {
+        const int col = threadIdx.x + 32 * i;
+        if (col < n) gx[r * n + col] = inv * (g[i] - a - xh[i] * c);
+      }
+    }
+  }
+  if (!part) return;
+  extern __shared__ unsigned char ln_smem[];
+  T* sh = reinterpret_cast<T*>(ln_smem);  // [kLnRows][32 * V]
+  const int tid = threadIdx.y * 32 + threadIdx.x;
+  T* out = part + static_cast<int64_t>(blockIdx.x) * 2 * n;
+  for (int which = 0; which < 2; ++which) {
+#pragma unroll
+    for (int i = 0; i < V; ++i) sh[threadIdx.y * 32 * V + threadIdx.x + 32 * i] = which == 0 ? sw[i] : sb[i];
+    __syncthreads();
+    for (int col = tid; col < n; col += 32 * kLnRows) {
+      T t = 0;
+#pragma unroll
+      for (int k = 0; k < kLnRows; ++k) t += sh[k * 32 * V + col];
+      out[which * n + col] = t;
+    }
+    __syncthreads();
+  }
+}
+
+// Block (32, kLnFinishWarps): 32 columns; the warps take the blocks' rows of part in turn, then
+// add up in warp order.
+template <class T>
+__global__ void ln_reg_params_finish_kernel(const T* part, T* gw, T* gb, int n, int blocks) {
+  __shared__ T s[2][kLnFinishWarps][33];
+  const int col = blockIdx.x * 32 + threadIdx.x;
+  T tw = 0, tb = 0;
+  if (col < n)
+    for (int k = threadIdx.y; k < blocks; k += kLnFinishWarps) {
+      tw += part[static_cast<int64_t>(k) * 2 * n + col];
+      tb += part[static_cast<int64_t>(k) * 2 * n + n + col];
+    }
+  s[0][threadIdx.y][threadIdx.x] = tw;
+  s[1][threadIdx.y][threadIdx.x] = tb;
+  __syncthreads();
+  if (threadIdx.y == 0 && col < n) {
+    tw = tb = 0;
+#pragma unroll
+    for (int k = 0; k < kLnFinishWarps; ++k) {
+      tw += s[0][k][threadIdx.x];
+      tb += s[1][k][threadIdx.x];
+    }
+    if (gw) gw[col] = tw;
+    if (gb) gb[col] = tb;
+  }
+}
+
+// Elements per lane for a row of n on the register kernels, 0 when the row is too long.
+template <class T> int ln_lanes(int64_t n) {
+  const int limit = sizeof(T) > 4 ? kLnMaxV / 2 : kLnMaxV;
+  for (int v = 1; v <= limit; v *= 2)
+    if (n <= 32 * v) return v;
+  return 0;
+}
+
+// Calls f(std::integral_constant<int, V>) for the register kernels' V.
+template <class F> void with_lanes(int v, F&& f) {
+  switch (v) {
+    case 1: f(std::integral_constant<int, 1>{}); break;
+    case 2: f(std::integral_constant<int, 2>{}); break;
+    case 4: f(std::integral_constant<int, 4>{}); break;
+    case 8: f(std::integral_constant<int, 8>{}); break;
+    case 16: f(std::integral_constant<int, 16>{}); break;
+    default: f(std::integral_constant<int, 32>{}); break;
+  }
+}
+
 template <class F> void dispatch_ln(DType t, F&& f) {
   AG_CHECK(t == DType::Float32 || t == DType::Float64, "layer_norm on cuda: the fused kernels take float32 and float64, got {}",
            dtype_name(t));
@@ -352,41 +532,88 @@ template <class F> void dispatch_ln(DType t, F&& f) {
   else f(TypeTag<float>{});
 }
 
+// f(TypeTag<L>{}) for the 16-bit copy's dtype (Note [Ready casts]); __half when there is none.
+template <class F> void dispatch_ln_low(const Tensor& x, const Tensor& low, F&& f) {
+  if (!low.defined()) return f(TypeTag<__half>{});
+  AG_INTERNAL_ASSERT(x.dtype() == DType::Float32 && (low.dtype() == DType::Float16 || low.dtype() == DType::BFloat16),
+                     "layer_norm on cuda: a 16-bit copy of a float32 output, got {} for {}", dtype_name(low.dtype()),
+                     dtype_name(x.dtype()));
+  if (low.dtype() == DType::BFloat16) f(TypeTag<__nv_bfloat16>{});
+  else f(TypeTag<__half>{});
+}
+
 unsigned ln_blocks(int64_t rows) { return static_cast<unsigned>((rows + kLnRows - 1) / kLnRows); }
 
 }  // namespace
 
 void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, const Tensor& y,
-                        const Tensor& mean, const Tensor& rstd) {
+                        const Tensor& mean, const Tensor& rstd, const Tensor& y_low) {
   const int64_t rows = mean.numel(), n = rows > 0 ? x.numel() / rows : 0;
   if (rows == 0 || n == 0) return;
   KernelContext ctx(y);
   dispatch_ln(x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    launch(ctx, ln_forward_kernel<T>, dim3(ln_blocks(rows)), dim3(32, kLnRows), 0, ptr<const T>(x), ptr_or_null<T>(weight),
-           ptr_or_null<T>(bias), ptr<T>(y), ptr<T>(mean), ptr<T>(rstd), rows, n, eps);
+    dispatch_ln_low(x, y_low, [&](auto low_tag) {
+      using L = typename decltype(low_tag)::type;
+      L* low = y_low.defined() ? ptr<L>(y_low) : nullptr;
+      if (const int lanes = ln_lanes<T>(n)) {
+        with_lanes(lanes, [&](auto v) {
+          launch(ctx, ln_forward_reg_kernel<T, decltype(v)::value, L>, dim3(ln_blocks(rows)), dim3(32, kLnRows), 0,
+                 ptr<const T>(x), ptr_or_null<T>(weight), ptr_or_null<T>(bias), ptr<T>(y), low, ptr<T>(mean),
+                 ptr<T>(rstd), rows, static_cast<int>(n), eps);
+        });
+        return;
+      }
+      launch(ctx, ln_forward_kernel<T, L>, dim3(ln_blocks(rows)), dim3(32, kLnRows), 0, ptr<const T>(x),
+             ptr_or_null<T>(weight), ptr_or_null<T>(bias), ptr<T>(y), low, ptr<T>(mean), ptr<T>(rstd), rows, n, eps);
+    });
   });
 }
 
-void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
-                         const Tensor& rstd, const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias) {
+void layer_norm_backward(const Tensor& dy, const Tensor& dy_low, const Tensor& x, const Tensor& weight,
+                         const Tensor& mean, const Tensor& rstd, const Tensor& grad_x, const Tensor& grad_weight,
+                         const Tensor& grad_bias) {
   const int64_t rows = mean.numel(), n = rows > 0 ? x.numel() / rows : 0;
   if (rows == 0 || n == 0) return;
+  const bool params = grad_weight.defined() || grad_bias.defined();
+  if (!params && !grad_x.defined()) return;
   KernelContext ctx(mean);
   dispatch_ln(x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    if (grad_x.defined())
-      launch(ctx, ln_backward_input_kernel<T>, dim3(ln_blocks(rows)), dim3(32, kLnRows), 0, ptr<const T>(dy),
-             ptr<const T>(x), ptr_or_null<T>(weight), ptr<const T>(mean), ptr<const T>(rstd), ptr<T>(grad_x), rows, n);
-    if (grad_weight.defined() || grad_bias.defined()) {
-      const int64_t chunks = (rows + kLnChunk - 1) / kLnChunk;
-      Tensor part = empty({chunks * n * 2}, mean.options());
-      launch(ctx, ln_backward_params_kernel<T>, dim3(static_cast<unsigned>((n + 31) / 32), static_cast<unsigned>(chunks)),
-             dim3(32, kLnRows), 0, ptr<const T>(dy), ptr<const T>(x), ptr<const T>(mean), ptr<const T>(rstd), ptr<T>(part),
-             rows, n);
-      launch(ctx, ln_params_finish_kernel<T>, dim3(static_cast<unsigned>((n + 255) / 256)), dim3(256), 0,
-             ptr<const T>(part), mut_or_null<T>(grad_weight), mut_or_null<T>(grad_bias), n, chunks);
-    }
+    dispatch_ln_low(x, dy_low, [&](auto low_tag) {
+      using L = typename decltype(low_tag)::type;
+      const T* d = ptr_or_null<T>(dy);
+      const L* d_low = dy_low.defined() ? ptr<const L>(dy_low) : nullptr;
+      if (const int lanes = ln_lanes<T>(n)) {
+        const int blocks = static_cast<int>(std::min<int64_t>(ln_blocks(rows), ctx.sm_count));
+        Tensor part = params ? empty({static_cast<int64_t>(blocks) * 2 * n}, mean.options()) : Tensor();
+        with_lanes(lanes, [&](auto v) {
+          constexpr int V = decltype(v)::value;
+          launch(ctx, ln_backward_reg_kernel<T, V, L>, dim3(static_cast<unsigned>(blocks)), dim3(32, kLnRows),
+                 params ? kLnRows * 32 * V * sizeof(T) : 0, d, d_low, ptr<const T>(x), ptr_or_null<T>(weight),
+                 ptr<const T>(mean), ptr<const T>(rstd), mut_or_null<T>(grad_x), mut_or_null<T>(part), rows,
+                 static_cast<int>(n));
+        });
+        if (params)
+          launch(ctx, ln_reg_params_finish_kernel<T>, dim3(static_cast<unsigned>((n + 31) / 32)),
+                 dim3(32, kLnFinishWarps), 0, ptr<const T>(part), mut_or_null<T>(grad_weight),
+                 mut_or_null<T>(grad_bias), static_cast<int>(n), blocks);
+        return;
+      }
+      if (grad_x.defined())
+        launch(ctx, ln_backward_input_kernel<T, L>, dim3(ln_blocks(rows)), dim3(32, kLnRows), 0, d, d_low,
+               ptr<const T>(x), ptr_or_null<T>(weight), ptr<const T>(mean), ptr<const T>(rstd), ptr<T>(grad_x), rows,
+               n);
+      if (params) {
+        const int64_t chunks = (rows + kLnChunk - 1) / kLnChunk;
+        Tensor part = empty({chunks * n * 2}, mean.options());
+        launch(ctx, ln_backward_params_kernel<T, L>,
+               dim3(static_cast<unsigned>((n + 31) / 32), static_cast<unsigned>(chunks)), dim3(32, kLnRows), 0, d,
+               d_low, ptr<const T>(x), ptr<const T>(mean), ptr<const T>(rstd), ptr<T>(part), rows, n);
+        launch(ctx, ln_params_finish_kernel<T>, dim3(static_cast<unsigned>((n + 255) / 256)), dim3(256), 0,
+               ptr<const T>(part), mut_or_null<T>(grad_weight), mut_or_null<T>(grad_bias), n, chunks);
+      }
+    });
   });
 }
 

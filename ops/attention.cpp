@@ -64,6 +64,13 @@ namespace ampgrad {
 // differs: the kernel weighs both alike.) The bias is as large as the mask broadcast
 // over L: a key-padding mask [B, 1, 1, S] becomes [B, 1, L, S], not B * H score matrices.
 // MultiheadAttention hands its key_padding_mask over as [N, 1, 1, S] for this.
+//
+// Note [Packed attention gradients]
+// When q, k and v are the slices of one packed tensor (MultiheadAttention's self-attention
+// unbinds them from its one in-projection, [N, L, 3, H, D]), the fused backward writes dq, dk
+// and dv as the same slices of one fresh packed tensor, as PyTorch's memory-efficient backward
+// does; unbind's backward then finds its gradients to be the slices of one tensor and returns
+// that tensor rather than stacking copies (ops/unbind.cpp): three copies fewer per layer.
 
 namespace {
 const OpInfo kSdpa{"scaled_dot_product_attention", amp::Category::lower, true,
@@ -168,6 +175,34 @@ Tensor for_cudnn(const Tensor& t) {
   return ok ? t : contiguous(t);
 }
 
+// The distance in elements from q to k and from k to v when they are the slices of one packed
+// tensor (Note [Packed attention gradients]); 0 when they are not.
+int64_t packed_step(const Tensor& q, const Tensor& k, const Tensor& v) {
+  const int64_t step = k.storage_offset() - q.storage_offset();
+  if (q.storage() != k.storage() || q.storage() != v.storage() || step <= 0 ||
+      v.storage_offset() - k.storage_offset() != step || q.shape() != k.shape() || q.shape() != v.shape() ||
+      q.strides() != k.strides() || q.strides() != v.strides())
+    return 0;
+  Shape sizes = q.shape(), strides = q.strides();
+  sizes.push_back(3);
+  strides.push_back(step);
+  return is_non_overlapping_and_dense(alias_with(q, sizes, strides, q.storage_offset())) ? step : 0;
+}
+
+// dq, dk, dv for the fused backward: laid out as q, k and v are, in one packed block when they
+// are the slices of one.
+std::array<Tensor, 3> attention_grads(const Tensor& q, const Tensor& k, const Tensor& v) {
+  if (const int64_t step = packed_step(q, k, v)) {
+    Shape sizes = q.shape(), strides = q.strides();
+    sizes.push_back(3);
+    strides.push_back(step);
+    const Tensor g = empty_preserving_layout(alias_with(q, sizes, strides, q.storage_offset()));
+    return {alias_with(g, q.shape(), q.strides(), 0), alias_with(g, q.shape(), q.strides(), step),
+            alias_with(g, q.shape(), q.strides(), 2 * step)};
+  }
+  return {empty_ordered_like(q.shape(), q), empty_ordered_like(k.shape(), k), empty_ordered_like(v.shape(), v)};
+}
+
 }  // namespace
 
 Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, const Tensor& value,
@@ -184,12 +219,14 @@ Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, cons
     const int64_t b = q.size(0), h = q.size(1), l = q.size(2), e = q.size(3);
     const TensorOptions f32 = TensorOptions(kFloat32).device(q.device());
     Tensor out = empty_ordered_like({b, h, l, e}, qc), stats = empty({b, h, l, 1}, f32), rng;
-    // The backward's tensors: do as out, dq, dk, dv as q, k, v are laid out.
+    // The backward's tensors: do as out, dq, dk, dv as q, k, v are laid out (packed when they
+    // are: Note [Packed attention gradients]).
     std::vector<int64_t> backward_strides;
     if (grad) {
       backward_strides.insert(backward_strides.end(), out.strides().begin(), out.strides().end());
+      const bool packed = packed_step(qc, kc, vc) != 0;
       for (const Tensor* t : {&qc, &kc, &vc}) {
-        const Shape st = ordered_strides(t->shape(), *t);
+        const Shape st = packed ? t->strides() : ordered_strides(t->shape(), *t);
         backward_strides.insert(backward_strides.end(), st.begin(), st.end());
       }
     }
@@ -230,9 +267,7 @@ Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, cons
                              dout = alias_with(empty({o.numel()}, o.options()), o.shape(), o.strides(), 0);
                              dout.copy_(g);
                            }
-                           const Tensor dq = empty_ordered_like(sv[0].shape(), sv[0]),
-                                        dk = empty_ordered_like(sv[1].shape(), sv[1]),
-                                        dv = empty_ordered_like(sv[2].shape(), sv[2]);
+                           const auto [dq, dk, dv] = attention_grads(sv[0], sv[1], sv[2]);
                            std::string why;
                            AG_CHECK(kernel::sdpa_fused_backward(o.device(), sv[0], sv[1], sv[2], sv[6], o, dout, sv[4],
                                                                 dq, dk, dv, sc, is_causal, dropout_p, sv[5], why),

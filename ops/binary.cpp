@@ -49,6 +49,23 @@ Tensor cast_quietly(const Tensor& t, DType dt) {
 
 namespace {
 
+// Note [Widening arithmetic]
+// A float32 tensor and a float16 or bfloat16 one (a transformer's residual stream plus a
+// sublayer's autocast output) promote to float32: a cast of the narrow operand, then a float32
+// kernel, two launches and a float32 temporary. For add, sub and mul of contiguous operands of
+// one shape, on a device with the kernel (CUDA), one kernel reads the narrow operand in its own
+// dtype and widens it in registers. Widening is exact, so the result is the two launches' bit
+// for bit. The backward is the op's own; the narrow input's gradient comes out in float32 and
+// is rounded to its dtype by the engine (Note [Grad shape and dtype]), as before.
+bool widening(BinaryKind k, const Tensor& a, const Tensor& b, DType dt) {
+  if (k != BinaryKind::Add && k != BinaryKind::Sub && k != BinaryKind::Mul) return false;
+  if (dt != kFloat32 || a.dtype() == b.dtype() || a.shape() != b.shape() || a.numel() == 0) return false;
+  const Tensor& narrow = a.dtype() == kFloat32 ? b : a;
+  if (!is_reduced_float(narrow.dtype()) || !kernel::binary_widening.has(a.device())) return false;
+  // Contiguous, and aligned to 4 elements (storage starts are): the kernel's vector loads.
+  return a.is_contiguous() && b.is_contiguous() && a.storage_offset() % 4 == 0 && b.storage_offset() % 4 == 0;
+}
+
 // Broadcasts, promotes (to float32 for kinds that compute in float) and runs kernel k; out is
 // Bool for comparisons.
 Tensor binary_forward(const OpInfo& op, BinaryKind k, const Tensor& a, const Tensor& b) {
@@ -60,6 +77,11 @@ Tensor binary_forward(const OpInfo& op, BinaryKind k, const Tensor& a, const Ten
   if (binary_computes_in_float(k)) dt = float_compute_dtype(dt);
   AG_CHECK(dt != kBool || is_comparison(k), "{}: arithmetic on bool tensors ({} and {}) is not supported", op.name,
            a.desc(), b.desc());
+  if (widening(k, a, b, dt)) {  // Note [Widening arithmetic]
+    Tensor out = empty_as(shape, dt, a);
+    kernel::binary_widening(out.device(), k, a, b, out);
+    return out;
+  }
   Tensor x = broadcast_to(cast_quietly(a, dt), shape);
   Tensor y = broadcast_to(cast_quietly(b, dt), shape);
   Tensor out = empty_as(shape, is_comparison(k) ? kBool : dt, a);

@@ -1,5 +1,7 @@
 // Normalization and dropout: batch_norm and layer_norm (fused kernels where they can, composites of
 // differentiable ops elsewhere), group_norm, dropout.
+#include <ampgrad/amp/policy.h>
+#include <ampgrad/autograd/multi_output.h>
 #include <ampgrad/autograd/node.h>
 #include <ampgrad/core/generator.h>
 #include <ampgrad/core/kernels.h>
@@ -90,28 +92,45 @@ Tensor batch_norm_fused(const Tensor& x, const BnGeometry& geo, const Tensor& ru
 // have the input's dtype (under autocast layer_norm is an fp32 op, so its inputs arrive as
 // float32), it runs as kernels of its own (cuda/norm.cu): a warp per row computes the mean,
 // then the variance of the deviations (two passes over the row, so it does not cancel), and
-// writes the output and the row's mean and rstd; backward, the input gradient in one launch
-// and the weight and bias gradients as per-column partial sums over chunks of 256 rows, added
-// in chunk order by a second launch: deterministic, no atomics. Everything else (the CPU,
-// 16-bit parameters) takes the composite.
+// writes the output and the row's mean and rstd; backward, the input gradient and each
+// block's column sums for the weight and bias gradients in one launch, those sums added in
+// block order by a second (Note [Layer norm kernels] in cuda/norm.cu): deterministic,
+// no atomics. Under autocast the forward also writes the output in the autocast dtype for the
+// next lower op, and the backward takes that copy's gradient (Note [Ready casts] in
+// amp/autocast.h). Everything else (the CPU, 16-bit parameters) takes the composite.
 Tensor layer_norm_fused(const Tensor& x, const Shape& normalized_shape, int64_t rows, const Tensor& weight,
                         const Tensor& bias, double eps) {
   const Tensor xc = contiguous(x);
   Tensor y = empty(x.shape(), x.options());
   Tensor mu = empty_as({rows}, x.dtype(), x), rstd = empty_as({rows}, x.dtype(), x);
-  kernel::layer_norm_forward(x.device(), xc, weight, bias, eps, y, mu, rstd);
+  // Under autocast, y in its dtype too, for the next lower op (Note [Ready casts]).
+  Tensor y_low;
+  if (x.dtype() == kFloat32)
+    if (const std::optional<DType> low = amp::detail::ready_cast_dtype(x.device()); low && is_reduced_float(*low))
+      y_low = empty(x.shape(), x.options().dtype(*low));
+  kernel::layer_norm_forward(x.device(), xc, weight, bias, eps, y, mu, rstd, y_low);
   if (autograd::any_requires_grad({&x, &weight, &bias})) {
-    autograd::record(kLayerNorm, y, {x, weight, bias}, {xc, weight, mu, rstd},
-                     [normalized_shape, need_x = x.requires_grad(), need_w = weight.defined() && weight.requires_grad(),
-                      need_b = bias.defined() && bias.requires_grad()](const Tensor& g, const std::vector<Tensor>& s) {
-                       const Tensor dy = contiguous(g);
-                       const Tensor gx = need_x ? empty(s[0].shape(), s[0].options()) : Tensor();
-                       const Tensor gw = need_w ? empty(normalized_shape, s[0].options()) : Tensor();
-                       const Tensor gb = need_b ? empty(normalized_shape, s[0].options()) : Tensor();
-                       kernel::layer_norm_backward(dy.device(), dy, s[0], s[1], s[2], s[3], gx, gw, gb);
-                       return autograd::Grads{gx, gw, gb};
-                     });
+    autograd::MultiBackwardFn fn = [normalized_shape, need_x = x.requires_grad(),
+                                    need_w = weight.defined() && weight.requires_grad(),
+                                    need_b = bias.defined() && bias.requires_grad()](const std::vector<Tensor>& g,
+                                                                                     const std::vector<Tensor>& s) {
+      const Tensor dy = g[0].defined() ? contiguous(g[0]) : Tensor();
+      const Tensor dy_low = g.size() > 1 && g[1].defined() ? contiguous(g[1]) : Tensor();
+      if (!dy.defined() && !dy_low.defined()) return autograd::Grads{Tensor(), Tensor(), Tensor()};
+      const Tensor gx = need_x ? empty(s[0].shape(), s[0].options()) : Tensor();
+      const Tensor gw = need_w ? empty(normalized_shape, s[0].options()) : Tensor();
+      const Tensor gb = need_b ? empty(normalized_shape, s[0].options()) : Tensor();
+      kernel::layer_norm_backward(s[0].device(), dy, dy_low, s[0], s[1], s[2], s[3], gx, gw, gb);
+      return autograd::Grads{gx, gw, gb};
+    };
+    if (y_low.defined()) {
+      autograd::record_outputs(kLayerNorm, {y, y_low}, {x, weight, bias}, {xc, weight, mu, rstd}, std::move(fn));
+    } else {
+      autograd::record(kLayerNorm, y, {x, weight, bias}, {xc, weight, mu, rstd},
+                       [fn = std::move(fn)](const Tensor& g, const std::vector<Tensor>& s) { return fn({g}, s); });
+    }
   }
+  if (y_low.defined()) amp::detail::offer_cast(y, y_low);
   return y;
 }
 }  // namespace

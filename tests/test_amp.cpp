@@ -284,6 +284,108 @@ TEST_CASE("cross_entropy under autocast reads float16 logits without a cast", "[
   }
 }
 
+// Note [Ready casts]: under autocast, layer_norm on CUDA writes its output in the autocast
+// dtype too, and linear takes that copy instead of casting: no cast kernel either way, and the
+// same bits as the cast written out (both round one float32 result; the backward adds the
+// copy's gradient in float32 as the cast's backward would). Mode 0: linear(layer_norm(x));
+// mode 1: the cast written out (the reference); mode 2: the output is also used in float32,
+// so both gradients reach layer_norm's backward; mode 3: the output is changed in place before
+// linear reads it, so the copy is stale and not used.
+TEST_CASE("ready casts: layer_norm's 16-bit copy feeds linear bit for bit as the cast would", "[amp][cuda]") {
+  if (skip_without_cuda()) return;
+  const ag::Device cuda(ag::kCUDA);
+  for (ag::DType low : {ag::kFloat16, ag::kBFloat16}) {
+    CAPTURE(ag::dtype_name(low));
+    ag::manual_seed(8);
+    ag::nn::LayerNorm ln({96});
+    ag::nn::Linear lin(96, 40);
+    ag::nn::init::normal_(ln.weight, 1.0, 0.3);
+    ag::nn::init::normal_(ln.bias, 0.0, 0.3);
+    ln.to(cuda);
+    lin.to(cuda);
+    const ag::Tensor x0 = (ag::randn({3, 50, 96}) * 2.0 + 0.5).to(cuda);
+    const ag::Tensor g = ag::randn({3, 50, 40}).to(cuda);
+    struct Run {
+      std::vector<double> out, gx, gw, gb, glin;
+      int64_t ready = 0, casts = 0;
+    };
+    auto run = [&](int mode, bool reference) {
+      ln.zero_grad();
+      lin.zero_grad();
+      ag::Tensor x = x0.clone().requires_grad_();
+      ag::Tensor loss;
+      Run r;
+      {
+        ag::amp::Trace trace;
+        ag::amp::AutocastGuard guard(ag::kCUDA, low);
+        ag::Tensor h = ln(x);
+        if (mode == 3) h.mul_(1.5);
+        ag::Tensor out = lin(reference ? h.to(low) : h);
+        r.out = out.to_vector<double>();
+        loss = (out * g).sum();
+        if (mode == 2) loss = loss + (h * h).sum() * 0.25;
+        r.ready = ag::amp::cast_cache_stats().ready_hits;
+        for (const auto& rec : trace.records()) r.casts += rec.casts;
+      }
+      loss.backward();
+      r.gx = x.grad().to_vector<double>();
+      r.gw = ln.weight.grad().to_vector<double>();
+      r.gb = ln.bias.grad().to_vector<double>();
+      r.glin = lin.weight.grad().to_vector<double>();
+      return r;
+    };
+    run(0, false);  // linear's weight casts kept from here on (Note [Working copies])
+    for (int mode : {0, 2, 3}) {
+      CAPTURE(mode);
+      const Run got = run(mode, false), ref = run(mode, true);
+      CHECK(got.ready == (mode == 3 ? 0 : 1));
+      CHECK(ref.ready == 0);
+      // The cast autocast would make of h: none when the copy served, as for the reference.
+      CHECK(got.casts - ref.casts == (mode == 3 ? 1 : 0));
+      CHECK(got.out == ref.out);
+      CHECK(got.gx == ref.gx);
+      CHECK(got.gw == ref.gw);
+      CHECK(got.gb == ref.gb);
+      CHECK(got.glin == ref.glin);
+    }
+  }
+}
+
+// Note [Widening arithmetic] in ops/binary.cpp: float32 with float16 or bfloat16 in one
+// kernel on CUDA, bit for bit the cast-then-float32 result, gradients in each input's dtype.
+TEST_CASE("float32 plus a 16-bit tensor in one kernel: the cast's result, bit for bit", "[amp][cuda]") {
+  if (skip_without_cuda()) return;
+  const ag::Device cuda(ag::kCUDA);
+  ag::manual_seed(9);
+  for (ag::DType low : {ag::kFloat16, ag::kBFloat16}) {
+    for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{4099}}) {
+      CAPTURE(ag::dtype_name(low), n);
+      const ag::Tensor a0 = ag::randn({n}).to(cuda), b0 = (ag::randn({n}) * 3.0).to(cuda).to(low);
+      for (int which = 0; which < 3; ++which) {
+        for (bool swap : {false, true}) {
+          CAPTURE(which, swap);
+          ag::Tensor a = a0.clone().requires_grad_(), b = b0.clone().requires_grad_();
+          auto f = [&](const ag::Tensor& x, const ag::Tensor& y) {
+            return which == 0 ? x + y : (which == 1 ? x - y : x * y);
+          };
+          ag::Tensor out = swap ? f(b, a) : f(a, b);
+          REQUIRE(out.dtype() == ag::kFloat32);
+          const ag::Tensor bw = b0.to(ag::kFloat32);
+          const ag::Tensor ref = swap ? f(bw, a0) : f(a0, bw);
+          CHECK(out.to_vector<double>() == ref.to_vector<double>());
+          out.backward(ag::ones({n}, ag::TensorOptions().device(cuda)) * 0.75);
+          REQUIRE(b.grad().dtype() == low);
+          REQUIRE(a.grad().dtype() == ag::kFloat32);
+          ag::Tensor ar = a0.clone().requires_grad_(), br = bw.clone().requires_grad_();
+          (swap ? f(br, ar) : f(ar, br)).backward(ag::ones({n}, ag::TensorOptions().device(cuda)) * 0.75);
+          CHECK(a.grad().to_vector<double>() == ar.grad().to_vector<double>());
+          CHECK(b.grad().to_vector<double>() == br.grad().to(low).to_vector<double>());
+        }
+      }
+    }
+  }
+}
+
 // Note [Wide weight gradients]: the weight and bias gradients of an autocast linear over
 // float32 parameters come out of the GEMM in float32, not rounded to float16 on the way.
 TEST_CASE("autocast linear writes float32 weight gradients straight from the GEMM", "[amp][cuda]") {
