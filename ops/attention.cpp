@@ -175,28 +175,27 @@ Tensor for_cudnn(const Tensor& t) {
   return ok ? t : contiguous(t);
 }
 
-// The distance in elements from q to k and from k to v when they are the slices of one packed
-// tensor (Note [Packed attention gradients]); 0 when they are not.
-int64_t packed_step(const Tensor& q, const Tensor& k, const Tensor& v) {
+// q, k and v as the slices along a last dim of one tensor, when they are (Note [Packed attention
+// gradients]): that tensor, [..., 3], dense; undefined when they are not.
+Tensor packed_qkv(const Tensor& q, const Tensor& k, const Tensor& v) {
   const int64_t step = k.storage_offset() - q.storage_offset();
   if (q.storage() != k.storage() || q.storage() != v.storage() || step <= 0 ||
       v.storage_offset() - k.storage_offset() != step || q.shape() != k.shape() || q.shape() != v.shape() ||
       q.strides() != k.strides() || q.strides() != v.strides())
-    return 0;
+    return Tensor();
   Shape sizes = q.shape(), strides = q.strides();
   sizes.push_back(3);
   strides.push_back(step);
-  return is_non_overlapping_and_dense(alias_with(q, sizes, strides, q.storage_offset())) ? step : 0;
+  Tensor packed = alias_with(q, sizes, strides, q.storage_offset());
+  return is_non_overlapping_and_dense(packed) ? packed : Tensor();
 }
 
 // dq, dk, dv for the fused backward: laid out as q, k and v are, in one packed block when they
 // are the slices of one.
 std::array<Tensor, 3> attention_grads(const Tensor& q, const Tensor& k, const Tensor& v) {
-  if (const int64_t step = packed_step(q, k, v)) {
-    Shape sizes = q.shape(), strides = q.strides();
-    sizes.push_back(3);
-    strides.push_back(step);
-    const Tensor g = empty_preserving_layout(alias_with(q, sizes, strides, q.storage_offset()));
+  if (const Tensor packed = packed_qkv(q, k, v); packed.defined()) {
+    const Tensor g = empty_preserving_layout(packed);
+    const int64_t step = packed.strides().back();
     return {alias_with(g, q.shape(), q.strides(), 0), alias_with(g, q.shape(), q.strides(), step),
             alias_with(g, q.shape(), q.strides(), 2 * step)};
   }
@@ -224,7 +223,7 @@ Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, cons
     std::vector<int64_t> backward_strides;
     if (grad) {
       backward_strides.insert(backward_strides.end(), out.strides().begin(), out.strides().end());
-      const bool packed = packed_step(qc, kc, vc) != 0;
+      const bool packed = packed_qkv(qc, kc, vc).defined();
       for (const Tensor* t : {&qc, &kc, &vc}) {
         const Shape st = packed ? t->strides() : ordered_strides(t->shape(), *t);
         backward_strides.insert(backward_strides.end(), st.begin(), st.end());
