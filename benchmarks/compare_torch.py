@@ -44,6 +44,13 @@ def set_tf32(on):
 
 def torch_matmul(row, reps):
     n, p = row["n"], row["precision"]
+    if p == "fp8":  # torch._scaled_mm: e4m3 operands with per-tensor scales, bf16 out, as ampgrad's row
+        a32, b32 = torch.randn(n, n, device="cuda"), torch.randn(n, n, device="cuda")
+        sa, sb = a32.abs().max() / 448, b32.abs().max() / 448
+        a = (a32 / sa).to(torch.float8_e4m3fn)
+        b = (b32.t().contiguous() / sb).to(torch.float8_e4m3fn).t()
+        ms = median_ms(lambda: torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16), 3, reps, OP_CALLS)
+        return {"ms": ms, "tflops": 2 * n ** 3 / (ms * 1e-3) / 1e12}
     set_tf32(p == "tf32")
     a = torch.randn(n, n, device="cuda").to(DTYPES[p])
     b = torch.randn(n, n, device="cuda").to(DTYPES[p])

@@ -79,6 +79,37 @@ nlohmann::json bench_matmul(const BenchOptions& o) {
       rows.push_back(r);
     }
   }
+#if AMPGRAD_WITH_CUDA
+  // FP8 (ops/float8_ops.h): e4m3 operands quantized with per-tensor scales (amax / 448), one
+  // bfloat16 output; the error against float64 includes the quantization's, as a user sees it.
+  const cuda::DeviceProperties* props = o.device.is_cuda() ? &cuda::device_properties(o.device.index) : nullptr;
+  if (props && (props->major > 8 || (props->major == 8 && props->minor >= 9))) {
+    std::vector<nlohmann::json> prow;
+    double peak = 0;
+    for (int64_t n : sizes) {
+      TensorOptions f32 = TensorOptions(kFloat32).device(o.device);
+      Tensor a32 = randn({n, n}, f32), b32 = randn({n, n}, f32);
+      Tensor ref = mm(a32.to(kFloat64), b32.to(kFloat64));
+      Tensor sa = (max(a32.abs()) / 448.0).reshape({1}), sb = (max(b32.abs()) / 448.0).reshape({1});
+      Tensor a = (a32 / sa).to(kFloat8_e4m3fn);
+      Tensor b = (b32.t().contiguous() / sb).to(kFloat8_e4m3fn).t();
+      const double err = rel_error(scaled_mm(a, b, sa, sb, Tensor(), kBFloat16), ref);
+      const double ms = median_ms(o.device, [&] { Tensor r = scaled_mm(a, b, sa, sb, Tensor(), kBFloat16); }, 3,
+                                  o.reps, kOpCalls);
+      const double tflops = 2.0 * n * n * n / (ms * 1e-3) / 1e12;
+      peak = std::max(peak, tflops);
+      prow.push_back({{"suite", "matmul"}, {"precision", "fp8"}, {"n", n}, {"ms", ms}, {"tflops", tflops},
+                      {"rel_error", err}, {"device", o.device.str()}});
+    }
+    for (auto& r : prow) {
+      r["pct_of_peak"] = 100.0 * r["tflops"].get<double>() / peak;
+      std::printf("| fp8 (e4m3, bf16 out) | %lld | %.4f | %.1f | %.0f%% | %.2e |\n",
+                  static_cast<long long>(r["n"].get<int64_t>()), r["ms"].get<double>(), r["tflops"].get<double>(),
+                  r["pct_of_peak"].get<double>(), r["rel_error"].get<double>());
+      rows.push_back(r);
+    }
+  }
+#endif
   if (cpu) {
     std::printf("\n%% of peak: against this CPU's measured peak with %d threads (Note [CPU peak] in cpu/peak.h):", get_num_threads());
     for (const Precision& p : kPrecisions)

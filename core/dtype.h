@@ -4,13 +4,17 @@
 #include <array>
 #include <cstdint>
 #include <string_view>
+#include <utility>
 
+#include <ampgrad/core/float8.h>
 #include <ampgrad/core/half.h>
 
 namespace ampgrad {
 
-enum class DType : uint8_t { Float32, Float16, BFloat16, Float64, Int64, Int32, Bool, UInt8 };
-inline constexpr int kNumDTypes = 8;
+enum class DType : uint8_t {
+  Float32, Float16, BFloat16, Float64, Int64, Int32, Bool, UInt8, Float8_e4m3fn, Float8_e5m2
+};
+inline constexpr int kNumDTypes = 10;
 
 inline constexpr DType kFloat32 = DType::Float32;
 inline constexpr DType kFloat = DType::Float32;
@@ -25,6 +29,8 @@ inline constexpr DType kInt32 = DType::Int32;
 inline constexpr DType kInt = DType::Int32;
 inline constexpr DType kBool = DType::Bool;
 inline constexpr DType kUInt8 = DType::UInt8;
+inline constexpr DType kFloat8_e4m3fn = DType::Float8_e4m3fn;
+inline constexpr DType kFloat8_e5m2 = DType::Float8_e5m2;
 
 struct DTypeTraits {
   std::string_view name;  // as PyTorch prints it: float32, float16, ...
@@ -45,6 +51,8 @@ inline constexpr std::array<DTypeTraits, kNumDTypes> kDTypeTraits{{
     {"int32", "i32", 4, false, true, 0},
     {"bool", "bool", 1, false, false, 0},
     {"uint8", "u8", 1, false, false, 0},
+    {"float8_e4m3fn", "f8e4m3", 1, true, true, 0},
+    {"float8_e5m2", "f8e5m2", 1, true, true, 0},
 }};
 
 constexpr const DTypeTraits& traits(DType t) { return kDTypeTraits[static_cast<int>(t)]; }
@@ -52,6 +60,16 @@ constexpr size_t itemsize(DType t) { return traits(t).itemsize; }
 constexpr bool is_floating(DType t) { return traits(t).is_floating; }
 constexpr bool is_reduced_float(DType t) { return t == DType::Float16 || t == DType::BFloat16; }
 constexpr std::string_view dtype_name(DType t) { return traits(t).name; }
+
+// Note [Float8 tensors]
+// float8_e4m3fn and float8_e5m2 tensors hold data (Note [FP8 formats] in core/float8.h): they
+// are made (empty, zeros, full, ones), cast both ways with to() (round to nearest even;
+// overflow is NaN in e4m3fn and inf in e5m2, as PyTorch's), copied, viewed, printed and
+// saved (safetensors F8_E4M3, F8_E5M2). Any other op given one raises an ag::Error naming the
+// op, as PyTorch's "not implemented for 'Float8_e4m3fn'": FP8 arithmetic is autocast's
+// (issue #26), not the ops'. They promote with nothing but themselves (promote_types throws),
+// and kernels' visit_dtype does not visit them: a kernel reached with one throws.
+constexpr bool is_float8(DType t) { return t == DType::Float8_e4m3fn || t == DType::Float8_e5m2; }
 
 // Result type of a binary op between two tensors, as torch.promote_types.
 DType promote_types(DType a, DType b);
@@ -87,6 +105,8 @@ template <> struct CppType<DType::Int64> { using type = int64_t; };
 template <> struct CppType<DType::Int32> { using type = int32_t; };
 template <> struct CppType<DType::Bool> { using type = bool; };
 template <> struct CppType<DType::UInt8> { using type = uint8_t; };
+template <> struct CppType<DType::Float8_e4m3fn> { using type = Float8_e4m3fn; };
+template <> struct CppType<DType::Float8_e5m2> { using type = Float8_e5m2; };
 
 template <class T> constexpr DType dtype_of();
 template <> constexpr DType dtype_of<float>() { return DType::Float32; }
@@ -97,6 +117,8 @@ template <> constexpr DType dtype_of<int64_t>() { return DType::Int64; }
 template <> constexpr DType dtype_of<int32_t>() { return DType::Int32; }
 template <> constexpr DType dtype_of<bool>() { return DType::Bool; }
 template <> constexpr DType dtype_of<uint8_t>() { return DType::UInt8; }
+template <> constexpr DType dtype_of<Float8_e4m3fn>() { return DType::Float8_e4m3fn; }
+template <> constexpr DType dtype_of<Float8_e5m2>() { return DType::Float8_e5m2; }
 
 // Arithmetic type a kernel computes in: float for 16-bit floats (load, compute, round on store).
 template <class T> struct AccType { using type = T; };
@@ -107,7 +129,13 @@ template <> struct AccType<uint8_t> { using type = int64_t; };
 template <> struct AccType<int32_t> { using type = int64_t; };
 template <class T> using acc_t = typename AccType<T>::type;
 
+namespace detail {
+// Throws the ag::Error of a kernel reached with a float8 tensor, naming the current op.
+[[noreturn]] void float8_unsupported(DType t);
+}  // namespace detail
+
 // Calls f(T{}) with T the C++ type of `t`: `visit_dtype(t, [&](auto tag) { using T = decltype(tag); })`.
+// Float8 dtypes are not visited (Note [Float8 tensors]): visit_float8 takes those.
 template <class F> decltype(auto) visit_dtype(DType t, F&& f) {
   switch (t) {
     case DType::Float32: return f(float{});
@@ -118,8 +146,18 @@ template <class F> decltype(auto) visit_dtype(DType t, F&& f) {
     case DType::Int32: return f(int32_t{});
     case DType::Bool: return f(bool{});
     case DType::UInt8: return f(uint8_t{});
+    case DType::Float8_e4m3fn:
+    case DType::Float8_e5m2: detail::float8_unsupported(t);
   }
   return f(float{});  // unreachable: every enumerator is handled above
+}
+
+// As visit_dtype, float8 dtypes included: the kernels that move and convert values (copy,
+// fill, printing, safetensors).
+template <class F> decltype(auto) visit_dtype_with_float8(DType t, F&& f) {
+  if (t == DType::Float8_e4m3fn) return f(Float8_e4m3fn{});
+  if (t == DType::Float8_e5m2) return f(Float8_e5m2{});
+  return visit_dtype(t, std::forward<F>(f));
 }
 
 }  // namespace ampgrad

@@ -35,6 +35,18 @@ namespace ampgrad::cuda {
 // cuBLASLt's GELU is the tanh form, as PyTorch's _addmm_activation relies on); in backward, the bias
 // gradient (the column sums of the incoming gradient) comes out of the weight-gradient GEMM's
 // epilogue (EPILOGUE_BGRADB), which reads those columns anyway: one launch fewer per layer.
+//
+// Note [FP8 GEMM]
+// Hopper's FP8 tensor cores take A and B in float8_e4m3fn or float8_e5m2 (not both e5m2),
+// "TN" only (column-major A transposed, B not: row-major a [M, K] times column-major b
+// [K, N] seen from the row-major side, as torch._scaled_mm requires), leading dimensions of
+// 16 bytes. Each operand carries a per-tensor scale, a float on the device that the kernel
+// reads (no host synchronization, capturable): D = a_scale * b_scale * A B (+ bias), summed in
+// float32, stored as bfloat16, float16, float32 or (times d_scale) float8; AMAX_D returns
+// max |D| from the epilogue, so the scaling recipe gets the output's amax with no extra pass.
+// The pointers are set per call like the bias; the plan is keyed by the operand dtypes and by
+// which of them are present. FAST_ACCUM (use_fast_accum) lets the tensor cores keep partial
+// sums in their own reduced precision between promotions, as torch._scaled_mm's flag does.
 
 namespace {
 
@@ -66,8 +78,9 @@ int alignment(const void* p) {
 
 struct Key {
   int device;
-  DType dtype, out_dtype;
+  DType dtype, out_dtype, b_dtype;
   bool tf32;
+  int fp8;  // bits: 1 scales, 2 d_scale, 4 amax_d, 8 fast_accum
   int op_a, op_b;
   int64_t m, n, k, lda, ldb, ldc, stride_a, stride_b, stride_c, batch;
   bool beta_zero;
@@ -99,6 +112,8 @@ cudaDataType_t lt_type(DType t) {
     case DType::Float32: return CUDA_R_32F;
     case DType::Float16: return CUDA_R_16F;
     case DType::BFloat16: return CUDA_R_16BF;
+    case DType::Float8_e4m3fn: return CUDA_R_8F_E4M3;
+    case DType::Float8_e5m2: return CUDA_R_8F_E5M2;
     default: break;
   }
   AG_INTERNAL_ASSERT(false, "lt_gemm: dtype {} is not a cuBLASLt dtype here", dtype_name(t));
@@ -118,6 +133,17 @@ cublasLtMatrixLayout_t layout(cudaDataType_t t, int64_t rows, int64_t cols, int6
   return l;
 }
 
+// The FP8 scale and amax pointers of this call (Note [FP8 GEMM]).
+void set_fp8_pointers(cublasLtMatmulDesc_t desc, const LtGemm& g) {
+  auto set = [&](cublasLtMatmulDescAttributes_t attr, const void* p) {
+    AG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, attr, &p, sizeof(p)));
+  };
+  set(CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, g.a_scale);
+  set(CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, g.b_scale);
+  if (g.d_scale) set(CUBLASLT_MATMUL_DESC_D_SCALE_POINTER, g.d_scale);
+  if (g.amax_d) set(CUBLASLT_MATMUL_DESC_AMAX_D_POINTER, g.amax_d);
+}
+
 std::unique_ptr<Plan> make_plan(const LtGemm& g, const Key& key, cublasLtHandle_t h, size_t workspace_bytes) {
   auto p = std::make_unique<Plan>();
   const cudaDataType_t type = lt_type(g.dtype);
@@ -126,6 +152,10 @@ std::unique_ptr<Plan> make_plan(const LtGemm& g, const Key& key, cublasLtHandle_
   const int32_t op_a = g.op_a, op_b = g.op_b;
   AG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
   AG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
+  if (key.fp8 & 8) {
+    const int8_t fast = 1;
+    AG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof(fast)));
+  }
   if (key.epilogue != 0) {
     constexpr cublasLtEpilogue_t kEpilogues[] = {
         CUBLASLT_EPILOGUE_DEFAULT, CUBLASLT_EPILOGUE_BIAS,     CUBLASLT_EPILOGUE_BGRADB,
@@ -144,10 +174,11 @@ std::unique_ptr<Plan> make_plan(const LtGemm& g, const Key& key, cublasLtHandle_
       AG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof(ld)));
     }
   }
+  if (key.fp8 != 0) set_fp8_pointers(p->desc, g);
   // Stored shapes, before the transposes.
   const bool ta = g.op_a != CUBLAS_OP_N, tb = g.op_b != CUBLAS_OP_N;
   p->a = layout(type, ta ? g.k : g.m, ta ? g.m : g.k, g.lda, g.batch, g.stride_a);
-  p->b = layout(type, tb ? g.n : g.k, tb ? g.k : g.n, g.ldb, g.batch, g.stride_b);
+  p->b = layout(key.fp8 != 0 ? lt_type(g.b_dtype) : type, tb ? g.n : g.k, tb ? g.k : g.n, g.ldb, g.batch, g.stride_b);
   p->c = layout(lt_type(g.out_dtype), g.m, g.n, g.ldc, g.batch, g.stride_c);
 
   cublasLtMatmulPreference_t pref = nullptr;
@@ -206,7 +237,10 @@ bool lt_gemm(const LtGemm& g, void* workspace, size_t workspace_bytes) {
   const int epilogue = g.relu ? (g.bias ? 3 : 4)
                        : g.gelu ? (g.aux ? (g.bias ? 7 : 8) : (g.bias ? 5 : 6))
                                 : (g.bias ? 1 : (g.bias_grad ? 2 : 0));
-  const Key key{g.device, g.dtype, g.out_dtype, g.tf32, static_cast<int>(g.op_a), static_cast<int>(g.op_b), g.m, g.n, g.k,
+  const bool fp8 = is_float8(g.dtype);
+  if (fp8 != (g.a_scale != nullptr) || fp8 != (g.b_scale != nullptr) || (fp8 && g.batch != 1)) return false;
+  const int fp8_bits = fp8 ? 1 | (g.d_scale ? 2 : 0) | (g.amax_d ? 4 : 0) | (g.fast_accum ? 8 : 0) : 0;
+  const Key key{g.device, g.dtype, g.out_dtype, fp8 ? g.b_dtype : g.dtype, g.tf32, fp8_bits, static_cast<int>(g.op_a), static_cast<int>(g.op_b), g.m, g.n, g.k,
                 g.lda, g.ldb, g.ldc, g.batch > 1 ? g.stride_a : 0, g.batch > 1 ? g.stride_b : 0,
                 g.batch > 1 ? g.stride_c : 0, g.batch, g.beta == 0, epilogue, alignment(g.a),
                 alignment(g.b), alignment(g.c)};
@@ -240,6 +274,10 @@ bool lt_gemm(const LtGemm& g, void* workspace, size_t workspace_bytes) {
       .add(vec)
       .add(g.aux)
       .add(workspace)
+      .add(g.a_scale)
+      .add(g.b_scale)
+      .add(g.d_scale)
+      .add(static_cast<const void*>(g.amax_d))
       .add_bits(g.alpha)
       .add_bits(g.beta)
       .add(stream);
@@ -251,6 +289,7 @@ bool lt_gemm(const LtGemm& g, void* workspace, size_t workspace_bytes) {
     if (g.aux)
       AG_CUBLAS_CHECK(
           cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g.aux, sizeof(g.aux)));
+    if (fp8) set_fp8_pointers(plan->desc, g);
     AG_CUBLAS_CHECK(cublasLtMatmul(h, plan->desc, &g.alpha, g.a, plan->a, g.b, plan->b, &g.beta, g.c, plan->c, g.c,
                                    plan->c, &plan->algo, workspace, plan->workspace, stream));
   });

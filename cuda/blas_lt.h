@@ -1,4 +1,4 @@
-// cuBLASLt for 16-bit and float32 GEMMs: cached descriptors and algorithm per geometry
+// cuBLASLt for FP8, 16-bit and float32 GEMMs: cached descriptors and algorithm per geometry
 // (Note [cuBLASLt GEMM] in cuda/blas_lt.cpp). Internal to cuda/matmul.cpp.
 #pragma once
 
@@ -42,6 +42,16 @@ struct LtGemm {
   // linear followed by gelu(approximate="tanh"), linear_gelu; batch 1, beta 0, no bias_grad).
   bool gelu = false;
   void* aux = nullptr;
+  // FP8 (Note [FP8 GEMM] in cuda/blas_lt.cpp): dtype is A's, b_dtype B's (float8_e4m3fn or
+  // float8_e5m2, not both e5m2); a_scale and b_scale dequantize them (D = a_scale * b_scale *
+  // op(A) op(B) [+ bias]); d_scale quantizes a float8 D; amax_d receives max |D| before
+  // d_scale. Each a float on the device. op_a T and op_b N (Hopper's FP8 layout).
+  DType b_dtype = DType::Float32;
+  const float* a_scale = nullptr;
+  const float* b_scale = nullptr;
+  const float* d_scale = nullptr;
+  float* amax_d = nullptr;
+  bool fast_accum = false;
 };
 
 // Runs the GEMM on the device's library stream; false when cuBLASLt proposes no algorithm

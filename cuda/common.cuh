@@ -54,9 +54,18 @@ template <class T, class A> __device__ __forceinline__ T from_acc(A v) {
   else return static_cast<T>(v);
 }
 
-// Any dtype to any dtype, for copy.
+template <class T> inline constexpr bool is_float8_v = std::is_same_v<T, Float8_e4m3fn> || std::is_same_v<T, Float8_e5m2>;
+
+// Any dtype to any dtype, for copy. Float8 goes through float with core/float8.h's own
+// conversions, so the device rounds as the host does (Note [Float8 tensors] in core/dtype.h).
 template <class D, class S> __device__ __forceinline__ D cast_value(S s) {
   if constexpr (std::is_same_v<D, S>) return s;
+  else if constexpr (is_float8_v<S>) return cast_value<D>(static_cast<float>(s));
+  else if constexpr (is_float8_v<D>) {
+    if constexpr (is_half_v<S>) return D(__half2float(s));
+    else if constexpr (is_bf16_v<S>) return D(__bfloat162float(s));
+    else return D(static_cast<float>(s));
+  }
   else if constexpr (is_half_v<S>) return from_acc<D>(__half2float(s));
   else if constexpr (is_bf16_v<S>) return from_acc<D>(__bfloat162float(s));
   else return from_acc<D>(s);
@@ -87,8 +96,17 @@ template <class F> decltype(auto) dispatch_all(DType t, F&& f) {
     case DType::Int32: return f(TypeTag<int32_t>{});
     case DType::Bool: return f(TypeTag<bool>{});
     case DType::UInt8: return f(TypeTag<uint8_t>{});
+    case DType::Float8_e4m3fn:
+    case DType::Float8_e5m2: ampgrad::detail::float8_unsupported(t);
   }
   return f(TypeTag<float>{});  // unreachable: every enumerator is handled above
+}
+
+// As dispatch_all, float8 dtypes included: the kernels that move and convert values.
+template <class F> decltype(auto) dispatch_with_float8(DType t, F&& f) {
+  if (t == DType::Float8_e4m3fn) return f(TypeTag<Float8_e4m3fn>{});
+  if (t == DType::Float8_e5m2) return f(TypeTag<Float8_e5m2>{});
+  return dispatch_all(t, std::forward<F>(f));
 }
 
 template <class F> decltype(auto) dispatch_floating(DType t, const char* op, F&& f) {

@@ -61,10 +61,11 @@ template <class D> __global__ void arange_kernel(D* dst, double start, double st
 // The bits `value` has in `t`, converted as the CPU's fill does.
 uint64_t fill_bits(DType t, double value) {
   uint64_t bits = 0;
-  visit_dtype(t, [&](auto tag) {
+  visit_dtype_with_float8(t, [&](auto tag) {
     using T = decltype(tag);
     T v;
-    if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
+    if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16> || std::is_same_v<T, Float8_e4m3fn> ||
+                  std::is_same_v<T, Float8_e5m2>) {
       v = T(static_cast<float>(value));
     } else {
       v = static_cast<T>(value);
@@ -106,9 +107,9 @@ void copy(const Tensor& dst, const Tensor& src) {
     });
     return;
   }
-  dispatch_all(dst.dtype(), [&](auto dtag) {
+  dispatch_with_float8(dst.dtype(), [&](auto dtag) {
     using D = typename decltype(dtag)::type;
-    dispatch_all(src.dtype(), [&](auto stag) {
+    dispatch_with_float8(src.dtype(), [&](auto stag) {
       using S = typename decltype(stag)::type;
       if constexpr (!std::is_same_v<D, S>) {  // equal dtypes took the raw path above
         const S* sp = ptr<const S>(src);

@@ -8,6 +8,7 @@
 #include <ampgrad/cuda/blas_lt.h>
 #include <ampgrad/cuda/call_graph.h>
 #include <ampgrad/cuda/check.h>
+#include <ampgrad/core/float8_kernels.h>
 #include <ampgrad/core/kernels.h>
 #include <ampgrad/cuda/runtime.h>
 
@@ -221,7 +222,50 @@ bool gemm_bias_grad(const Tensor& a, const Tensor& bm, const Tensor& out, const 
   return run_gemm(a, bm, out, 1, 0, Tensor(), bias_grad);
 }
 
+// Note [FP8 GEMM] in cuda/blas_lt.cpp. Row-major out [M, N] is column-major out^T [N, M] =
+// b^T a^T: cuBLASLt's A is b (column-major [K, N], transposed: "T"), its B is a (row-major
+// [M, K] is column-major [K, M]: "N"), so its scales swap too.
+void scaled_gemm(const Tensor& a, const Tensor& b, const Tensor& scale_a, const Tensor& scale_b, const Tensor& bias,
+                 const Tensor& scale_result, const Tensor& amax, bool fast_accum, const Tensor& out) {
+  const int device = out.device().index;
+  DeviceGuard guard(device);
+  const DeviceProperties& props = device_properties(device);
+  AG_CHECK(props.major > 8 || (props.major == 8 && props.minor >= 9),
+           "scaled_mm: FP8 GEMMs need compute capability 8.9 or later (Ada, Hopper); cuda:{} ({}) is {}.{}", device,
+           props.name, props.major, props.minor);
+  const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
+  if (out.numel() == 0) return;
+  BlasState& blas = blas_state(device);
+  LtGemm g;
+  g.device = device;
+  g.dtype = b.dtype();
+  g.b_dtype = a.dtype();
+  g.out_dtype = out.dtype();
+  g.op_a = CUBLAS_OP_T;
+  g.op_b = CUBLAS_OP_N;
+  g.m = n;
+  g.n = m;
+  g.k = k;
+  g.a = ampgrad::detail::address(b);
+  g.lda = b.stride(1);
+  g.b = ampgrad::detail::address(a);
+  g.ldb = a.stride(0);
+  g.c = ampgrad::detail::address(out);
+  g.ldc = n;
+  g.a_scale = static_cast<const float*>(ampgrad::detail::address(scale_b));
+  g.b_scale = static_cast<const float*>(ampgrad::detail::address(scale_a));
+  if (scale_result.defined()) g.d_scale = static_cast<const float*>(ampgrad::detail::address(scale_result));
+  if (amax.defined()) g.amax_d = static_cast<float*>(ampgrad::detail::address(amax));
+  g.fast_accum = fast_accum;
+  if (bias.defined()) g.bias = ampgrad::detail::address(bias);
+  AG_CHECK(lt_gemm(g, blas.workspace, kWorkspaceBytes),
+           "scaled_mm: cuBLASLt has no FP8 algorithm for {} [{}, {}] @ {} [{}, {}] -> {}{} on cuda:{}",
+           dtype_name(a.dtype()), m, k, dtype_name(b.dtype()), k, n, dtype_name(out.dtype()),
+           bias.defined() ? " with a bias" : "", device);
+}
+
 AG_REGISTER_KERNEL(kernel::gemm, kCUDA, gemm);
+AG_REGISTER_KERNEL(kernel::scaled_gemm, kCUDA, scaled_gemm);
 AG_REGISTER_KERNEL(kernel::gemm_bias, kCUDA, gemm_bias);
 AG_REGISTER_KERNEL(kernel::gemm_bias_grad, kCUDA, gemm_bias_grad);
 

@@ -102,7 +102,11 @@ ncclDataType_t nccl_type(DType t) {
     case DType::Int32: return ncclInt32;
     case DType::UInt8: return ncclUint8;
     case DType::Bool: return ncclUint8;
+    case DType::Float8_e4m3fn:
+    case DType::Float8_e5m2: break;
   }
+  AG_CHECK(false, "distributed: collectives on {} tensors are not supported (cast to a wider dtype first)",
+           dtype_name(t));
   return ncclFloat32;
 }
 

@@ -36,7 +36,8 @@ struct Code {
   DType dtype;
 };
 constexpr Code kCodes[] = {{"F32", kFloat32}, {"F16", kFloat16}, {"BF16", kBFloat16}, {"F64", kFloat64},
-                           {"I64", kInt64},   {"I32", kInt32},   {"BOOL", kBool},     {"U8", kUInt8}};
+                           {"I64", kInt64},   {"I32", kInt32},   {"BOOL", kBool},     {"U8", kUInt8},
+                           {"F8_E4M3", kFloat8_e4m3fn}, {"F8_E5M2", kFloat8_e5m2}};
 
 const char* code_of(DType d) {
   for (const Code& c : kCodes)
@@ -168,7 +169,7 @@ DType dtype_of_code(const std::string& path, const std::string& name, const json
   for (const Code& c : kCodes)
     if (code.get<std::string>() == c.name) return c.dtype;
   AG_CHECK(false, "load_safetensors: {}: tensor '{}': unknown dtype '{}' (ampgrad reads F32, F16, BF16, F64, I64, "
-           "I32, BOOL, U8)", path, name, code.get<std::string>());
+           "I32, BOOL, U8, F8_E4M3, F8_E5M2)", path, name, code.get<std::string>());
   return kFloat32;
 }
 

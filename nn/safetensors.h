@@ -15,7 +15,7 @@ namespace ampgrad::nn {
 // bytes, contiguous and little-endian, at [b, e) counted from the start of the data. The
 // tensors tile the data exactly (no gaps, no overlaps). We write them by decreasing item
 // size, then by name, as the reference implementation does, so every tensor is aligned.
-// dtypes: F32 F16 BF16 F64 I64 I32 BOOL U8.
+// dtypes: F32 F16 BF16 F64 I64 I32 BOOL U8 F8_E4M3 F8_E5M2.
 
 struct SafetensorsFile {
   std::map<std::string, Tensor> tensors;  // contiguous CPU tensors

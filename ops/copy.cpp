@@ -8,9 +8,9 @@
 namespace ampgrad {
 
 namespace {
-const OpInfo kTo{"to", amp::Category::passthrough, true, "a cast: autocast inserts these, it never changes them"};
-const OpInfo kClone{"clone", amp::Category::passthrough, true, "a copy keeps its dtype"};
-const OpInfo kCopy{"copy_", amp::Category::passthrough, true, "writes into an existing tensor of its own dtype"};
+const OpInfo kTo{"to", amp::Category::passthrough, true, "a cast: autocast inserts these, it never changes them", {}, false, kMovesFloat8};
+const OpInfo kClone{"clone", amp::Category::passthrough, true, "a copy keeps its dtype", {}, false, kMovesFloat8};
+const OpInfo kCopy{"copy_", amp::Category::passthrough, true, "writes into an existing tensor of its own dtype", {}, false, kMovesFloat8};
 
 // Copies between devices through a contiguous staging tensor in dst's dtype on src's side
 // (the cast runs where the data is) and, when dst is not contiguous, one on dst's side.

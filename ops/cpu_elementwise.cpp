@@ -215,16 +215,24 @@ void where(const Tensor& cond, const Tensor& x, const Tensor& y, const Tensor& o
   });
 }
 
+template <class T> inline constexpr bool kIsFloat8 = std::is_same_v<T, Float8_e4m3fn> || std::is_same_v<T, Float8_e5m2>;
+
 void copy(const Tensor& dst, const Tensor& src) {
-  visit_dtype(dst.dtype(), [&](auto dtag) {
+  visit_dtype_with_float8(dst.dtype(), [&](auto dtag) {
     using D = decltype(dtag);
-    visit_dtype(src.dtype(), [&](auto stag) {
+    visit_dtype_with_float8(src.dtype(), [&](auto stag) {
       using S = decltype(stag);
       D* pd = base<D>(dst);
       const S* ps = base<const S>(src);
       for_each_offset<2>(dst.shape(), {&src.strides(), &dst.strides()}, [&](const std::array<int64_t, 2>& o) {
         if constexpr (std::is_same_v<D, S>) {
           pd[o[1]] = ps[o[0]];
+        } else if constexpr (kIsFloat8<S> || kIsFloat8<D>) {
+          // Through float, as PyTorch's casts (a double rounds to float first, then to float8).
+          const float v = kIsFloat8<S> ? static_cast<float>(ps[o[0]]) : static_cast<float>(static_cast<double>(ps[o[0]]));
+          if constexpr (std::is_same_v<D, bool>) pd[o[1]] = v != 0.0f;
+          else if constexpr (kIsFloat8<D>) pd[o[1]] = D(v);
+          else pd[o[1]] = static_cast<D>(v);
         } else if constexpr (std::is_same_v<D, bool>) {
           pd[o[1]] = static_cast<double>(ps[o[0]]) != 0.0;
         } else {
@@ -260,10 +268,10 @@ void accumulate(const Tensor& dst, const Tensor& src) {
 }
 
 void fill(const Tensor& dst, double value) {
-  visit_dtype(dst.dtype(), [&](auto tag) {
+  visit_dtype_with_float8(dst.dtype(), [&](auto tag) {
     using T = decltype(tag);
     T v;
-    if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
+    if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16> || kIsFloat8<T>) {
       v = T(static_cast<float>(value));
     } else {
       v = static_cast<T>(value);

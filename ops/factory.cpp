@@ -100,7 +100,9 @@ Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step, Tensor
 }
 
 Tensor rand(const Shape& shape, Generator& gen, TensorOptions options) {
-  AG_CHECK(is_floating(options.dtype()), "rand: expected a floating dtype, got {}", dtype_name(options.dtype()));
+  AG_CHECK(is_floating(options.dtype()) && !is_float8(options.dtype()),
+           "rand: expected a floating dtype other than float8 (as PyTorch: draw in another dtype, then cast), got {}",
+           dtype_name(options.dtype()));
   std::vector<double> v(static_cast<size_t>(shape_numel(shape)));
   // As many random bits as the dtype has significand digits (53, 24, 11, 8), so that every
   // draw is exact in the dtype and rounding never reaches 1.0.
@@ -111,7 +113,9 @@ Tensor rand(const Shape& shape, Generator& gen, TensorOptions options) {
   return from_host(v.data(), kFloat64, shape, options, "rand");
 }
 Tensor randn(const Shape& shape, Generator& gen, TensorOptions options) {
-  AG_CHECK(is_floating(options.dtype()), "randn: expected a floating dtype, got {}", dtype_name(options.dtype()));
+  AG_CHECK(is_floating(options.dtype()) && !is_float8(options.dtype()),
+           "randn: expected a floating dtype other than float8 (as PyTorch: draw in another dtype, then cast), got {}",
+           dtype_name(options.dtype()));
   std::vector<double> v(static_cast<size_t>(shape_numel(shape)));
   for (double& x : v) x = gen.normal();
   return from_host(v.data(), kFloat64, shape, options, "randn");

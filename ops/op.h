@@ -28,15 +28,21 @@ struct OpInfo {
   // passes such inputs uncast and the op returns float32 (Note [Reading 16-bit inputs] in
   // ops/softmax.cpp).
   bool reads_16bit = false;
+  // Ops that only move or convert values (to, copy_, clone, views): the only ones a float8
+  // tensor may enter; any other op refuses one (Note [Float8 tensors] in core/dtype.h).
+  bool moves_float8 = false;
   // Set when another record already has this name (a program's op named like a built-in
   // one): calling the op then raises an error, as a registration cannot throw.
   bool duplicate = false;
 
   OpInfo(std::string_view name, amp::Category category, bool differentiable, std::string_view reason,
-         std::string_view alternative = {}, bool reads_16bit = false);
+         std::string_view alternative = {}, bool reads_16bit = false, bool moves_float8 = false);
   OpInfo(const OpInfo&) = delete;
   OpInfo& operator=(const OpInfo&) = delete;
 };
+
+// For OpInfo's last argument: `OpInfo kView{"view", ..., {}, false, kMovesFloat8}`.
+inline constexpr bool kMovesFloat8 = true;
 
 const std::vector<const OpInfo*>& op_registry();
 const OpInfo* find_op(std::string_view name);

@@ -67,6 +67,12 @@ class OpScope {
     if (op_.duplicate) [[unlikely]] refuse_duplicate();
     for (size_t i = 0; i < n && i < kNamedInputs; ++i) inputs_[n_inputs_++] = input(i);
     current_.set_inputs(inputs_, n_inputs_);
+    if (!op_.moves_float8) {
+      for (size_t i = 0; i < n; ++i) {
+        const Tensor* t = input(i);
+        if (t->defined() && is_float8(t->dtype())) [[unlikely]] refuse_float8(*t);
+      }
+    }
     if (autograd::detail::anomaly_guarded() && depth_.outermost) [[unlikely]]
       position_ = autograd::detail::anomaly_begin_op();
   }
@@ -82,6 +88,7 @@ class OpScope {
     ~Depth() { --amp::detail::OpDepth::depth; }
   };
   [[noreturn]] void refuse_duplicate() const;
+  [[noreturn]] void refuse_float8(const Tensor& t) const;
   Depth depth_;
   const OpInfo& op_;
   CurrentOp current_;

@@ -15,13 +15,14 @@ std::vector<const OpInfo*>& registry() {
 }  // namespace
 
 OpInfo::OpInfo(std::string_view name_, amp::Category category_, bool differentiable_, std::string_view reason_,
-               std::string_view alternative_, bool reads_16bit_)
+               std::string_view alternative_, bool reads_16bit_, bool moves_float8_)
     : name(name_),
       category(category_),
       differentiable(differentiable_),
       reason(reason_),
       alternative(alternative_),
-      reads_16bit(reads_16bit_) {
+      reads_16bit(reads_16bit_),
+      moves_float8(moves_float8_) {
   duplicate = find_op(name) != nullptr;
   if (!duplicate) registry().push_back(this);
 }
@@ -29,6 +30,13 @@ OpInfo::OpInfo(std::string_view name_, amp::Category category_, bool differentia
 void OpScope::refuse_duplicate() const {
   AG_CHECK(false, "{}: another op is already registered under this name (op names are unique; rename this one)",
            op_.name);
+}
+
+void OpScope::refuse_float8(const Tensor& t) const {
+  AG_CHECK(false,
+           "{}: not implemented for {} (got {}): float8 tensors support only to(), copies, views, printing and "
+           "safetensors; cast to a wider dtype first, or let autocast run FP8 matmuls",
+           op_.name, dtype_name(t.dtype()), t.desc());
 }
 
 const std::vector<const OpInfo*>& op_registry() { return registry(); }

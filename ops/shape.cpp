@@ -15,15 +15,15 @@ using amp::Category;
 
 namespace {
 
-const OpInfo kView{"view", Category::passthrough, true, "a view: no data changes"};
-const OpInfo kReshape{"reshape", Category::passthrough, true, "a view, or a copy when strides forbid one"};
-const OpInfo kTranspose{"transpose", Category::passthrough, true, "a view: no data changes"};
-const OpInfo kPermute{"permute", Category::passthrough, true, "a view: no data changes"};
-const OpInfo kSlice{"slice", Category::passthrough, true, "a view: no data changes"};
-const OpInfo kSelect{"select", Category::passthrough, true, "a view: no data changes"};
-const OpInfo kExpand{"expand", Category::passthrough, true, "a view: no data changes"};
-const OpInfo kSqueeze{"squeeze", Category::passthrough, true, "a view: no data changes"};
-const OpInfo kUnsqueeze{"unsqueeze", Category::passthrough, true, "a view: no data changes"};
+const OpInfo kView{"view", Category::passthrough, true, "a view: no data changes", {}, false, kMovesFloat8};
+const OpInfo kReshape{"reshape", Category::passthrough, true, "a view, or a copy when strides forbid one", {}, false, kMovesFloat8};
+const OpInfo kTranspose{"transpose", Category::passthrough, true, "a view: no data changes", {}, false, kMovesFloat8};
+const OpInfo kPermute{"permute", Category::passthrough, true, "a view: no data changes", {}, false, kMovesFloat8};
+const OpInfo kSlice{"slice", Category::passthrough, true, "a view: no data changes", {}, false, kMovesFloat8};
+const OpInfo kSelect{"select", Category::passthrough, true, "a view: no data changes", {}, false, kMovesFloat8};
+const OpInfo kExpand{"expand", Category::passthrough, true, "a view: no data changes", {}, false, kMovesFloat8};
+const OpInfo kSqueeze{"squeeze", Category::passthrough, true, "a view: no data changes", {}, false, kMovesFloat8};
+const OpInfo kUnsqueeze{"unsqueeze", Category::passthrough, true, "a view: no data changes", {}, false, kMovesFloat8};
 
 // Records a view whose gradient is `bw(g)`.
 template <class Backward> Tensor view_result(const OpInfo& op, const Tensor& in, Tensor out, Backward bw) {

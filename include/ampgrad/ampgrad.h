@@ -28,6 +28,7 @@
 #include <ampgrad/nn/losses.h>
 #include <ampgrad/nn/module.h>
 #include <ampgrad/nn/rnn.h>
+#include <ampgrad/ops/float8_ops.h>
 #include <ampgrad/ops/nn_ops.h>
 #include <ampgrad/ops/ops.h>
 #include <ampgrad/ops/rnn_ops.h>

@@ -1,0 +1,26 @@
+// The FP8 ops (issue #26): scaled_mm, the FP8 GEMM with per-tensor scales, as torch._scaled_mm.
+#pragma once
+
+#include <optional>
+
+#include <ampgrad/core/tensor.h>
+
+namespace ampgrad {
+
+// out = scale_a * scale_b * (a @ b) [+ bias], summed in float32 and rounded once to out_dtype
+// (bfloat16 unless given: float16, bfloat16 or float32), as torch._scaled_mm(a, b, scale_a,
+// scale_b, bias, out_dtype=..., use_fast_accum=...). a [M, K] row-major and b [K, N]
+// column-major (b.t() contiguous: torch's layout, Hopper's "TN"), float8_e4m3fn or
+// float8_e5m2 (not both e5m2); K and N multiples of 16. scale_a and scale_b: float32 tensors
+// of one element on a's device, the dequantization scales (a's real values are a * scale_a);
+// the device reads them, the host never does. bias: [N] of out_dtype (16-bit outputs). amax,
+// when given (float32, one element, on the device), receives max |out| before rounding,
+// straight from cuBLASLt's epilogue on CUDA: what a delayed-scaling recipe needs. CUDA
+// (compute capability 8.9+) runs cuBLASLt's FP8 kernels (Note [FP8 GEMM] in
+// cuda/blas_lt.cpp); the CPU decodes to float32 and multiplies, the reference the CUDA path is
+// tested against. Not differentiable (neither is torch._scaled_mm).
+Tensor scaled_mm(const Tensor& a, const Tensor& b, const Tensor& scale_a, const Tensor& scale_b,
+                 const Tensor& bias = Tensor(), std::optional<DType> out_dtype = std::nullopt,
+                 bool use_fast_accum = false, const Tensor& amax = Tensor());
+
+}  // namespace ampgrad
