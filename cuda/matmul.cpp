@@ -225,7 +225,7 @@ bool gemm_bias_grad(const Tensor& a, const Tensor& bm, const Tensor& out, const 
 // Note [FP8 GEMM] in cuda/blas_lt.cpp. Row-major out [M, N] is column-major out^T [N, M] =
 // b^T a^T: cuBLASLt's A is b (column-major [K, N], transposed: "T"), its B is a (row-major
 // [M, K] is column-major [K, M]: "N"), so its scales swap too.
-void scaled_gemm(const Tensor& a, const Tensor& b, const Tensor& scale_a, const Tensor& scale_b, const Tensor& bias,
+bool scaled_gemm(const Tensor& a, const Tensor& b, const Tensor& scale_a, const Tensor& scale_b, const Tensor& bias,
                  const Tensor& scale_result, const Tensor& amax, bool fast_accum, const Tensor& out) {
   const int device = out.device().index;
   DeviceGuard guard(device);
@@ -234,7 +234,7 @@ void scaled_gemm(const Tensor& a, const Tensor& b, const Tensor& scale_a, const 
            "scaled_mm: FP8 GEMMs need compute capability 8.9 or later (Ada, Hopper); cuda:{} ({}) is {}.{}", device,
            props.name, props.major, props.minor);
   const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
-  if (out.numel() == 0) return;
+  if (out.numel() == 0) return false;
   BlasState& blas = blas_state(device);
   LtGemm g;
   g.device = device;
@@ -258,10 +258,14 @@ void scaled_gemm(const Tensor& a, const Tensor& b, const Tensor& scale_a, const 
   if (amax.defined()) g.amax_d = static_cast<float*>(ampgrad::detail::address(amax));
   g.fast_accum = fast_accum;
   if (bias.defined()) g.bias = ampgrad::detail::address(bias);
+  if (g.amax_d && lt_gemm(g, blas.workspace, kWorkspaceBytes)) return true;
+  const bool amax_written = false;  // the epilogue declined AMAX_D (or none was asked for)
+  g.amax_d = nullptr;
   AG_CHECK(lt_gemm(g, blas.workspace, kWorkspaceBytes),
            "scaled_mm: cuBLASLt has no FP8 algorithm for {} [{}, {}] @ {} [{}, {}] -> {}{} on cuda:{}",
            dtype_name(a.dtype()), m, k, dtype_name(b.dtype()), k, n, dtype_name(out.dtype()),
            bias.defined() ? " with a bias" : "", device);
+  return amax_written;
 }
 
 AG_REGISTER_KERNEL(kernel::gemm, kCUDA, gemm);

@@ -15,7 +15,8 @@ namespace ampgrad {
 // of one element on a's device, the dequantization scales (a's real values are a * scale_a);
 // the device reads them, the host never does. bias: [N] of out_dtype (16-bit outputs). amax,
 // when given (float32, one element, on the device), receives max |out| before rounding,
-// straight from cuBLASLt's epilogue on CUDA: what a delayed-scaling recipe needs. CUDA
+// from cuBLASLt's epilogue on CUDA where it takes AMAX_D for the output dtype (else one
+// reduction of the rounded output): what a delayed-scaling recipe needs. CUDA
 // (compute capability 8.9+) runs cuBLASLt's FP8 kernels (Note [FP8 GEMM] in
 // cuda/blas_lt.cpp); the CPU decodes to float32 and multiplies, the reference the CUDA path is
 // tested against. Not differentiable (neither is torch._scaled_mm).

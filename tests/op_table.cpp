@@ -223,6 +223,8 @@ std::vector<std::string> ops_without(Check c) {
   for (const ag::OpInfo* op : library_ops()) {
     const std::string name(op->name);
     if (c == Check::gradcheck && (!op->differentiable || checked_by_hand().count(name))) continue;
+    // float8 operands do not come from the table's floating inputs.
+    if (name == "scaled_mm") continue;  // tests/test_float8.cpp: against float64 on the CPU and CUDA
     const bool covered = std::any_of(rows().begin(), rows().end(), [&](const Row& r) {
       return r.op == name && (c == Check::gradcheck ? r.gradcheck : (c == Check::cuda ? r.cuda : r.autocast));
     });

@@ -332,9 +332,14 @@ TEST_CASE("float8 tensors: casts equal PyTorch 2.11's bit for bit (from float32,
         const std::vector<uint8_t> got = bytes_of(input.to(device).to(dt).to(f8));
         REQUIRE(got.size() == want.size());
         const std::vector<float> x = input.to_vector<float>();
+        // A NaN's sign is not specified: PyTorch's own casts set it differently on its CPU and
+        // CUDA (from float16 and bfloat16). Any NaN pattern matches any other.
+        auto is_nan = [&](uint8_t p) {
+          return f8 == ag::kFloat8_e4m3fn ? (p & 0x7F) == 0x7F : (p & 0x7C) == 0x7C && (p & 0x03) != 0;
+        };
         int bad = 0;
         for (size_t i = 0; i < got.size(); ++i)
-          if (got[i] != want[i] && ++bad <= 5)
+          if (got[i] != want[i] && !(is_nan(got[i]) && is_nan(want[i])) && ++bad <= 5)
             FAIL_CHECK("x " << x[i] << ": got " << int(got[i]) << ", PyTorch " << int(want[i]));
         CHECK(bad == 0);
       }
@@ -391,7 +396,8 @@ void check_scaled_mm(ag::Device device) {
                                                    {ag::kFloat8_e5m2, ag::kFloat8_e4m3fn}};
   for (auto [ta, tb] : pairs) {
     const ScaledCase c = scaled_case(ta, tb, 48, 64, 80, fresh_seed());
-    ag::Tensor a = c.a.to(device), b = c.b.to(device), sa = c.scale_a.to(device), sb = c.scale_b.to(device);
+    // to(device) makes a contiguous copy: b is moved as its row-major transpose.
+    ag::Tensor a = c.a.to(device), b = c.b.t().to(device).t(), sa = c.scale_a.to(device), sb = c.scale_b.to(device);
     const double scale = max_abs(c.ref);
     for (ag::DType out : {ag::kFloat32, ag::kBFloat16, ag::kFloat16}) {
       for (bool fast : {false, true}) {
@@ -405,7 +411,9 @@ void check_scaled_mm(ag::Device device) {
         // steps (fast accumulation: the tensor cores' own); then one rounding to out's dtype.
         const double tol = (out == ag::kFloat32 ? (fast ? 1e-3 : 1e-5) : 2 * eps_of(out));
         check_close(got, c.ref, tol * scale * 0.05, tol);
-        CHECK(amax.item<double>() == Approx(scale).epsilon(fast ? 1e-3 : 1e-5));
+        // From the epilogue, before the rounding, or (where cuBLASLt does not take AMAX_D for
+        // this output) of the rounded output.
+        CHECK(amax.item<double>() == Approx(scale).epsilon(std::max(fast ? 1e-3 : 1e-5, 2 * eps_of(out))));
       }
     }
     // A bias of the output's dtype, added before the rounding.
@@ -432,7 +440,7 @@ TEST_CASE("scaled_mm: cuBLASLt's FP8 GEMM against float64, every operand pair an
   // new plan or host read (what a delayed-scaling recipe relies on), and a CUDA graph replays it.
   const ScaledCase c = scaled_case(ag::kFloat8_e4m3fn, ag::kFloat8_e4m3fn, 32, 32, 32, 9);
   const ag::Device cuda(ag::kCUDA);
-  ag::Tensor a = c.a.to(cuda), b = c.b.to(cuda), sa = c.scale_a.to(cuda), sb = c.scale_b.to(cuda);
+  ag::Tensor a = c.a.to(cuda), b = c.b.t().to(cuda).t(), sa = c.scale_a.to(cuda), sb = c.scale_b.to(cuda);
   ag::Tensor first = ag::scaled_mm(a, b, sa, sb, ag::Tensor(), ag::kFloat32);
   sa.fill_(0.0625);
   ag::Tensor second = ag::scaled_mm(a, b, sa, sb, ag::Tensor(), ag::kFloat32);
