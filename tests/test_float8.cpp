@@ -407,13 +407,17 @@ void check_scaled_mm(ag::Device device) {
         ag::Tensor got = ag::scaled_mm(a, b, sa, sb, ag::Tensor(), out, fast, amax);
         REQUIRE(got.dtype() == out);
         REQUIRE(got.shape() == ag::Shape{48, 80});
-        // Products of float8 values are exact in float32; the sum's rounding is K float32
-        // steps (fast accumulation: the tensor cores' own); then one rounding to out's dtype.
-        const double tol = (out == ag::kFloat32 ? (fast ? 1e-3 : 1e-5) : 2 * eps_of(out));
-        check_close(got, c.ref, tol * scale * 0.05, tol);
+        // Products of float8 values are exact in float32. The CPU sums in float32 (K steps);
+        // Hopper's FP8 tensor cores keep partial sums in fewer bits (about 14 of mantissa, as
+        // DeepSeek-V3's report measured) even when cuBLASLt promotes them to float32 between
+        // blocks: errors of ~2e-4 of the largest value at K = 64. Then one rounding to out.
+        const bool tc = device.is_cuda();
+        const double rtol = out == ag::kFloat32 ? (tc ? 1e-3 : 1e-5) : 2 * eps_of(out);
+        const double atol = (tc ? (fast ? 4e-3 : 2e-3) : rtol * 0.05) * scale;
+        check_close(got, c.ref, atol, rtol);
         // From the epilogue, before the rounding, or (where cuBLASLt does not take AMAX_D for
         // this output) of the rounded output.
-        CHECK(amax.item<double>() == Approx(scale).epsilon(std::max(fast ? 1e-3 : 1e-5, 2 * eps_of(out))));
+        CHECK(amax.item<double>() == Approx(scale).epsilon(std::max(tc ? 4e-3 : 1e-5, 2 * eps_of(out))));
       }
     }
     // A bias of the output's dtype, added before the rounding.
