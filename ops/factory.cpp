@@ -100,8 +100,8 @@ Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step, Tensor
 }
 
 Tensor rand(const Shape& shape, Generator& gen, TensorOptions options) {
-  AG_CHECK(is_floating(options.dtype()) && !is_float8(options.dtype()),
-           "rand: expected a floating dtype other than float8 (as PyTorch: draw in another dtype, then cast), got {}",
+  AG_CHECK(is_floating(options.dtype()), "rand: expected a floating dtype, got {}", dtype_name(options.dtype()));
+  AG_CHECK(!is_float8(options.dtype()), "rand: not implemented for {} (as PyTorch: draw in another dtype, then cast)",
            dtype_name(options.dtype()));
   std::vector<double> v(static_cast<size_t>(shape_numel(shape)));
   // As many random bits as the dtype has significand digits (53, 24, 11, 8), so that every
@@ -113,8 +113,8 @@ Tensor rand(const Shape& shape, Generator& gen, TensorOptions options) {
   return from_host(v.data(), kFloat64, shape, options, "rand");
 }
 Tensor randn(const Shape& shape, Generator& gen, TensorOptions options) {
-  AG_CHECK(is_floating(options.dtype()) && !is_float8(options.dtype()),
-           "randn: expected a floating dtype other than float8 (as PyTorch: draw in another dtype, then cast), got {}",
+  AG_CHECK(is_floating(options.dtype()), "randn: expected a floating dtype, got {}", dtype_name(options.dtype()));
+  AG_CHECK(!is_float8(options.dtype()), "randn: not implemented for {} (as PyTorch: draw in another dtype, then cast)",
            dtype_name(options.dtype()));
   std::vector<double> v(static_cast<size_t>(shape_numel(shape)));
   for (double& x : v) x = gen.normal();

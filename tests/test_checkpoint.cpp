@@ -299,7 +299,7 @@ TEST_CASE("corrupt safetensors files give errors naming the file and the tensor"
   SECTION("unknown dtype") {
     CHECK(load_error(safetensors_bytes(R"({"w": {"dtype": "I16", "shape": [2], "data_offsets": [0, 4]}})", "abcd")) ==
           fmt::format("load_safetensors: {}: tensor 'w': unknown dtype 'I16' (ampgrad reads F32, F16, BF16, F64, I64, "
-                      "I32, BOOL, U8)",
+                      "I32, BOOL, U8, F8_E4M3, F8_E5M2)",
                       path));
     CHECK_THAT(load_error(safetensors_bytes(R"({"w": {"dtype": 3, "shape": [2], "data_offsets": [0, 4]}})", "abcd")),
                Catch::Contains("tensor 'w': 'dtype' must be a string, got 3"));
