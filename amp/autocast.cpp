@@ -4,6 +4,7 @@
 
 #include <unordered_map>
 
+#include <ampgrad/amp/fp8.h>
 #include <ampgrad/amp/trace.h>
 #include <ampgrad/amp/working_copy_detail.h>
 #include <ampgrad/core/device_hooks.h>
@@ -18,6 +19,7 @@ namespace {
 struct State {
   bool enabled[2] = {false, false};
   DType dtype[2] = {DType::BFloat16, DType::Float16};  // CPU, CUDA
+  Fp8Recipe* fp8[2] = {nullptr, nullptr};             // FP8 autocast's recipe, where enabled
   int depth = 0;  // enabled regions currently open
   Trace* trace = nullptr;
   struct Key {
@@ -109,12 +111,34 @@ Tensor cast(Tensor& t, DType dtype, OpRecord* rec) {
 
 bool is_autocast_enabled(DeviceType type) { return t_state.enabled[idx(type)]; }
 DType get_autocast_dtype(DeviceType type) { return t_state.dtype[idx(type)]; }
+Fp8Recipe* get_autocast_fp8_recipe(DeviceType type) {
+  return t_state.enabled[idx(type)] ? t_state.fp8[idx(type)] : nullptr;
+}
+
+const std::vector<std::string_view>& fp8_gemm_ops() {
+  static const std::vector<std::string_view> ops{"addmm", "linear", "linear_gelu", "linear_relu", "matmul", "mm"};
+  return ops;
+}
+
+namespace {
+bool runs_fp8(std::string_view op) {
+  for (std::string_view n : fp8_gemm_ops())
+    if (n == op) return true;
+  return false;
+}
+}  // namespace
 
 AutocastGuard::AutocastGuard(DeviceType type, std::optional<DType> dtype, bool enabled)
-    : type_(type), prev_enabled_(t_state.enabled[idx(type)]), prev_dtype_(t_state.dtype[idx(type)]) {
+    : type_(type),
+      prev_enabled_(t_state.enabled[idx(type)]),
+      prev_dtype_(t_state.dtype[idx(type)]),
+      prev_fp8_(t_state.fp8[idx(type)]) {
   DType d = dtype.value_or(type == DeviceType::CUDA ? DType::Float16 : DType::BFloat16);
+  AG_CHECK(!is_float8(d), "AutocastGuard: FP8 autocast needs a scaling recipe: AutocastGuard(device, {}, recipe) "
+           "with an amp::Fp8Recipe (Note [FP8 autocast])", dtype_name(d));
   AG_CHECK(d == DType::Float16 || d == DType::BFloat16,
            "AutocastGuard: autocast dtype must be float16 or bfloat16, got {}", dtype_name(d));
+  t_state.fp8[idx(type)] = nullptr;
   if (enabled) {
     if (t_state.depth++ == 0) {
       t_state.cache.clear();
@@ -126,9 +150,34 @@ AutocastGuard::AutocastGuard(DeviceType type, std::optional<DType> dtype, bool e
   enabled_region_ = enabled;
 }
 
+AutocastGuard::AutocastGuard(DeviceType type, DType dtype, Fp8Recipe& recipe, bool enabled)
+    : type_(type),
+      prev_enabled_(t_state.enabled[idx(type)]),
+      prev_dtype_(t_state.dtype[idx(type)]),
+      prev_fp8_(t_state.fp8[idx(type)]) {
+  AG_CHECK(dtype == recipe.dtype(Fp8Role::input),
+           "AutocastGuard: FP8 autocast's dtype is the forward's format, {} (the recipe's fp8_format picks the "
+           "gradients'), got {}",
+           dtype_name(recipe.dtype(Fp8Role::input)), dtype_name(dtype));
+  if (enabled) {
+    if (t_state.depth++ == 0) {
+      t_state.cache.clear();
+      t_state.stats = {};
+    }
+    // Once per step: the amaxes recorded since the last region (its forward and backward) go
+    // into the histories and the scales follow (Note [FP8 scaling]).
+    if (!(prev_enabled_ && prev_fp8_ == &recipe)) recipe.update();
+  }
+  t_state.enabled[idx(type)] = enabled;
+  t_state.dtype[idx(type)] = DType::BFloat16;
+  t_state.fp8[idx(type)] = enabled ? &recipe : nullptr;
+  enabled_region_ = enabled;
+}
+
 AutocastGuard::~AutocastGuard() {
   t_state.enabled[idx(type_)] = prev_enabled_;
   t_state.dtype[idx(type_)] = prev_dtype_;
+  t_state.fp8[idx(type_)] = prev_fp8_;
   if (enabled_region_ && --t_state.depth == 0) t_state.cache.clear();
 }
 
@@ -205,7 +254,15 @@ std::optional<DType> apply_policy(const OpInfo& op, Tensor* const* inputs, size_
                "or run {} with autocast disabled (AutocastGuard(device, std::nullopt, false))",
                op.name, op.alternative, op.name);
       return std::nullopt;
-    case Category::lower: target = ac; break;
+    case Category::lower:
+      // FP8 autocast: the GEMM ops quantize their inputs themselves (Note [FP8 autocast]).
+      if (Fp8Recipe* r = t_state.fp8[idx(dev)]; r && runs_fp8(op.name)) {
+        const DType f8 = r->dtype(Fp8Role::input);
+        if (rec) rec->chosen_dtype = f8;
+        return f8;
+      }
+      target = ac;
+      break;
     case Category::fp32: target = DType::Float32; break;
     case Category::promote: {
       std::optional<DType> widest;
@@ -230,6 +287,15 @@ std::optional<DType> apply_policy(const OpInfo& op, Tensor* const* inputs, size_
     t = cast(t, *target, rec);
   }
   return target;
+}
+
+void cast_inputs(Tensor* const* inputs, size_t n, DType dtype, OpRecord* rec) {
+  if (rec) rec->chosen_dtype = dtype;
+  for (size_t i = 0; i < n; ++i) {
+    Tensor& t = *inputs[i];
+    if (!t.defined() || !is_floating(t.dtype()) || t.dtype() == DType::Float64 || t.dtype() == dtype) continue;
+    t = cast(t, dtype, rec);
+  }
 }
 
 }  // namespace detail

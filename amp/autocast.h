@@ -48,7 +48,31 @@ namespace ampgrad::amp {
 // is kept only while the output lives, and costs a write of its bytes when nothing takes it.
 
 bool is_autocast_enabled(DeviceType type);
+// The dtype `lower` ops run in: float16 or bfloat16 (bfloat16 under FP8 autocast).
 DType get_autocast_dtype(DeviceType type);
+class Fp8Recipe;
+// The recipe of the FP8 autocast enabled for `type`, or null (Note [FP8 autocast]).
+Fp8Recipe* get_autocast_fp8_recipe(DeviceType type);
+// The ops FP8 autocast runs as FP8 GEMMs.
+const std::vector<std::string_view>& fp8_gemm_ops();
+
+// Note [FP8 autocast]
+// AutocastGuard(DeviceType::CUDA, kFloat8_e4m3fn, recipe) makes FP8 one more autocast dtype.
+// The GEMM ops (linear, linear_relu, linear_gelu, mm, matmul, addmm: amp::fp8_gemm_ops()) take
+// their float inputs as they are and run as FP8 GEMMs, forward and backward
+// (ops/fp8_gemm.cpp): each operand is quantized with its scale from the recipe (Note [FP8
+// scaling] in amp/fp8.h) in one kernel that also writes its transpose (Hopper's FP8 GEMMs
+// take only the "TN" layout) and records its amax; the GEMM reads the scales on the device and
+// writes bfloat16, with float32 accumulation. Backward quantizes the output's gradient (e5m2
+// under HYBRID) and runs the input-gradient and weight-gradient GEMMs in FP8 too; a float32
+// parameter's gradient comes out of its GEMM in float32, so the optimizer steps fp32 master
+// weights. Where a GEMM cannot run in FP8 (a dimension not a multiple of 16, a batched
+// product, float64), it runs in bfloat16, and the trace (`ampgrad explain`) says why. Every
+// other `lower` op runs in bfloat16, the fp32 and promote ops as always. The outermost FP8
+// guard runs the recipe's delayed-scaling update as it is entered; nothing synchronizes with
+// the host, so the step can be captured in a CUDA graph. FP8 GEMMs need compute capability
+// 8.9 (Ada, Hopper); elsewhere the first FP8 GEMM raises an error; the CPU emulates them
+// (float8 values, float32 products), the reference the CUDA path is tested against.
 
 // RAII, nestable, restores the previous state on exit (also on exceptions).
 // Defaults: float16 on CUDA, bfloat16 on the CPU. enabled=false turns autocast off inside.
@@ -57,6 +81,9 @@ class AutocastGuard {
   explicit AutocastGuard(DeviceType type = DeviceType::CUDA, std::optional<DType> dtype = std::nullopt,
                          bool enabled = true);
   AutocastGuard(DeviceType type, bool enabled) : AutocastGuard(type, std::nullopt, enabled) {}
+  // FP8 autocast (Note [FP8 autocast]): dtype float8_e4m3fn, the forward's format (the recipe's
+  // fp8_format picks the gradients'). The recipe must outlive the backward passes of the region.
+  AutocastGuard(DeviceType type, DType dtype, Fp8Recipe& recipe, bool enabled = true);
   ~AutocastGuard();
   AutocastGuard(const AutocastGuard&) = delete;
   AutocastGuard& operator=(const AutocastGuard&) = delete;
@@ -65,6 +92,7 @@ class AutocastGuard {
   DeviceType type_;
   bool prev_enabled_;
   DType prev_dtype_;
+  Fp8Recipe* prev_fp8_;
   bool enabled_region_ = false;
 };
 

@@ -28,6 +28,9 @@ std::optional<DType> ready_cast_dtype(Device device);
 // both are unchanged. Keeps `low` while `source` lives, never `source`.
 void offer_cast(const Tensor& source, const Tensor& low);
 void trace_push(OpRecord&& rec);
+// An op that the policy left uncast for FP8 autocast and that runs in bfloat16 after all (its
+// shapes do not fit an FP8 GEMM) casts its inputs with this, as the policy would have.
+void cast_inputs(Tensor* const* inputs, size_t n, DType dtype, OpRecord* rec);
 }  // namespace detail
 
 }  // namespace ampgrad::amp

@@ -301,6 +301,7 @@ void add_bench(CLI::App& app) {
   auto fold_ab = std::make_shared<bool>(false);
   auto kernel_graphs_ab = std::make_shared<bool>(false);
   auto launch_batches_ab = std::make_shared<bool>(false);
+  auto fp8 = std::make_shared<bool>(false);
   auto models = std::make_shared<std::vector<std::string>>();
   auto batch = std::make_shared<int64_t>(0);
   auto threads = std::make_shared<int>(0);
@@ -321,6 +322,9 @@ void add_bench(CLI::App& app) {
                 "step: also time the eager fp32 and AMP steps with each graph launched at once, not held back "
                 "and submitted as one graph per phase of the step, in turns with the others (what batches "
                 "save; CUDA only)");
+  cmd->add_flag("--fp8", *fp8,
+                "step: also time AMP with FP8 GEMMs (FP8 autocast, delayed scaling, e4m3 forward and e5m2 "
+                "gradients; the other ops in bf16, no loss scaler), in turns with the others");
   cmd->add_option("--models", *models, "step: only these models (mlp, cnn, wide, lstm, lstm_cells, gpt, gpt_tiny; default all)")
       ->delimiter(',')
       ->check(CLI::IsMember({"mlp", "cnn", "wide", "lstm", "lstm_cells", "gpt", "gpt_tiny"}));
@@ -337,6 +341,7 @@ void add_bench(CLI::App& app) {
     o.fold_ab = *fold_ab;
     o.kernel_graphs_ab = *kernel_graphs_ab;
     o.launch_batches_ab = *launch_batches_ab;
+    o.fp8 = *fp8;
     o.device = resolve_device(*device);
     o.quick = *quick;
     o.reps = *reps;

@@ -24,6 +24,9 @@ struct BenchOptions {
   // back and submitted in batches (Note [Launch batches] in cuda/call_graph.h), in turns
   // (--launch-batches-ab).
   bool launch_batches_ab = false;
+  // step: also time AMP with FP8 GEMMs (delayed scaling, HYBRID; Note [FP8 autocast] in
+  // amp/autocast.h), in turns with the others (--fp8).
+  bool fp8 = false;
   // step: only these models (mlp, cnn, wide, lstm, lstm_cells); empty: all of them (--models).
   std::vector<std::string> models;
   // step: every model at this batch instead of its own (--batch); 0: their own.

@@ -95,12 +95,13 @@ nlohmann::json bench_step(const BenchOptions& o) {
     Tensor x, y, loss;
     std::unique_ptr<optim::Optimizer> opt;
     std::unique_ptr<amp::GradScaler> scaler;
+    std::unique_ptr<amp::Fp8Recipe> fp8;  // FP8 autocast's scales (--fp8)
     std::function<void()> step;
 #if AMPGRAD_WITH_CUDA
     std::unique_ptr<cuda::CudaGraph> graph;
 #endif
   };
-  auto make_setup = [&](const StepCase& c, bool amp_on, bool graphed, bool fold = true) {
+  auto make_setup = [&](const StepCase& c, bool amp_on, bool graphed, bool fold = true, bool fp8 = false) {
     auto st = std::make_unique<Setup>();
     Setup& s = *st;
     std::optional<cuda::MemPoolGuard> in_pool;
@@ -132,7 +133,8 @@ nlohmann::json bench_step(const BenchOptions& o) {
       s.opt = std::make_unique<optim::SGD>(s.net->parameters(), optim::SGDOptions(0.01).momentum(0.9));
     }
     s.scaler = std::make_unique<amp::GradScaler>(
-        amp::GradScalerOptions().enabled(amp_on && amp_dtype == kFloat16).fold_into_step(fold));
+        amp::GradScalerOptions().enabled(amp_on && amp_dtype == kFloat16 && !fp8).fold_into_step(fold));
+    if (fp8) s.fp8 = std::make_unique<amp::Fp8Recipe>();
     const DeviceType type = o.device.type;
     s.step = [&s, type, amp_on, amp_dtype] {
       std::optional<cuda::MemPoolGuard> in_pool;
@@ -142,7 +144,9 @@ nlohmann::json bench_step(const BenchOptions& o) {
       // benchmarks/compare_torch.py does the same on PyTorch's side.
       s.opt->zero_grad();
       {
-        amp::AutocastGuard autocast(type, amp_dtype, amp_on);
+        std::optional<amp::AutocastGuard> autocast;
+        if (s.fp8) autocast.emplace(type, kFloat8_e4m3fn, *s.fp8);
+        else autocast.emplace(type, amp_dtype, amp_on);
         Tensor out = (*s.net)(s.x);
         if (out.dim() == 3) out = out.reshape({-1, out.size(-1)});  // the GPT's [B, T, vocab]
         s.loss = cross_entropy(out, s.y);
@@ -171,8 +175,10 @@ nlohmann::json bench_step(const BenchOptions& o) {
     bool amp, fold = true, kernel_graphs = true, ab = false;
     int shares = -1;  // the variant whose setup this one steps, or -1 for its own
     bool batches = true;
+    bool fp8 = false;
   };
   std::vector<Variant> variants = {{"fp32", false}, {cpu ? "AMP bf16" : "AMP fp16", true}};
+  if (o.fp8) variants.push_back({"AMP fp8", true, true, true, false, -1, true, true});
   if (o.fold_ab) variants.push_back({"AMP fp16, scaler apart", true, false, true, true});
   if (o.kernel_graphs_ab && o.device.is_cuda()) {
     variants.push_back({"fp32, kernels launched directly", false, true, false, true, 0});
@@ -195,7 +201,7 @@ nlohmann::json bench_step(const BenchOptions& o) {
       std::vector<std::function<void()>> fns;
       for (const Variant& v : variants) {
         if (graphed && v.ab) continue;
-        setups.push_back(v.shares >= 0 ? nullptr : make_setup(c, v.amp, graphed, v.fold));
+        setups.push_back(v.shares >= 0 ? nullptr : make_setup(c, v.amp, graphed, v.fold, v.fp8));
         Setup* s = v.shares >= 0 ? setups[static_cast<size_t>(v.shares)].get() : setups.back().get();
 #if AMPGRAD_WITH_CUDA
         if (graphed) {
@@ -252,7 +258,7 @@ nlohmann::json bench_step(const BenchOptions& o) {
       for (size_t p = 0; p < nv; ++p) {
         if (variants[p].ab) continue;
         cuda::synchronize();
-        std::unique_ptr<Setup> s = make_setup(c, variants[p].amp, false, variants[p].fold);
+        std::unique_ptr<Setup> s = make_setup(c, variants[p].amp, false, variants[p].fold, variants[p].fp8);
         for (int i = 0; i < 3; ++i) s->step();
         cuda::synchronize();
         cuda::reset_peak_memory_stats(o.device.index);

@@ -49,7 +49,15 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const TrainArgs& a, const std::
 }
 
 // Accuracy on a dataset, in batches, counted on the device (one read at the end).
-double evaluate(nn::Module& net, const data::Dataset& ds, Device dev, bool use_amp, DType amp_dtype) {
+// A step's autocast: amp_dtype's, or FP8 autocast with `fp8` (Note [FP8 autocast] in amp/autocast.h).
+void enter_autocast(std::optional<amp::AutocastGuard>& g, DeviceType type, bool use_amp, DType amp_dtype,
+                    amp::Fp8Recipe* fp8) {
+  if (fp8) g.emplace(type, kFloat8_e4m3fn, *fp8);
+  else g.emplace(type, amp_dtype, use_amp);
+}
+
+double evaluate(nn::Module& net, const data::Dataset& ds, Device dev, bool use_amp, DType amp_dtype,
+                amp::Fp8Recipe* fp8) {
   NoGradGuard no_grad;
   net.eval();
   Tensor correct = zeros({}, TensorOptions(kInt64).device(dev));
@@ -57,7 +65,8 @@ double evaluate(nn::Module& net, const data::Dataset& ds, Device dev, bool use_a
   for (int64_t start = 0; start < ds.size(); start += batch) {
     const int64_t n = std::min<int64_t>(batch, ds.size() - start);
     Tensor x = ds.images.narrow(0, start, n).to(dev), y = ds.labels.narrow(0, start, n).to(dev);
-    amp::AutocastGuard autocast(dev.type, amp_dtype, use_amp);
+    std::optional<amp::AutocastGuard> autocast;
+    enter_autocast(autocast, dev.type, use_amp, amp_dtype, fp8);
     correct = correct + sum(eq(argmax(net(x), 1), y));
   }
   net.train();
@@ -155,7 +164,11 @@ void run_train(const TrainArgs& a) {
   if (args.amp == "auto") args.amp = dev.is_cuda() ? "fp16" : "bf16";  // as torch.autocast's defaults
   const bool use_amp = args.amp != "off";
   const DType amp_dtype = args.amp == "bf16" ? kBFloat16 : kFloat16;
-  AG_CHECK(!a.master_weights || use_amp, "--master-weights needs --amp fp16 or bf16");
+  AG_CHECK(!a.master_weights || (use_amp && args.amp != "fp8"), "--master-weights needs --amp fp16 or bf16");
+  // FP8 autocast: FP8 GEMMs for the linear layers, bfloat16 elsewhere (convolutions included),
+  // delayed scaling, no loss scaler (Note [FP8 autocast]).
+  std::unique_ptr<amp::Fp8Recipe> fp8;
+  if (args.amp == "fp8") fp8 = std::make_unique<amp::Fp8Recipe>();
   std::optional<int64_t> limit;
   if (a.limit > 0) limit = a.limit;
   manual_seed(a.seed);
@@ -170,7 +183,7 @@ void run_train(const TrainArgs& a) {
   auto opt = make_optimizer(a, net->parameters());
   if (a.master_weights) opt->use_master_weights();
   // bf16 has float32's range: no loss scaling needed, as in PyTorch.
-  amp::GradScaler scaler(amp::GradScalerOptions().enabled(use_amp && amp_dtype == kFloat16));
+  amp::GradScaler scaler(amp::GradScalerOptions().enabled(use_amp && amp_dtype == kFloat16 && !fp8));
   // With --gpus, each rank takes its share of the same global order (DistributedSampler) in
   // batches of batch-size / N: together one global batch per step.
   const int64_t rank_batch = pg ? a.batch_size / pg->world_size() : a.batch_size;
@@ -233,7 +246,8 @@ void run_train(const TrainArgs& a) {
       opt->zero_grad();
       Tensor loss;
       {
-        amp::AutocastGuard autocast(dev.type, amp_dtype, use_amp);
+        std::optional<amp::AutocastGuard> autocast;
+        enter_autocast(autocast, dev.type, use_amp, amp_dtype, fp8.get());
         loss = cross_entropy(ddp ? (*ddp)(b.images) : (*net)(b.images), b.labels);
       }
       scaler.scale(loss).backward();
@@ -282,7 +296,7 @@ void run_train(const TrainArgs& a) {
     all_loss.insert(all_loss.end(), losses.begin(), losses.end());
     all_scale.insert(all_scale.end(), scales.begin(), scales.end());
     if (ddp) ddp->sync_buffers();  // rank 0's BatchNorm statistics for evaluation and saving
-    if (rank0) last_acc = evaluate(*net, test, dev, use_amp, amp_dtype);
+    if (rank0) last_acc = evaluate(*net, test, dev, use_amp, amp_dtype, fp8.get());
     std::printf("epoch %d/%d: test accuracy %.2f%%, %.1f s, %.0f images/s, %lld skipped steps\n", epoch + 1, a.epochs,
                 100 * last_acc, secs, ips, static_cast<long long>(skipped));
     if (!a.save.empty() && rank0) {
@@ -325,8 +339,9 @@ void add_train(CLI::App& app) {
   cmd->add_option("--steps", a->steps, "gpt: training steps (default 2000 on CUDA, 300 on the CPU)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--amp", a->amp,
-                  "autocast dtype: fp16 (with loss scaling), bf16, off (float32), or auto (fp16 on CUDA, bf16 on the CPU)")
-      ->check(CLI::IsMember({"auto", "fp16", "bf16", "off"}))->capture_default_str();
+                  "autocast dtype: fp16 (with loss scaling), bf16, fp8 (FP8 GEMMs for linear layers, delayed scaling, bf16 "
+                  "elsewhere), off (float32), or auto (fp16 on CUDA, bf16 on the CPU)")
+      ->check(CLI::IsMember({"auto", "fp16", "bf16", "fp8", "off"}))->capture_default_str();
   cmd->add_flag("--master-weights", a->master_weights,
                 "store the model in 16 bits and keep float32 master weights in the optimizer");
   cmd->add_option("--optimizer", a->optimizer, "sgd (momentum 0.9), adam or adamw (mlp and cnn; gpt trains with AdamW)")

@@ -6,6 +6,8 @@
 #include <numbers>
 #include <random>
 
+#include <optional>
+
 #include <ampgrad/ampgrad.h>
 #include "cli/commands.h"
 #include "cli/gpt.h"
@@ -70,10 +72,16 @@ void run_train_gpt(const GptTrainArgs& a) {
   Gpt model(c);
   model.to(dev);
   optim::AdamW opt(model.parameters(), gpt_adamw(a.lr));
-  amp::GradScaler scaler(amp::GradScalerOptions().enabled(use_amp && amp_dtype == kFloat16));
+  // --amp fp8: FP8 GEMMs for every linear layer (delayed scaling), bfloat16 elsewhere, no loss
+  // scaler (Note [FP8 autocast] in amp/autocast.h).
+  std::unique_ptr<amp::Fp8Recipe> fp8;
+  if (amp == "fp8") fp8 = std::make_unique<amp::Fp8Recipe>();
+  amp::GradScaler scaler(amp::GradScalerOptions().enabled(use_amp && amp_dtype == kFloat16 && !fp8));
   std::mt19937_64 rng(a.seed + 1);
   auto loss_of = [&](const Tensor& x, const Tensor& y) {
-    amp::AutocastGuard autocast(dev.type, amp_dtype, use_amp);
+    std::optional<amp::AutocastGuard> autocast;
+    if (fp8) autocast.emplace(dev.type, kFloat8_e4m3fn, *fp8);
+    else autocast.emplace(dev.type, amp_dtype, use_amp);
     return cross_entropy(model(x).reshape({-1, c.vocab}), y);
   };
   // The same 128 held-out windows at every evaluation, whatever the batch size.

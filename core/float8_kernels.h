@@ -19,3 +19,42 @@ AG_DECLARE_KERNEL(scaled_gemm, bool(const Tensor& a, const Tensor& b, const Tens
                                     bool fast_accum, const Tensor& out));
 
 }  // namespace ampgrad::kernel
+
+namespace ampgrad::kernel {
+
+// One quantization of FP8 autocast (Note [FP8 scaling] in amp/fp8.h): how x's scale is found
+// and where its statistics go.
+struct Fp8Quantize {
+  // float32 [1]. Delayed scaling: read. Current scaling (current = true): written, from amax.
+  Tensor scale;
+  // float32 [1], max'd with max |x| (NaN wins). Current scaling: reduced first (reset to 0),
+  // then the scale is fp8_max / amax / 2^margin (kept where amax is 0 or not finite).
+  Tensor amax;
+  // float32 [1]: written 1 / scale, the scale this quantization used (the GEMMs' dequantization
+  // scale travels with its tensor, so a later update cannot change it).
+  Tensor scale_inv;
+  // int64 [2] or undefined: += the count of values saturated (|x * scale| past the largest
+  // finite value, infinities included) and flushed (x non-zero, quantized to zero).
+  Tensor counts;
+  bool current = false;
+  float fp8_max = 0;
+  int margin = 0;
+};
+
+// out = saturated(x * scale) in out's float8 dtype, round to nearest even; out_t (when
+// defined) the same values transposed. x [R, C] float32/float16/bfloat16, any strides; out
+// [R, C] and out_t [C, R] contiguous float8 of one dtype.
+AG_DECLARE_KERNEL(fp8_quantize, void(const Tensor& x, const Fp8Quantize& q, const Tensor& out, const Tensor& out_t));
+
+// The delayed-scaling update of metas [0, n) (Note [FP8 scaling] in amp/fp8.h): amax [C]
+// (read, then zeroed), history [C, L] (row i's column pos[i] written, then pos[i] advanced
+// mod L), fp8_max, scale and scale_inv [C] (float32; pos int32 [C]), all on one device.
+struct Fp8Update {
+  Tensor amax, history, pos, fp8_max, scale, scale_inv;
+  int64_t n = 0;
+  int margin = 0;
+  bool most_recent = false;
+};
+AG_DECLARE_KERNEL(fp8_update_scales, void(const Fp8Update& u));
+
+}  // namespace ampgrad::kernel

@@ -2,6 +2,7 @@
 // runs each Linear followed by a ReLU as one, Note [Linear + ReLU], or by a tanh GELU, Note [Linear + GELU]).
 #include <ampgrad/autograd/node.h>
 #include <ampgrad/core/kernels.h>
+#include <ampgrad/ops/fp8_gemm.h>
 #include <ampgrad/ops/gemm.h>
 #include <ampgrad/ops/internal.h>
 #include <ampgrad/ops/op_scope.h>
@@ -164,24 +165,39 @@ Tensor linear_impl(const OpInfo& op, const Tensor& x, const Tensor& w, const Ten
   }
   return out;
 }
+
+// Under FP8 autocast (Note [FP8 autocast] in amp/autocast.h) the GEMM runs in FP8 and the
+// activation as its own op on the bfloat16 output; a shape FP8 cannot take runs in bfloat16.
+Tensor linear_entry(const OpInfo& op, Tensor& x, Tensor& w, Tensor& b, OpScope& scope, kernel::GemmActivation act) {
+  if (scope.autocast_dtype() && is_float8(*scope.autocast_dtype())) {
+    check_linear(op, x, w, b);
+    Tensor y = fp8_linear(scope, op, x, w, b);
+    if (y.defined()) {
+      if (act == kernel::GemmActivation::relu) return y.relu();
+      if (act == kernel::GemmActivation::gelu_tanh) return gelu(y, "tanh");
+      return y;
+    }
+  }
+  return linear_impl(op, x, w, b, act);
+}
 }  // namespace
 
 Tensor linear(const Tensor& x0, const Tensor& w0, const Tensor& b0) {
   Tensor x = x0, w = w0, b = b0;
   OpScope scope(kLinear, x, w, b);
-  return scope.finish(linear_impl(kLinear, x, w, b, kernel::GemmActivation::none));
+  return scope.finish(linear_entry(kLinear, x, w, b, scope, kernel::GemmActivation::none));
 }
 
 Tensor linear_relu(const Tensor& x0, const Tensor& w0, const Tensor& b0) {
   Tensor x = x0, w = w0, b = b0;
   OpScope scope(kLinearRelu, x, w, b);
-  return scope.finish(linear_impl(kLinearRelu, x, w, b, kernel::GemmActivation::relu));
+  return scope.finish(linear_entry(kLinearRelu, x, w, b, scope, kernel::GemmActivation::relu));
 }
 
 Tensor linear_gelu(const Tensor& x0, const Tensor& w0, const Tensor& b0) {
   Tensor x = x0, w = w0, b = b0;
   OpScope scope(kLinearGelu, x, w, b);
-  return scope.finish(linear_impl(kLinearGelu, x, w, b, kernel::GemmActivation::gelu_tanh));
+  return scope.finish(linear_entry(kLinearGelu, x, w, b, scope, kernel::GemmActivation::gelu_tanh));
 }
 
 }  // namespace ampgrad

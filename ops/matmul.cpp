@@ -2,8 +2,11 @@
 // linear (ops/linear.cpp) shares (ops/gemm.h).
 #include <optional>
 
+#include <fmt/format.h>
+
 #include <ampgrad/autograd/node.h>
 #include <ampgrad/core/kernels.h>
+#include <ampgrad/ops/fp8_gemm.h>
 #include <ampgrad/ops/gemm.h>
 #include <ampgrad/ops/internal.h>
 #include <ampgrad/ops/op_scope.h>
@@ -95,6 +98,8 @@ Grads mm_backward(const Tensor& g, const Tensor& a, const Tensor& b, bool need_a
 }
 }  // namespace
 
+static bool fp8_autocast(const OpScope& scope) { return scope.autocast_dtype() && is_float8(*scope.autocast_dtype()); }
+
 Tensor mm(const Tensor& a0, const Tensor& b0) {
   Tensor a = a0, b = b0;
   OpScope scope(kMm, a, b);
@@ -104,6 +109,8 @@ Tensor mm(const Tensor& a0, const Tensor& b0) {
   AG_CHECK(a.size(1) == b.size(0), "mm: shapes {} and {} cannot be multiplied ({} != {})", shape_str(a.shape()),
            shape_str(b.shape()), a.size(1), b.size(0));
   check_matmul_dtypes(kMm, a, b);
+  if (fp8_autocast(scope))
+    if (Tensor y = fp8_mm(scope, kMm, a, b); y.defined()) return scope.finish(y);
   Tensor out = gemm2d(a, b);
   if (autograd::any_requires_grad({&a, &b}))
     autograd::record(kMm, out, {a, b}, {a, b},
@@ -139,6 +146,15 @@ Tensor matmul(const Tensor& a0, const Tensor& b0) {
   AG_CHECK(a.dim() >= 1 && b.dim() >= 1, "matmul: both inputs need at least 1 dimension, got {} and {}", a.desc(),
            b.desc());
   check_matmul_dtypes(kMatmul, a, b);
+  if (fp8_autocast(scope)) {
+    // FP8 GEMMs are not batched: a [..., K] @ b [K, N] only (Note [FP8 autocast]).
+    if (a.dim() >= 2 && b.dim() == 2 && a.size(-1) == b.size(0)) {
+      if (Tensor y = fp8_mm(scope, kMatmul, a, b); y.defined()) return scope.finish(y);
+    } else {
+      scope.cast_inputs(kBFloat16, a, b);
+      scope.note_path([&] { return fmt::format("bfloat16, not FP8: {} @ {} is a batched product", a.desc(), b.desc()); });
+    }
+  }
   // 1-D operands become matrices, as in NumPy, and their added dim is dropped at the end.
   Tensor x = a.dim() == 1 ? a.unsqueeze(0) : a;
   Tensor y = b.dim() == 1 ? b.unsqueeze(1) : b;
@@ -224,6 +240,16 @@ Tensor addmm(const Tensor& c0, const Tensor& a0, const Tensor& b0, const Scalar&
   AG_CHECK(shape_numel(broadcast_shapes(kAddmm.name, c.shape(), os)) == shape_numel(os),
            "addmm: input {} cannot be broadcast to the product's shape {}", c.desc(), shape_str(os));
   const double be = beta.to_double(), al = alpha.to_double();
+  if (fp8_autocast(scope)) {
+    Tensor r = fp8_mm(scope, kAddmm, a, b);
+    if (r.defined()) {
+      if (al != 1) r = mul(r, alpha);
+      if (be == 0) return scope.finish(r);
+      const Tensor cc = c.dtype() == kBFloat16 || c.dtype() == kFloat64 ? c : c.to(kBFloat16);
+      return scope.finish(add(r, be == 1 ? cc : mul(cc, beta)));
+    }
+    scope.cast_inputs(kBFloat16, c);
+  }
   Tensor out;
   {
     NoGradGuard no_grad;

@@ -38,6 +38,14 @@ class OpScope {
   // reads 16-bit inputs as they are (OpInfo::reads_16bit) computes in it.
   std::optional<DType> autocast_dtype() const { return autocast_dtype_; }
 
+  // Under FP8 autocast (autocast_dtype() is a float8 dtype, Note [FP8 autocast]), a GEMM op
+  // whose shapes no FP8 GEMM takes casts its inputs to `dtype` (bfloat16) with this and runs as usual.
+  template <class... Ts> void cast_inputs(DType dtype, Ts&... inputs) {
+    std::array<Tensor*, sizeof...(Ts)> ptrs{&inputs...};
+    amp::detail::cast_inputs(ptrs.data(), ptrs.size(), dtype, record_ ? &*record_ : nullptr);
+    autocast_dtype_ = dtype;
+  }
+
   // Which implementation this call takes, and why, for the trace (`ampgrad explain`); the text
   // is made only when a trace records this call.
   template <class Make> void note_path(Make&& make) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <ampgrad/amp/autocast.h>
+#include <ampgrad/amp/fp8.h>
 #include <ampgrad/amp/grad_health.h>
 #include <ampgrad/amp/grad_scaler.h>
 #include <ampgrad/amp/working_copy.h>

@@ -1,0 +1,159 @@
+// FP8 autocast's GEMMs, forward and backward (Note [FP8 autocast] in amp/autocast.h, Note
+// [FP8 GEMMs' layouts] below).
+#include <ampgrad/ops/fp8_gemm.h>
+
+#include <fmt/format.h>
+
+#include <ampgrad/amp/fp8.h>
+#include <ampgrad/autograd/node.h>
+#include <ampgrad/core/float8_kernels.h>
+#include <ampgrad/ops/float8_ops.h>
+#include <ampgrad/ops/gemm.h>
+#include <ampgrad/ops/internal.h>
+#include <ampgrad/ops/ops.h>
+
+namespace ampgrad {
+
+using amp::Fp8Role;
+
+// Note [FP8 GEMMs' layouts]
+// Hopper's FP8 GEMMs take one layout (cuBLASLt's "TN"): in ampgrad's terms scaled_mm's a
+// [M, K] row-major and b [K, N] column-major, i.e. both operands with K innermost. For
+// y = x @ w^T (x [M, K], w [N, K]) the forward needs x and w row-major; the input gradient
+// dx = dy @ w needs dy row-major and w^T row-major; the weight gradient dw = dy^T @ x needs
+// dy^T and x^T row-major. So each quantization writes its tensor and, when a backward GEMM
+// will need it, its transpose, in the same pass (the transposes are what backward saves:
+// x^T and w^T, one byte a value instead of the two of a bfloat16 input). For mm(a, b) with b
+// [K, N], w = b^T: its gradient is computed as db = x^T @ dy, [K, N] and contiguous,
+// from the same quantized tensors. Every GEMM's K and N must be multiples of 16: in_features
+// and out_features, and the rows (M) when the weight gradient is wanted. The forward
+// accumulates with cuBLASLt's fast FP8 accumulation, the backward's GEMMs without it
+// (Transformer Engine's split accumulator): gradients sum over many more terms.
+namespace {
+
+struct Quantized {
+  Tensor q, q_t, scale_inv;
+};
+
+bool is_parameter(const Tensor& t) { return t.defined() && t.is_leaf() && t.requires_grad(); }
+
+// t (2-D, float32/16-bit, any strides) quantized with its scale from the recipe: the state of
+// (key, role) when a parameter keys it, else current scaling with buffers of its own.
+Quantized quantize(amp::Fp8Recipe& recipe, const Tensor& t, const Tensor& key, Fp8Role role, bool with_t) {
+  const Device dev = t.device();
+  const TensorOptions f32 = TensorOptions(kFloat32).device(dev);
+  kernel::Fp8Quantize q;
+  if (key.defined()) {
+    amp::detail::Fp8Meta& m = recipe.meta(key, role);
+    q.amax = m.amax;
+    q.scale = m.scale;
+    if (recipe.collecting_stats()) {
+      q.counts = m.counts;
+      m.quantized += t.numel();
+    }
+  } else {
+    q.amax = empty({1}, f32);
+    q.scale = ones({1}, f32);
+  }
+  q.current = !recipe.delayed() || !key.defined();
+  q.fp8_max = recipe.fp8_max(role);
+  q.margin = recipe.config().margin;
+  Quantized out;
+  out.scale_inv = empty({1}, f32);
+  q.scale_inv = out.scale_inv;
+  const TensorOptions f8 = TensorOptions(recipe.dtype(role)).device(dev);
+  out.q = empty({t.size(0), t.size(1)}, f8);
+  if (with_t) out.q_t = empty({t.size(1), t.size(0)}, f8);
+  kernel::fp8_quantize(dev, t, q, out.q, out.q_t);
+  return out;
+}
+
+bool fp8_able(const Tensor& t) {
+  return !t.defined() || t.dtype() == kFloat32 || t.dtype() == kFloat16 || t.dtype() == kBFloat16;
+}
+
+// Why no FP8 GEMM takes x [M, K] @ w^T (w [N, K]); empty when one does.
+std::string refusal(const Tensor& x, const Tensor& w_src, const Tensor& b, int64_t m, int64_t k, int64_t n,
+                    bool need_w) {
+  if (!fp8_able(x) || !fp8_able(w_src) || !fp8_able(b))
+    return fmt::format("inputs {} and {}: FP8 quantizes float32, float16 and bfloat16 only", x.desc(),
+                       w_src.desc());
+  if (m == 0 || k == 0 || n == 0) return "an empty product";
+  if (k % 16 || n % 16)
+    return fmt::format("K = {} and N = {} must be multiples of 16 for FP8 GEMMs", k, n);
+  if (need_w && m % 16)
+    return fmt::format("the weight gradient's GEMM sums over the {} rows, which must be a multiple of 16", m);
+  return {};
+}
+
+// The GEMMs of y = x2 @ w^T + bias, x2 [M, K] and w [N, K] (w_src itself, or for mm_form w_src
+// = b [K, N] and w = b^T), forward and backward.
+Tensor fp8_gemm(OpScope& scope, const OpInfo& op, Tensor& x, Tensor& w_src, Tensor& b, bool mm_form) {
+  amp::Fp8Recipe* recipe = amp::get_autocast_fp8_recipe(x.device().type);
+  AG_CHECK(recipe != nullptr, "{}: FP8 autocast is not enabled for {}", op.name, x.device().str());
+  const int64_t k = x.size(-1), n = mm_form ? w_src.size(1) : w_src.size(0);
+  const int64_t m = k == 0 ? 0 : x.numel() / k;
+  const bool grad = autograd::any_requires_grad({&x, &w_src, &b});
+  const bool need_x = grad && x.requires_grad(), need_w = grad && w_src.requires_grad();
+  const bool need_b = grad && b.defined() && b.requires_grad();
+  if (std::string why = refusal(x, w_src, b, m, k, n, need_w); !why.empty()) {
+    scope.cast_inputs(kBFloat16, x, w_src, b);
+    scope.note_path([&] { return "bfloat16, not FP8: " + why; });
+    return Tensor();
+  }
+  // The parameter operand keys the scales (Note [FP8 scaling]); none: current scaling.
+  const Tensor key = is_parameter(w_src) ? w_src : (is_parameter(x) ? x : Tensor());
+  const Shape x_shape = x.shape();
+  const DType x_dtype = x.dtype(), w_dtype = w_src.dtype();
+  Quantized xq, wq;
+  Tensor out;
+  {
+    NoGradGuard no_grad;
+    const Tensor x2 = x.dim() == 2 ? x : x.reshape({m, k});
+    const Tensor w = mm_form ? transposed(w_src) : w_src;
+    xq = quantize(*recipe, x2, key, Fp8Role::input, need_w);
+    wq = quantize(*recipe, w, key, Fp8Role::weight, need_x);
+    const Tensor bias = b.defined() ? b.to(kBFloat16) : Tensor();
+    out = scaled_mm(xq.q, transposed(wq.q), xq.scale_inv, wq.scale_inv, bias, kBFloat16, /*use_fast_accum=*/true);
+    Shape os = x_shape;
+    os.back() = n;
+    if (x.dim() != 2) out = out.view(os);
+  }
+  scope.note_path([&] {
+    return fmt::format("FP8 GEMM: {} x {} -> bfloat16, {} scaling{}", dtype_name(xq.q.dtype()),
+                       dtype_name(wq.q.dtype()), key.defined() && recipe->delayed() ? "delayed" : "current",
+                       grad ? fmt::format("; backward {} gradients", dtype_name(recipe->dtype(Fp8Role::grad_output)))
+                            : std::string());
+  });
+  if (grad) {
+    std::vector<Tensor> saved{xq.q_t, wq.q_t, xq.scale_inv, wq.scale_inv};
+    autograd::record(op, out, {x, w_src, b}, std::move(saved),
+                     [recipe, key, need_x, need_w, need_b, mm_form, x_shape, x_dtype, w_dtype](
+                         const Tensor& g, const std::vector<Tensor>& s) {
+                       const Tensor g2 = g.dim() == 2 ? g : g.reshape({-1, g.size(-1)});
+                       const Quantized gq = quantize(*recipe, g2, key, Fp8Role::grad_output, need_w);
+                       Tensor gx, gw, gb;
+                       if (need_x)  // dx = dy @ w: w^T row-major is b's column-major [N, K]
+                         gx = scaled_mm(gq.q, transposed(s[1]), gq.scale_inv, s[3], Tensor(), x_dtype).view(x_shape);
+                       if (need_w)
+                         gw = mm_form ? scaled_mm(s[0], transposed(gq.q_t), s[2], gq.scale_inv, Tensor(), w_dtype)
+                                      : scaled_mm(gq.q_t, transposed(s[0]), gq.scale_inv, s[2], Tensor(), w_dtype);
+                       if (need_b) gb = sum(g2, {0});
+                       return autograd::Grads{gx, gw, gb};
+                     });
+  }
+  return out;
+}
+
+}  // namespace
+
+Tensor fp8_linear(OpScope& scope, const OpInfo& op, Tensor& x, Tensor& w, Tensor& b) {
+  return fp8_gemm(scope, op, x, w, b, false);
+}
+
+Tensor fp8_mm(OpScope& scope, const OpInfo& op, Tensor& a, Tensor& b) {
+  Tensor none;
+  return fp8_gemm(scope, op, a, b, none, true);
+}
+
+}  // namespace ampgrad
