@@ -91,6 +91,8 @@ std::string refusal(const Tensor& x, const Tensor& w_src, const Tensor& b, int64
 Tensor fp8_gemm(OpScope& scope, const OpInfo& op, Tensor& x, Tensor& w_src, Tensor& b, bool mm_form) {
   amp::Fp8Recipe* recipe = amp::get_autocast_fp8_recipe(x.device().type);
   AG_CHECK(recipe != nullptr, "{}: FP8 autocast is not enabled for {}", op.name, x.device().str());
+  check_same_device(op, x, w_src);
+  if (b.defined()) check_same_device(op, x, b);
   const int64_t k = x.size(-1), n = mm_form ? w_src.size(1) : w_src.size(0);
   const int64_t m = k == 0 ? 0 : x.numel() / k;
   const bool grad = autograd::any_requires_grad({&x, &w_src, &b});

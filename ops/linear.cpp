@@ -21,16 +21,17 @@ const OpInfo kLinearRelu{"linear_relu", Category::lower, true,
 const OpInfo kLinearGelu{"linear_gelu", Category::lower, true,
                          "tensor cores, as PyTorch's linear; the tanh gelu rides in the GEMM's epilogue"};
 
-void check_linear(const OpInfo& op, const Tensor& x, const Tensor& w, const Tensor& b) {
+// same_dtype: false under FP8 autocast, whose GEMMs take float32 and 16-bit inputs mixed.
+void check_linear(const OpInfo& op, const Tensor& x, const Tensor& w, const Tensor& b, bool same_dtype = true) {
   check_defined(op, x, "input");
   check_defined(op, w, "weight");
   AG_CHECK(w.dim() == 2, "{}: weight must be 2-D [out_features, in_features], got {}", op.name, w.desc());
   AG_CHECK(x.dim() >= 1 && x.size(-1) == w.size(1),
            "{}: input {} has {} features but weight {} expects {} (in_features)", op.name, x.desc(),
            x.dim() ? x.size(-1) : 0, shape_str(w.shape()), w.size(1));
-  check_matmul_dtypes(op, x, w);
+  if (same_dtype) check_matmul_dtypes(op, x, w);
   if (b.defined()) {
-    check_matmul_dtypes(op, w, b);
+    if (same_dtype) check_matmul_dtypes(op, w, b);
     AG_CHECK(b.dim() == 1 && b.size(0) == w.size(0), "{}: bias {} must be [{}] (out_features)", op.name, b.desc(),
              w.size(0));
   }
@@ -170,7 +171,7 @@ Tensor linear_impl(const OpInfo& op, const Tensor& x, const Tensor& w, const Ten
 // activation as its own op on the bfloat16 output; a shape FP8 cannot take runs in bfloat16.
 Tensor linear_entry(const OpInfo& op, Tensor& x, Tensor& w, Tensor& b, OpScope& scope, kernel::GemmActivation act) {
   if (scope.autocast_dtype() && is_float8(*scope.autocast_dtype())) {
-    check_linear(op, x, w, b);
+    check_linear(op, x, w, b, /*same_dtype=*/false);
     Tensor y = fp8_linear(scope, op, x, w, b);
     if (y.defined()) {
       if (act == kernel::GemmActivation::relu) return y.relu();

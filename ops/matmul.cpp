@@ -108,9 +108,9 @@ Tensor mm(const Tensor& a0, const Tensor& b0) {
   AG_CHECK(a.dim() == 2 && b.dim() == 2, "mm: expected 2-D tensors, got {} and {}", a.desc(), b.desc());
   AG_CHECK(a.size(1) == b.size(0), "mm: shapes {} and {} cannot be multiplied ({} != {})", shape_str(a.shape()),
            shape_str(b.shape()), a.size(1), b.size(0));
-  check_matmul_dtypes(kMm, a, b);
   if (fp8_autocast(scope))
     if (Tensor y = fp8_mm(scope, kMm, a, b); y.defined()) return scope.finish(y);
+  check_matmul_dtypes(kMm, a, b);
   Tensor out = gemm2d(a, b);
   if (autograd::any_requires_grad({&a, &b}))
     autograd::record(kMm, out, {a, b}, {a, b},
@@ -145,7 +145,6 @@ Tensor matmul(const Tensor& a0, const Tensor& b0) {
   check_defined(kMatmul, b, "second input");
   AG_CHECK(a.dim() >= 1 && b.dim() >= 1, "matmul: both inputs need at least 1 dimension, got {} and {}", a.desc(),
            b.desc());
-  check_matmul_dtypes(kMatmul, a, b);
   if (fp8_autocast(scope)) {
     // FP8 GEMMs are not batched: a [..., K] @ b [K, N] only (Note [FP8 autocast]).
     if (a.dim() >= 2 && b.dim() == 2 && a.size(-1) == b.size(0)) {
@@ -155,6 +154,7 @@ Tensor matmul(const Tensor& a0, const Tensor& b0) {
       scope.note_path([&] { return fmt::format("bfloat16, not FP8: {} @ {} is a batched product", a.desc(), b.desc()); });
     }
   }
+  check_matmul_dtypes(kMatmul, a, b);
   // 1-D operands become matrices, as in NumPy, and their added dim is dropped at the end.
   Tensor x = a.dim() == 1 ? a.unsqueeze(0) : a;
   Tensor y = b.dim() == 1 ? b.unsqueeze(1) : b;
@@ -234,13 +234,12 @@ Tensor addmm(const Tensor& c0, const Tensor& a0, const Tensor& b0, const Scalar&
   AG_CHECK(a.dim() == 2 && b.dim() == 2, "addmm: expected 2-D mat1 and mat2, got {} and {}", a.desc(), b.desc());
   AG_CHECK(a.size(1) == b.size(0), "addmm: shapes {} and {} cannot be multiplied ({} != {})", shape_str(a.shape()),
            shape_str(b.shape()), a.size(1), b.size(0));
-  check_matmul_dtypes(kAddmm, a, b);
-  check_matmul_dtypes(kAddmm, c, a);
   Shape os{a.size(0), b.size(1)};
   AG_CHECK(shape_numel(broadcast_shapes(kAddmm.name, c.shape(), os)) == shape_numel(os),
            "addmm: input {} cannot be broadcast to the product's shape {}", c.desc(), shape_str(os));
   const double be = beta.to_double(), al = alpha.to_double();
   if (fp8_autocast(scope)) {
+    check_same_device(kAddmm, c, a);
     Tensor r = fp8_mm(scope, kAddmm, a, b);
     if (r.defined()) {
       if (al != 1) r = mul(r, alpha);
@@ -250,6 +249,8 @@ Tensor addmm(const Tensor& c0, const Tensor& a0, const Tensor& b0, const Scalar&
     }
     scope.cast_inputs(kBFloat16, c);
   }
+  check_matmul_dtypes(kAddmm, a, b);
+  check_matmul_dtypes(kAddmm, c, a);
   Tensor out;
   {
     NoGradGuard no_grad;

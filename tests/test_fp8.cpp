@@ -383,3 +383,31 @@ TEST_CASE("fp8 autocast: CUDA equals the CPU emulation, and a captured FP8 step 
   }
 }
 #endif
+
+TEST_CASE("fp8 autocast: layers chain, bfloat16 activations into float32 weights, and a network trains", "[fp8]") {
+  ag::manual_seed(5);
+  const ag::Device cpu(ag::kCPU);
+  ag::Tensor w1 = param({64, 32}, cpu, 0.2), b1 = param({64}, cpu), w2 = param({16, 64}, cpu, 0.2);
+  const ag::Tensor x = ag::randn({64, 32}), target = ag::randn({64, 16});
+  ag::optim::Adam opt({w1, b1, w2}, ag::optim::AdamOptions(1e-2));
+  ag::amp::Fp8Recipe rec;
+  double first = 0, last = 0;
+  for (int step = 0; step < 60; ++step) {
+    opt.zero_grad();
+    ag::Tensor loss;
+    {
+      ag::amp::AutocastGuard ac(ag::kCPU, ag::kFloat8_e4m3fn, rec);
+      ag::Tensor h = ag::linear_relu(x, w1, b1);
+      CHECK(h.dtype() == ag::kBFloat16);
+      ag::Tensor y = ag::matmul(h, w2.t());  // matmul of [64, 64] and a transposed parameter
+      loss = ag::mse_loss(y, target);
+    }
+    loss.backward();
+    CHECK(w2.grad().dtype() == ag::kFloat32);
+    opt.step();
+    (step == 0 ? first : last) = loss.item<double>();
+  }
+  CHECK(last < 0.5 * first);
+  // linear's three tensors; w2.t() is a view, not a parameter, so the matmul scales currently.
+  CHECK(rec.num_tensors() == 3);
+}
