@@ -26,6 +26,8 @@
 #include <vector>
 #include <string>
 
+#include <optional>
+
 #include <ampgrad/ampgrad.h>
 
 #include "benchmarks/host_sampler.h"
@@ -41,7 +43,7 @@ namespace {
 int run(int argc, char** argv) {
   if (argc != 4 && argc != 5) {
     std::fprintf(stderr,
-                 "usage: profile_step mlp|wide|cnn|lstm|lstm_cells|gpt|gpt_tiny BATCH fp32|amp [SAMPLES_FILE|graph]\n");
+                 "usage: profile_step mlp|wide|cnn|lstm|lstm_cells|gpt|gpt_tiny BATCH fp32|amp|fp8 [SAMPLES_FILE|graph]\n");
     return 2;
   }
   if (!ag::cuda::is_available()) {
@@ -50,7 +52,7 @@ int run(int argc, char** argv) {
   }
   const std::string model = argv[1], prec = argv[3];
   const int64_t batch = std::atoll(argv[2]);
-  const bool amp_on = prec == "amp";
+  const bool fp8 = prec == "fp8", amp_on = prec == "amp" || fp8;  // fp8: FP8 autocast, delayed scaling
   const ag::Device dev(ag::kCUDA);
   ag::manual_seed(0);
   auto net = std::make_shared<ag::nn::Sequential>();
@@ -106,7 +108,8 @@ int run(int argc, char** argv) {
     optp = std::make_unique<ag::optim::SGD>(root->parameters(), ag::optim::SGDOptions(0.01).momentum(0.9));
   }
   ag::optim::Optimizer& opt = *optp;
-  ag::amp::GradScaler scaler(ag::amp::GradScalerOptions().enabled(amp_on));
+  ag::amp::GradScaler scaler(ag::amp::GradScalerOptions().enabled(amp_on && !fp8));
+  ag::amp::Fp8Recipe recipe;
   auto logits = [&] {
     ag::Tensor out = (*root)(x);
     return gpt ? out.reshape({-1, out.size(-1)}) : out;  // the GPT's [B, T, vocab]
@@ -115,7 +118,9 @@ int run(int argc, char** argv) {
     opt.zero_grad();  // as ampgrad bench step: set to none, eager and graphed
     ag::Tensor loss;
     {
-      ag::amp::AutocastGuard autocast(dev.type, ag::kFloat16, amp_on);
+      std::optional<ag::amp::AutocastGuard> autocast;
+      if (fp8) autocast.emplace(dev.type, ag::kFloat8_e4m3fn, recipe);
+      else autocast.emplace(dev.type, ag::kFloat16, amp_on);
       loss = ag::nn::functional::cross_entropy(logits(), y);
     }
     scaler.scale(loss).backward();
@@ -145,7 +150,9 @@ int run(int argc, char** argv) {
     opt.zero_grad();
     ag::Tensor loss;
     {
-      ag::amp::AutocastGuard autocast(dev.type, ag::kFloat16, amp_on);
+      std::optional<ag::amp::AutocastGuard> autocast;
+      if (fp8) autocast.emplace(dev.type, ag::kFloat8_e4m3fn, recipe);
+      else autocast.emplace(dev.type, ag::kFloat16, amp_on);
       loss = ag::nn::functional::cross_entropy(logits(), y);
     }
     auto t1 = std::chrono::steady_clock::now();

@@ -229,9 +229,15 @@ TEST_CASE("fp8 autocast: linear and mm against float64 of the quantized operands
       const auto gq = dequantized<ag::Float8_e5m2>(gv, 57344.0f / amax_of(gv));
       const std::vector<double> gx = abt(gq, transpose(wq, n, k), m, n, k);   // dy @ w
       const std::vector<double> gw = abt(transpose(gq, m, n), transpose(xq, m, k), n, m, k);  // dy^T @ x
-      check_close(x.grad(), gx, 1e-4, 1e-4);
-      if (mm_form) check_close(bt.grad(), transpose(gw, n, k), 1e-4, 1e-4);
-      else check_close(w.grad(), gw, 1e-4, 1e-4);
+      // The CPU sums in float32; Hopper's FP8 tensor cores keep about 14 mantissa bits per
+      // partial sum (Note [FP8 GEMM] in cuda/blas_lt.cpp): a bound relative to the largest value.
+      auto bound = [&](const std::vector<double>& ref) {
+        return dev.is_cpu() ? 1e-4 : 2e-3 * static_cast<double>(amax_of(ref));
+      };
+      const double rtol = dev.is_cpu() ? 1e-4 : 2e-3;
+      check_close(x.grad(), gx, bound(gx), rtol);
+      if (mm_form) check_close(bt.grad(), transpose(gw, n, k), bound(gw), rtol);
+      else check_close(w.grad(), gw, bound(gw), rtol);
       if (!mm_form) {
         std::vector<double> gb(n, 0.0);
         for (int64_t i = 0; i < m; ++i)
