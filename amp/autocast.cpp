@@ -116,7 +116,7 @@ Fp8Recipe* get_autocast_fp8_recipe(DeviceType type) {
 }
 
 const std::vector<std::string_view>& fp8_gemm_ops() {
-  static const std::vector<std::string_view> ops{"addmm", "linear", "linear_gelu", "linear_relu", "matmul", "mm"};
+  static const std::vector<std::string_view> ops{"addmm", "bmm", "linear", "linear_gelu", "linear_relu", "matmul", "mm"};
   return ops;
 }
 

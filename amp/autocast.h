@@ -58,7 +58,7 @@ const std::vector<std::string_view>& fp8_gemm_ops();
 
 // Note [FP8 autocast]
 // AutocastGuard(DeviceType::CUDA, kFloat8_e4m3fn, recipe) makes FP8 one more autocast dtype.
-// The GEMM ops (linear, linear_relu, linear_gelu, mm, matmul, addmm: amp::fp8_gemm_ops()) take
+// The GEMM ops (linear, linear_relu, linear_gelu, mm, matmul, addmm, bmm: amp::fp8_gemm_ops()) take
 // their float inputs as they are and run as FP8 GEMMs, forward and backward
 // (ops/fp8_gemm.cpp): each operand is quantized with its scale from the recipe (Note [FP8
 // scaling] in amp/fp8.h) in one kernel that also writes its transpose (Hopper's FP8 GEMMs
@@ -66,8 +66,10 @@ const std::vector<std::string_view>& fp8_gemm_ops();
 // writes bfloat16, with float32 accumulation. Backward quantizes the output's gradient (e5m2
 // under HYBRID) and runs the input-gradient and weight-gradient GEMMs in FP8 too; a float32
 // parameter's gradient comes out of its GEMM in float32, so the optimizer steps fp32 master
-// weights. Where a GEMM cannot run in FP8 (a dimension not a multiple of 16, a batched
-// product, float64), it runs in bfloat16, and the trace (`ampgrad explain`) says why. Every
+// weights. bmm and matmul of equal batches run as batched FP8 GEMMs (Note [Batched FP8
+// GEMMs] in ops/fp8_gemm.cpp). Where a GEMM cannot run in FP8 (a dimension not a multiple of
+// 16, a broadcast batch, float64), it runs in bfloat16, and the trace (`ampgrad explain`)
+// says why. Every
 // other `lower` op runs in bfloat16, the fp32 and promote ops as always. The outermost FP8
 // guard runs the recipe's delayed-scaling update as it is entered; nothing synchronizes with
 // the host, so the step can be captured in a CUDA graph. FP8 GEMMs need compute capability

@@ -1,6 +1,6 @@
 // `ampgrad explain`: one mixed-precision training step of a small MLP, shown as tables:
 // the ops and their casts, the scaler's decision, each gradient's health in fp16, and with --anomaly
-// the op whose gradient overflowed first.
+// the op whose gradient overflowed first. --amp fp8 is cli/explain_fp8.cpp.
 #include <cmath>
 #include <cstdio>
 #include <optional>
@@ -11,22 +11,12 @@
 #include <ampgrad/amp/working_copy_detail.h>
 #include <ampgrad/ampgrad.h>
 #include "cli/commands.h"
+#include "cli/explain.h"
 #include "cli/models.h"
 
 namespace ampgrad::cli {
 
 namespace {
-
-struct ExplainArgs {
-  std::string device = "auto";
-  std::string amp = "fp16";
-  std::string inject_inf;
-  int64_t batch = 64;
-  double init_scale = 65536;
-  std::string data = data::kFashionMnistDebianDir;
-  bool json = false;
-  bool anomaly = false;
-};
 
 // --anomaly: which op's gradient overflowed first, and whose gradients it reached.
 struct Overflow {
@@ -85,29 +75,12 @@ void print_overflow(const Overflow& o, double scale) {
 }
 
 void run_explain(const ExplainArgs& a) {
+  if (a.amp == "fp8") return run_explain_fp8(a);
   const Device dev = resolve_device(a.device);
   const DType amp_dtype = a.amp == "bf16" ? kBFloat16 : kFloat16;
   manual_seed(0);
-  // A real Fashion-MNIST batch when the files are there, else random images (said below).
-  Tensor x, y;
-  std::string source;
-  if (std::filesystem::exists(a.data)) {
-    data::Dataset ds = data::load_fashion_mnist(a.data, true, a.batch);
-    x = ds.images.to(dev);
-    y = ds.labels.to(dev);
-    source = fmt::format("a batch of {} Fashion-MNIST images", a.batch);
-  } else {
-    x = randn({a.batch, 1, 28, 28}, TensorOptions().device(dev));
-    y = arange(0, a.batch, 1, TensorOptions(kInt64).device(dev)).view({a.batch}) * 7;
-    y = sub(y, mul(div(y, 10).to(kInt64), 10));
-    source = fmt::format("{} random images (no dataset at {})", a.batch, a.data);
-  }
-  auto net = std::make_shared<nn::Sequential>();
-  net->push_back(std::make_shared<nn::Flatten>());
-  net->push_back(std::make_shared<nn::Linear>(784, 256));
-  net->push_back(std::make_shared<nn::ReLU>());
-  net->push_back(std::make_shared<nn::Linear>(256, 10));
-  net->to(dev);
+  auto [x, y, source] = explain_batch(dev, a.data, a.batch);
+  std::shared_ptr<nn::Sequential> net = explain_mlp(dev);
   optim::SGD opt(net->parameters(), optim::SGDOptions(0.01).momentum(0.9));
   amp::GradScaler scaler(amp::GradScalerOptions().init_scale(a.init_scale));
   auto named = net->named_parameters();
@@ -273,11 +246,40 @@ void run_explain(const ExplainArgs& a) {
 
 }  // namespace
 
+ExplainBatch explain_batch(const Device& dev, const std::string& dir, int64_t batch) {
+  // A real Fashion-MNIST batch when the files are there, else random images (said in `source`).
+  ExplainBatch b;
+  if (std::filesystem::exists(dir)) {
+    data::Dataset ds = data::load_fashion_mnist(dir, true, batch);
+    b.x = ds.images.to(dev);
+    b.y = ds.labels.to(dev);
+    b.source = fmt::format("a batch of {} Fashion-MNIST images", batch);
+  } else {
+    b.x = randn({batch, 1, 28, 28}, TensorOptions().device(dev));
+    Tensor y = arange(0, batch, 1, TensorOptions(kInt64).device(dev)).view({batch}) * 7;
+    b.y = sub(y, mul(div(y, 10).to(kInt64), 10));
+    b.source = fmt::format("{} random images (no dataset at {})", batch, dir);
+  }
+  return b;
+}
+
+std::shared_ptr<nn::Sequential> explain_mlp(const Device& dev) {
+  auto net = std::make_shared<nn::Sequential>();
+  net->push_back(std::make_shared<nn::Flatten>());
+  net->push_back(std::make_shared<nn::Linear>(784, 256));
+  net->push_back(std::make_shared<nn::ReLU>());
+  net->push_back(std::make_shared<nn::Linear>(256, 10));
+  net->to(dev);
+  return net;
+}
+
 void add_explain(CLI::App& app) {
   auto a = std::make_shared<ExplainArgs>();
   CLI::App* cmd = app.add_subcommand("explain", "Show one AMP training step: casts, the scaler's decision, gradient health");
   cmd->add_option("--device", a->device, "auto, cpu or cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}))->capture_default_str();
-  cmd->add_option("--amp", a->amp, "autocast dtype: fp16 or bf16")->check(CLI::IsMember({"fp16", "bf16"}))->capture_default_str();
+  cmd->add_option("--amp", a->amp, "autocast dtype: fp16, bf16, or fp8 (FP8 GEMMs with delayed scaling: two steps, each tensor's "
+                 "amax, scale, and values saturated or flushed)")
+      ->check(CLI::IsMember({"fp16", "bf16", "fp8"}))->capture_default_str();
   cmd->add_option("--inject-inf", a->inject_inf, "put an inf into this parameter's gradient (e.g. 1.weight)");
   cmd->add_option("--batch-size", a->batch, "images in the batch")->check(CLI::PositiveNumber)->capture_default_str();
   cmd->add_option("--init-scale", a->init_scale, "the scaler's initial scale")->check(CLI::PositiveNumber)->capture_default_str();

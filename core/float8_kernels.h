@@ -11,7 +11,9 @@ namespace ampgrad::kernel {
 // defined) = max |scale_a * scale_b * (a @ b) [+ bias]|. a [M, K] row-major and b [K, N]
 // column-major float8 (not both e5m2), K and N multiples of 16; scale_a, scale_b,
 // scale_result and amax float32 [1] tensors on a's device; out contiguous [M, N]; bias [N]
-// of out's 16-bit dtype or undefined. ops/scaled_mm.cpp checks all of it first.
+// of out's 16-bit dtype or undefined. Batched: a [B, M, K], b [B, K, N] (each matrix laid out
+// as above, any batch strides of 16s), out contiguous [B, M, N], no bias.
+// ops/scaled_mm.cpp checks all of it first.
 // Returns whether amax was written (cuBLASLt's AMAX_D epilogue does not take every output
 // dtype; the op then reduces out itself).
 AG_DECLARE_KERNEL(scaled_gemm, bool(const Tensor& a, const Tensor& b, const Tensor& scale_a, const Tensor& scale_b,

@@ -239,7 +239,7 @@ bool lt_gemm(const LtGemm& g, void* workspace, size_t workspace_bytes) {
                        : g.gelu ? (g.aux ? (g.bias ? 7 : 8) : (g.bias ? 5 : 6))
                                 : (g.bias ? 1 : (g.bias_grad ? 2 : 0));
   const bool fp8 = is_float8(g.dtype);
-  if (fp8 != (g.a_scale != nullptr) || fp8 != (g.b_scale != nullptr) || (fp8 && g.batch != 1)) return false;
+  if (fp8 != (g.a_scale != nullptr) || fp8 != (g.b_scale != nullptr)) return false;
   const int fp8_bits = fp8 ? 1 | (g.d_scale ? 2 : 0) | (g.amax_d ? 4 : 0) | (g.fast_accum ? 8 : 0) : 0;
   const Key key{g.device, g.dtype, g.out_dtype, fp8 ? g.b_dtype : g.dtype, g.tf32, fp8_bits, static_cast<int>(g.op_a), static_cast<int>(g.op_b), g.m, g.n, g.k,
                 g.lda, g.ldb, g.ldc, g.batch > 1 ? g.stride_a : 0, g.batch > 1 ? g.stride_b : 0,

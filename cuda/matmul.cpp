@@ -233,10 +233,19 @@ bool scaled_gemm(const Tensor& a, const Tensor& b, const Tensor& scale_a, const 
   AG_CHECK(props.major > 8 || (props.major == 8 && props.minor >= 9),
            "scaled_mm: FP8 GEMMs need compute capability 8.9 or later (Ada, Hopper); cuda:{} ({}) is {}.{}", device,
            props.name, props.major, props.minor);
-  const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
+  // 3-D: a batch of products, strided (ops/scaled_mm.cpp checked the strides).
+  const bool batched = a.dim() == 3;
+  const int64_t d = batched ? 1 : 0;
+  const int64_t m = a.size(d), k = a.size(d + 1), n = b.size(d + 1);
   if (out.numel() == 0) return false;
   BlasState& blas = blas_state(device);
   LtGemm g;
+  if (batched) {
+    g.batch = a.size(0);
+    g.stride_a = b.stride(0);
+    g.stride_b = a.stride(0);
+    g.stride_c = m * n;
+  }
   g.device = device;
   g.dtype = b.dtype();
   g.b_dtype = a.dtype();
@@ -247,9 +256,9 @@ bool scaled_gemm(const Tensor& a, const Tensor& b, const Tensor& scale_a, const 
   g.n = m;
   g.k = k;
   g.a = ampgrad::detail::address(b);
-  g.lda = b.stride(1);
+  g.lda = b.stride(d + 1);
   g.b = ampgrad::detail::address(a);
-  g.ldb = a.stride(0);
+  g.ldb = a.stride(d);
   g.c = ampgrad::detail::address(out);
   g.ldc = n;
   g.a_scale = static_cast<const float*>(ampgrad::detail::address(scale_b));
@@ -262,8 +271,8 @@ bool scaled_gemm(const Tensor& a, const Tensor& b, const Tensor& scale_a, const 
   const bool amax_written = false;  // the epilogue declined AMAX_D (or none was asked for)
   g.amax_d = nullptr;
   AG_CHECK(lt_gemm(g, blas.workspace, kWorkspaceBytes),
-           "scaled_mm: cuBLASLt has no FP8 algorithm for {} [{}, {}] @ {} [{}, {}] -> {}{} on cuda:{}",
-           dtype_name(a.dtype()), m, k, dtype_name(b.dtype()), k, n, dtype_name(out.dtype()),
+           "scaled_mm: cuBLASLt has no FP8 algorithm for {} {} @ {} {} -> {}{} on cuda:{}",
+           dtype_name(a.dtype()), shape_str(a.shape()), dtype_name(b.dtype()), shape_str(b.shape()), dtype_name(out.dtype()),
            bias.defined() ? " with a bias" : "", device);
   return amax_written;
 }

@@ -19,7 +19,10 @@ namespace ampgrad {
 // reduction of the rounded output): what a delayed-scaling recipe needs. CUDA
 // (compute capability 8.9+) runs cuBLASLt's FP8 kernels (Note [FP8 GEMM] in
 // cuda/blas_lt.cpp); the CPU decodes to float32 and multiplies, the reference the CUDA path is
-// tested against. Not differentiable (neither is torch._scaled_mm).
+// tested against. Not differentiable (neither is torch._scaled_mm). Batched (ampgrad's
+// extension; torch has no batched _scaled_mm): a [B, M, K] and b [B, K, N], each matrix laid
+// out as above, batch strides multiples of 16, one scale for each operand's whole batch, no
+// bias; out [B, M, N]. FP8 autocast's bmm and batched matmul run on it.
 Tensor scaled_mm(const Tensor& a, const Tensor& b, const Tensor& scale_a, const Tensor& scale_b,
                  const Tensor& bias = Tensor(), std::optional<DType> out_dtype = std::nullopt,
                  bool use_fast_accum = false, const Tensor& amax = Tensor());

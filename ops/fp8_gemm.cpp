@@ -147,7 +147,83 @@ Tensor fp8_gemm(OpScope& scope, const OpInfo& op, Tensor& x, Tensor& w_src, Tens
   return out;
 }
 
+// Why no FP8 GEMM takes the batch a [B, M, K] @ b [B, K, N]; empty when one does.
+std::string batched_refusal(const Tensor& a, const Tensor& b, bool need_b) {
+  if (!fp8_able(a) || !fp8_able(b))
+    return fmt::format("inputs {} and {}: FP8 quantizes float32, float16 and bfloat16 only", a.desc(), b.desc());
+  const int64_t m = a.size(1), k = a.size(2), n = b.size(2);
+  if (a.size(0) == 0 || m == 0 || k == 0 || n == 0) return "an empty product";
+  if (k % 16 || n % 16) return fmt::format("K = {} and N = {} must be multiples of 16 for FP8 GEMMs", k, n);
+  if (need_b && m % 16)
+    return fmt::format("the second input's gradient sums over the {} rows, which must be a multiple of 16", m);
+  return {};
+}
+
+// Note [Batched FP8 GEMMs]
+// bmm(a, b), a [B, M, K] and b [B, K, N], quantizes each operand as one matrix, a as
+// [B*M, K] and b as [B*K, N] (one scale for the whole batch), with their transposes, and
+// runs batched strided FP8 GEMMs on views of them, every matrix with K innermost as Hopper
+// wants (Note [FP8 GEMMs' layouts]): forward a[i] (rows of aq, batch stride M*K) times b[i]
+// column-major (columns of bq^T [N, B*K]: leading dimension B*K, batch stride K); the input
+// gradient da[i] = g[i] b[i]^T from gq and bq's rows; the second input's gradient
+// db[i] = a[i]^T g[i] from aq^T [K, B*M] and gq^T [N, B*M] (batch stride M). So K and N must
+// be multiples of 16, and M too when b's gradient is wanted.
+Tensor fp8_batched(OpScope& scope, const OpInfo& op, Tensor& a, Tensor& b) {
+  amp::Fp8Recipe* recipe = amp::get_autocast_fp8_recipe(a.device().type);
+  AG_CHECK(recipe != nullptr, "{}: FP8 autocast is not enabled for {}", op.name, a.device().str());
+  check_same_device(op, a, b);
+  const bool grad = autograd::any_requires_grad({&a, &b});
+  const bool need_a = grad && a.requires_grad(), need_b = grad && b.requires_grad();
+  if (std::string why = batched_refusal(a, b, need_b); !why.empty()) {
+    scope.cast_inputs(kBFloat16, a, b);
+    scope.note_path([&] { return "bfloat16, not FP8: " + why; });
+    return Tensor();
+  }
+  const int64_t nb = a.size(0), m = a.size(1), k = a.size(2), n = b.size(2);
+  // A parameter operand keys the scales (b as the "weight"); none (attention's products): current scaling.
+  const Tensor key = is_parameter(b) ? b : (is_parameter(a) ? a : Tensor());
+  const DType a_dtype = a.dtype(), b_dtype = b.dtype();
+  Quantized aq, bq;
+  Tensor out;
+  {
+    NoGradGuard no_grad;
+    aq = quantize(*recipe, a.reshape({nb * m, k}), key, Fp8Role::input, need_b);
+    bq = quantize(*recipe, b.reshape({nb * k, n}), key, Fp8Role::weight, true);
+    const Tensor a3 = alias_with(aq.q, {nb, m, k}, {m * k, k, 1}, aq.q.storage_offset());
+    const Tensor b3 = alias_with(bq.q_t, {nb, k, n}, {k, 1, nb * k}, bq.q_t.storage_offset());
+    out = scaled_mm(a3, b3, aq.scale_inv, bq.scale_inv, Tensor(), kBFloat16, /*use_fast_accum=*/true);
+  }
+  scope.note_path([&] {
+    return fmt::format("batched FP8 GEMM: {} x {} -> bfloat16, {} scaling{}", dtype_name(aq.q.dtype()),
+                       dtype_name(bq.q.dtype()), key.defined() && recipe->delayed() ? "delayed" : "current",
+                       grad ? fmt::format("; backward {} gradients", dtype_name(recipe->dtype(Fp8Role::grad_output)))
+                            : std::string());
+  });
+  if (grad) {
+    std::vector<Tensor> saved{need_b ? aq.q_t : Tensor(), need_a ? bq.q : Tensor(), aq.scale_inv, bq.scale_inv};
+    autograd::record(op, out, {a, b}, std::move(saved),
+                     [recipe, key, need_a, need_b, nb, m, k, n, a_dtype, b_dtype](const Tensor& g,
+                                                                                   const std::vector<Tensor>& s) {
+                       const Quantized gq =
+                           quantize(*recipe, g.reshape({nb * m, n}), key, Fp8Role::grad_output, need_b);
+                       Tensor ga, gb;
+                       if (need_a)  // ga[i] = g[i] @ b[i]^T: b[i]^T column-major is b[i]'s rows
+                         ga = scaled_mm(alias_with(gq.q, {nb, m, n}, {m * n, n, 1}, gq.q.storage_offset()),
+                                        alias_with(s[1], {nb, n, k}, {k * n, 1, n}, s[1].storage_offset()), gq.scale_inv, s[3], Tensor(),
+                                        a_dtype);
+                       if (need_b)  // gb[i] = a[i]^T @ g[i], from the transposes [K, B*M] and [N, B*M]
+                         gb = scaled_mm(alias_with(s[0], {nb, k, m}, {m, nb * m, 1}, s[0].storage_offset()),
+                                        alias_with(gq.q_t, {nb, m, n}, {m, 1, nb * m}, gq.q_t.storage_offset()), s[2], gq.scale_inv, Tensor(),
+                                        b_dtype);
+                       return autograd::Grads{ga, gb};
+                     });
+  }
+  return out;
+}
+
 }  // namespace
+
+Tensor fp8_bmm(OpScope& scope, const OpInfo& op, Tensor& a, Tensor& b) { return fp8_batched(scope, op, a, b); }
 
 Tensor fp8_linear(OpScope& scope, const OpInfo& op, Tensor& x, Tensor& w, Tensor& b) {
   return fp8_gemm(scope, op, x, w, b, false);

@@ -1,5 +1,5 @@
-// FP8 autocast's GEMMs (Note [FP8 autocast] in amp/autocast.h): linear, mm, matmul and addmm
-// call these when OpScope::autocast_dtype() is a float8 dtype. Internal to ops/.
+// FP8 autocast's GEMMs (Note [FP8 autocast] in amp/autocast.h): linear, mm, matmul, addmm and
+// bmm call these when OpScope::autocast_dtype() is a float8 dtype. Internal to ops/.
 #pragma once
 
 #include <ampgrad/core/tensor.h>
@@ -15,5 +15,8 @@ Tensor fp8_linear(OpScope& scope, const OpInfo& op, Tensor& x, Tensor& w, Tensor
 // a @ b for 2-D b (a [..., K], b [K, N]), as fp8_linear with w = b^T: the gradient of b comes
 // out of its own GEMM, [K, N] and contiguous. Falls back as fp8_linear.
 Tensor fp8_mm(OpScope& scope, const OpInfo& op, Tensor& a, Tensor& b);
+// a [B, M, K] @ b [B, K, N] as batched FP8 GEMMs, forward and backward (Note [Batched FP8
+// GEMMs]); returns the bfloat16 [B, M, N] output, or falls back as fp8_linear.
+Tensor fp8_bmm(OpScope& scope, const OpInfo& op, Tensor& a, Tensor& b);
 
 }  // namespace ampgrad

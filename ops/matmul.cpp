@@ -1,5 +1,6 @@
 // The matmul family: mm, bmm, matmul (batch dims broadcast), addmm, and the GEMM helpers that
 // linear (ops/linear.cpp) shares (ops/gemm.h).
+#include <algorithm>
 #include <optional>
 
 #include <fmt/format.h>
@@ -129,6 +130,8 @@ Tensor bmm(const Tensor& a0, const Tensor& b0) {
   AG_CHECK(a.size(0) == b.size(0), "bmm: batch sizes differ: {} and {}", shape_str(a.shape()), shape_str(b.shape()));
   AG_CHECK(a.size(2) == b.size(1), "bmm: shapes {} and {} cannot be multiplied ({} != {})", shape_str(a.shape()),
            shape_str(b.shape()), a.size(2), b.size(1));
+  if (fp8_autocast(scope))
+    if (Tensor y = fp8_bmm(scope, kBmm, a, b); y.defined()) return scope.finish(y);
   check_matmul_dtypes(kBmm, a, b);
   Tensor out = batched_gemm(a, b);
   if (autograd::any_requires_grad({&a, &b}))
@@ -146,12 +149,28 @@ Tensor matmul(const Tensor& a0, const Tensor& b0) {
   AG_CHECK(a.dim() >= 1 && b.dim() >= 1, "matmul: both inputs need at least 1 dimension, got {} and {}", a.desc(),
            b.desc());
   if (fp8_autocast(scope)) {
-    // FP8 GEMMs are not batched: a [..., K] @ b [K, N] only (Note [FP8 autocast]).
+    // a [..., K] @ b [K, N] as one GEMM; [..., M, K] @ [..., K, N] with the same batch dims as
+    // batched FP8 GEMMs (Note [Batched FP8 GEMMs]); broadcast batches and vectors in bfloat16.
+    const bool same_batch = a.dim() >= 3 && a.dim() == b.dim() && a.size(-1) == b.size(-2) &&
+                            std::equal(a.shape().begin(), a.shape().end() - 2, b.shape().begin());
     if (a.dim() >= 2 && b.dim() == 2 && a.size(-1) == b.size(0)) {
       if (Tensor y = fp8_mm(scope, kMatmul, a, b); y.defined()) return scope.finish(y);
+    } else if (same_batch) {
+      Tensor a3 = a.dim() == 3 ? a : a.reshape({-1, a.size(-2), a.size(-1)});
+      Tensor b3 = b.dim() == 3 ? b : b.reshape({-1, b.size(-2), b.size(-1)});
+      if (Tensor y = fp8_bmm(scope, kMatmul, a3, b3); y.defined()) {
+        Shape os = a.shape();
+        os.back() = b.size(-1);
+        return scope.finish(a.dim() == 3 ? y : y.view(os));
+      }
+      a = a3.dim() == a.dim() ? a3 : a3.view(a.shape());
+      b = b3.dim() == b.dim() ? b3 : b3.view(b.shape());
     } else {
       scope.cast_inputs(kBFloat16, a, b);
-      scope.note_path([&] { return fmt::format("bfloat16, not FP8: {} @ {} is a batched product", a.desc(), b.desc()); });
+      scope.note_path([&] {
+        return fmt::format("bfloat16, not FP8: {} @ {} broadcasts (FP8 takes [..., K] @ [K, N] and equal batches)",
+                           a.desc(), b.desc());
+      });
     }
   }
   check_matmul_dtypes(kMatmul, a, b);

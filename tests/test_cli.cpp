@@ -146,6 +146,53 @@ TEST_CASE("ampgrad explain --anomaly names the op whose gradient overflowed firs
   CHECK(both.status != 0);
 }
 
+TEST_CASE("ampgrad explain --amp fp8 shows each tensor's scale, amax, saturated and flushed values", "[cli][fp8]") {
+  Run r = run("explain --device cpu --json --amp fp8 --data /nonexistent --batch-size 16");
+  REQUIRE(r.status == 0);
+  json e = json::parse(r.out);
+  CHECK(e["amp_dtype"] == "float8_e4m3fn");
+  REQUIRE(e["steps"].size() == 2);
+  const json& ops = e["steps"][0]["ops"];
+  REQUIRE(ops.size() == 4);
+  CHECK(ops[1]["op"] == "linear_relu");
+  CHECK_THAT(ops[1]["path"].get<std::string>(), Catch::Contains("FP8 GEMM") && Catch::Contains("delayed"));
+  CHECK(ops[2]["op"] == "linear");  // N = 10: not a multiple of 16
+  CHECK_THAT(ops[2]["path"].get<std::string>(), Catch::Contains("bfloat16, not FP8"));
+  auto find = [](const json& step, const std::string& role) {
+    for (const auto& t : step["tensors"])
+      if (t["role"] == role) return t;
+    FAIL("no tensor with role " << role);
+    return json();
+  };
+  const json& s0 = e["steps"][0];
+  const json& s1 = e["steps"][1];
+  REQUIRE(s0["tensors"].size() == 3);  // 1.weight's input, weight and output gradient
+  for (const auto& t : s0["tensors"]) {
+    CHECK(t["parameter"] == "1.weight");
+    CHECK(t["scale"].get<double>() == 1.0);  // no history yet
+  }
+  const json in0 = find(s0, "input"), in1 = find(s1, "input");
+  CHECK(in0["quantized"] == 16 * 784);
+  CHECK(find(s0, "weight")["quantized"] == 256 * 784);
+  const json g0 = find(s0, "grad_output"), g1 = find(s1, "grad_output");
+  CHECK(g0["dtype"] == "float8_e5m2");
+  CHECK(g0["quantized"] == 16 * 256);
+  // Step 2 quantizes the same batch with the scale step 1's amax gave: its amax lands on 448.
+  CHECK(in1["amax"].get<double>() == Approx(in0["amax"].get<double>()));
+  CHECK(in1["scale"].get<double>() == Approx(448.0 / in0["amax"].get<double>()));
+  CHECK(in1["amax"].get<double>() * in1["scale"].get<double>() == Approx(448.0).epsilon(1e-5));
+  CHECK(in1["saturated"].get<int64_t>() <= 1);
+  CHECK(g1["scale"].get<double>() == Approx(57344.0 / g0["amax"].get<double>()));
+  CHECK(g1["scale"].get<double>() > 1000.0);  // the gradients are small: scale 1 wasted e5m2's range
+  CHECK(g1["flushed"].get<int64_t>() <= g0["flushed"].get<int64_t>());
+  Run text = run("explain --device cpu --amp fp8 --data /nonexistent --batch-size 16");
+  REQUIRE(text.status == 0);
+  CHECK_THAT(text.out, Catch::Contains("Step 2") && Catch::Contains("float8_e5m2") && Catch::Contains("amax x scale"));
+  Run bad = run("explain --device cpu --amp fp8 --data /nonexistent --anomaly");
+  CHECK(bad.status != 0);
+  CHECK_THAT(bad.out, Catch::Contains("without"));
+}
+
 TEST_CASE("gradient health on a crafted gradient", "[cli]") {
   // scale 1024; true gradients: 0, 1e-6, 1e-5, 1e-3, 1, 2 (the last two scaled past 65504? no: 2048)
   ag::Tensor scaled = ag::tensor({0.0f, 1e-6f * 1024, 1e-5f * 1024, 1e-3f * 1024, 1.0f * 1024, 70.0f * 1024,

@@ -250,6 +250,70 @@ TEST_CASE("fp8 autocast: linear and mm against float64 of the quantized operands
   }
 }
 
+TEST_CASE("fp8 autocast: bmm and batched matmul as batched FP8 GEMMs against float64, forward and backward",
+          "[fp8][cuda]") {
+  ag::manual_seed(fresh_seed());
+  const int64_t nb = 3, m = 32, k = 48, n = 64;
+  for (ag::Device dev : test_devices()) {
+    for (bool transposed_b : {false, true}) {  // b as k.transpose(1, 2), as in attention's q @ k^T
+      INFO(dev.str() << (transposed_b ? " b transposed" : ""));
+      ag::amp::Fp8Recipe rec(ag::amp::CurrentScaling{});
+      ag::Tensor a = param({nb, m, k}, dev, 3.0);
+      ag::Tensor bl = transposed_b ? param({nb, n, k}, dev, 0.2) : param({nb, k, n}, dev, 0.2);
+      ag::Tensor r = ag::randn({nb, m, n}).to(dev);
+      ag::Tensor y, y4;
+      {
+        ag::amp::Trace trace;
+        ag::amp::AutocastGuard ac(dev.type, ag::kFloat8_e4m3fn, rec);
+        ag::Tensor b = transposed_b ? bl.transpose(1, 2) : bl;
+        y = ag::bmm(a, b);
+        const auto& rec0 = trace.records();
+        REQUIRE(!rec0.empty());
+        CHECK(rec0.back().op == "bmm");
+        CHECK(rec0.back().path.find("batched FP8 GEMM: float8_e4m3fn x float8_e4m3fn -> bfloat16") !=
+              std::string::npos);
+        // matmul of equal batches, 4-D: the same quantized product
+        ag::NoGradGuard ng;
+        y4 = ag::matmul(a.detach().view({1, nb, m, k}), b.detach().reshape({1, nb, k, n}));
+        CHECK(trace.records().back().op == "matmul");
+        CHECK(trace.records().back().path.find("batched FP8 GEMM") != std::string::npos);
+      }
+      REQUIRE(y.dtype() == ag::kBFloat16);
+      REQUIRE(y4.shape() == ag::Shape{1, nb, m, n});
+      CHECK(y4.view({nb, m, n}).to_vector<double>() == y.to_vector<double>());
+      (y.to(ag::kFloat32) * r).sum().backward();
+      // The reference: each operand quantized as a whole with its own amax (current scaling).
+      const std::vector<double> av = a.to_vector<double>();
+      std::vector<double> bv = bl.to_vector<double>();  // [nb, k, n] or [nb, n, k]
+      const auto aq = dequantized<ag::Float8_e4m3fn>(av, 448.0f / amax_of(av));
+      const auto bq = dequantized<ag::Float8_e4m3fn>(bv, 448.0f / amax_of(bv));
+      const std::vector<double> gv = r.to(ag::kBFloat16).to_vector<double>();
+      const auto gq = dequantized<ag::Float8_e5m2>(gv, 57344.0f / amax_of(gv));
+      std::vector<double> yref, ga, gb;
+      auto part = [](const std::vector<double>& v, int64_t i, int64_t len) {
+        return std::vector<double>(v.begin() + i * len, v.begin() + (i + 1) * len);
+      };
+      for (int64_t i = 0; i < nb; ++i) {
+        const std::vector<double> ai = part(aq, i, m * k), gi = part(gq, i, m * n);
+        const std::vector<double> bi_nk = transposed_b ? part(bq, i, n * k) : transpose(part(bq, i, k * n), k, n);
+        for (double v : abt(ai, bi_nk, m, k, n)) yref.push_back(v);
+        for (double v : abt(gi, transpose(bi_nk, n, k), m, n, k)) ga.push_back(v);  // g @ b^T
+        const std::vector<double> gbi = abt(transpose(gi, m, n), transpose(ai, m, k), n, m, k);  // [n, k]
+        for (double v : transposed_b ? gbi : transpose(gbi, n, k)) gb.push_back(v);
+      }
+      check_close(y, yref, 1e-2, 2 * eps_of(ag::kBFloat16));
+      auto bound = [&](const std::vector<double>& ref) {
+        return dev.is_cpu() ? 1e-4 : 2e-3 * static_cast<double>(amax_of(ref));
+      };
+      const double rtol = dev.is_cpu() ? 1e-4 : 2e-3;
+      check_close(a.grad(), ga, bound(ga), rtol);
+      check_close(bl.grad(), gb, bound(gb), rtol);
+      CHECK(a.grad().dtype() == ag::kFloat32);
+      CHECK(bl.grad().dtype() == ag::kFloat32);
+    }
+  }
+}
+
 TEST_CASE("fp8 autocast: delayed scaling uses the scale of the steps before", "[fp8][cuda]") {
   for (ag::Device dev : test_devices()) {
     INFO(dev.str());
@@ -281,7 +345,7 @@ TEST_CASE("fp8 autocast: shapes FP8 cannot take run in bfloat16, and the trace s
   {
     ag::amp::AutocastGuard ac(ag::kCPU, ag::kFloat8_e4m3fn, rec);
     y = ag::linear(x, w);
-    z = ag::bmm(p, q);        // not an FP8 GEMM op: bfloat16
+    z = ag::bmm(p, q.requires_grad_());  // q's gradient sums over 8 rows: bfloat16
     s = ag::softmax(y, -1);                                      // fp32 as always
   }
   CHECK(y.dtype() == ag::kBFloat16);
@@ -289,6 +353,8 @@ TEST_CASE("fp8 autocast: shapes FP8 cannot take run in bfloat16, and the trace s
   CHECK(s.dtype() == ag::kFloat32);
   REQUIRE(trace.records().size() == 3);
   CHECK(trace.records()[0].path.find("bfloat16, not FP8: K = 40 and N = 24 must be multiples of 16") !=
+        std::string::npos);
+  CHECK(trace.records()[1].path.find("bfloat16, not FP8: the second input's gradient sums over the 8 rows") !=
         std::string::npos);
   check_close(y, (x.to(ag::kBFloat16).to(ag::kFloat32).matmul(w.to(ag::kBFloat16).to(ag::kFloat32).t())).to_vector<double>(),
               1e-2, 2 * eps_of(ag::kBFloat16));
