@@ -68,6 +68,17 @@ Quantized quantize(amp::Fp8Recipe& recipe, const Tensor& t, const Tensor& key, F
   return out;
 }
 
+// The trace's path of an FP8 GEMM: its operands' formats, its scaling, its gradients' format.
+void note_fp8_path(OpScope& scope, const char* kind, const amp::Fp8Recipe& recipe, const Quantized& a,
+                   const Quantized& b, const Tensor& key, bool grad) {
+  scope.note_path([&] {
+    return fmt::format("{}: {} x {} -> bfloat16, {} scaling{}", kind, dtype_name(a.q.dtype()), dtype_name(b.q.dtype()),
+                       key.defined() && recipe.delayed() ? "delayed" : "current",
+                       grad ? fmt::format("; backward {} gradients", dtype_name(recipe.dtype(Fp8Role::grad_output)))
+                            : std::string());
+  });
+}
+
 bool fp8_able(const Tensor& t) {
   return !t.defined() || t.dtype() == kFloat32 || t.dtype() == kFloat16 || t.dtype() == kBFloat16;
 }
@@ -121,12 +132,7 @@ Tensor fp8_gemm(OpScope& scope, const OpInfo& op, Tensor& x, Tensor& w_src, Tens
     os.back() = n;
     if (x.dim() != 2) out = out.view(os);
   }
-  scope.note_path([&] {
-    return fmt::format("FP8 GEMM: {} x {} -> bfloat16, {} scaling{}", dtype_name(xq.q.dtype()),
-                       dtype_name(wq.q.dtype()), key.defined() && recipe->delayed() ? "delayed" : "current",
-                       grad ? fmt::format("; backward {} gradients", dtype_name(recipe->dtype(Fp8Role::grad_output)))
-                            : std::string());
-  });
+  note_fp8_path(scope, "FP8 GEMM", *recipe, xq, wq, key, grad);
   if (grad) {
     std::vector<Tensor> saved{xq.q_t, wq.q_t, xq.scale_inv, wq.scale_inv};
     autograd::record(op, out, {x, w_src, b}, std::move(saved),
@@ -193,12 +199,7 @@ Tensor fp8_batched(OpScope& scope, const OpInfo& op, Tensor& a, Tensor& b) {
     const Tensor b3 = alias_with(bq.q_t, {nb, k, n}, {k, 1, nb * k}, bq.q_t.storage_offset());
     out = scaled_mm(a3, b3, aq.scale_inv, bq.scale_inv, Tensor(), kBFloat16, /*use_fast_accum=*/true);
   }
-  scope.note_path([&] {
-    return fmt::format("batched FP8 GEMM: {} x {} -> bfloat16, {} scaling{}", dtype_name(aq.q.dtype()),
-                       dtype_name(bq.q.dtype()), key.defined() && recipe->delayed() ? "delayed" : "current",
-                       grad ? fmt::format("; backward {} gradients", dtype_name(recipe->dtype(Fp8Role::grad_output)))
-                            : std::string());
-  });
+  note_fp8_path(scope, "batched FP8 GEMM", *recipe, aq, bq, key, grad);
   if (grad) {
     std::vector<Tensor> saved{need_b ? aq.q_t : Tensor(), need_a ? bq.q : Tensor(), aq.scale_inv, bq.scale_inv};
     autograd::record(op, out, {a, b}, std::move(saved),
