@@ -13,12 +13,14 @@ namespace ampgrad::kernel {
 // scale_result and amax float32 [1] tensors on a's device; out contiguous [M, N]; bias [N]
 // of out's 16-bit dtype or undefined. Batched: a [B, M, K], b [B, K, N] (each matrix laid out
 // as above, any batch strides of 16s), out contiguous [B, M, N], no bias.
-// ops/scaled_mm.cpp checks all of it first.
+// ops/scaled_mm.cpp checks all of it first. relu: out = max(..., 0), in the GEMM's epilogue
+// where cuBLASLt takes it (EPILOGUE_RELU[_BIAS]), else as a kernel on out (2-D only; FP8
+// autocast's linear_relu, ops/fp8_gemm.cpp).
 // Returns whether amax was written (cuBLASLt's AMAX_D epilogue does not take every output
 // dtype; the op then reduces out itself).
 AG_DECLARE_KERNEL(scaled_gemm, bool(const Tensor& a, const Tensor& b, const Tensor& scale_a, const Tensor& scale_b,
                                     const Tensor& bias, const Tensor& scale_result, const Tensor& amax,
-                                    bool fast_accum, const Tensor& out));
+                                    bool fast_accum, bool relu, const Tensor& out));
 
 }  // namespace ampgrad::kernel
 
@@ -38,6 +40,14 @@ struct Fp8Quantize {
   // int64 [2] or undefined: += the count of values saturated (|x * scale| past the largest
   // finite value, infinities included) and flushed (x non-zero, quantized to zero).
   Tensor counts;
+  // bfloat16 [R, C] (any strides) or undefined: x is quantized where mask > 0 and is zero
+  // elsewhere (as max(x, 0)'s backward, threshold_backward: a NaN mask masks), amax and counts
+  // taken after masking. FP8 autocast's linear_relu passes its output, so the relu's backward
+  // rides on the gradient's quantization.
+  Tensor mask;
+  // float32 [C] or undefined: written, the column sums of (masked) x, unquantized, summed in
+  // float32 in a fixed order (deterministic): linear's bias gradient, in the same pass.
+  Tensor col_sums;
   bool current = false;
   float fp8_max = 0;
   int margin = 0;

@@ -19,11 +19,6 @@ __device__ __forceinline__ float derived_scale(float amax, float fp8_max, int ma
   return isfinite(s) ? s : old;
 }
 
-// |v| as an int: non-negative floats (NaN included, above infinity) order as their bits.
-__device__ __forceinline__ void atomic_amax(float* amax, float v) {
-  atomicMax(reinterpret_cast<int*>(amax), __float_as_int(v));
-}
-
 __device__ __forceinline__ float warp_max(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
@@ -36,15 +31,18 @@ template <class I> __device__ __forceinline__ I warp_sum(I v) {
 }
 
 // max |x| of the [rows, cols] view into amax (zeroed before), for current scaling.
+// A mask (Fp8Quantize::mask) zeroes x where it is not > 0.
 template <class T>
-__global__ void amax_kernel(const T* x, int64_t rows, int64_t cols, int64_t sr, int64_t sc, float* amax) {
+__global__ void amax_kernel(const T* x, int64_t rows, int64_t cols, int64_t sr, int64_t sc,
+                            const __nv_bfloat16* mask, int64_t msr, int64_t msc, float* amax) {
   const int64_t n = rows * cols;
   float m = 0.0f;
   bool nan = false;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t r = i / cols, c = i - r * cols;
-    const float v = fabsf(static_cast<float>(to_acc(x[r * sr + c * sc])));
+    float v = fabsf(static_cast<float>(to_acc(x[r * sr + c * sc])));
+    if (mask && !(__bfloat162float(mask[r * msr + c * msc]) > 0.0f)) v = 0.0f;
     nan |= isnan(v);
     m = fmaxf(m, v);
   }
@@ -60,12 +58,19 @@ __global__ void amax_kernel(const T* x, int64_t rows, int64_t cols, int64_t sr, 
 // A block quantizes a 64 x 64 tile with 16 x 16 threads: thread (tx, ty) reads 4 adjacent
 // values of rows ty, ty + 16, ... (one 8- or 16-byte load where the row is contiguous and
 // aligned), and writes 4 bytes of out's rows and 4 of out_t's (the tile transposed through
-// shared memory).
-template <class T, class Format>
-__global__ void quantize_kernel(const T* x, int64_t rows, int64_t cols, int64_t sr, int64_t sc, float* scale,
-                                float* amax, float* scale_inv, unsigned long long* counts, bool current,
-                                float fp8_max, int margin, uint8_t* out, uint8_t* out_t) {
+// shared memory). With a mask, the values where it is not > 0 are zeros; with partials, the
+// block writes its tile's column sums to row blockIdx.y of partials [row tiles, cols]
+// (colsum_kernel adds the rows up, in order).
+// kAligned: every tile whole, rows contiguous and 4-aligned, x's and the mask's (a separate
+// instantiation without the general paths: fewer registers, more blocks per SM).
+template <class T, class Format, bool kAligned>
+__global__ void __launch_bounds__(256)
+    quantize_kernel(const T* __restrict__ x, int64_t rows, int64_t cols, int64_t sr, int64_t sc,
+                    const __nv_bfloat16* __restrict__ mask, int64_t msr, int64_t msc, float* partials, float* scale,
+                    float* amax, float* scale_inv, unsigned long long* counts, bool current, float fp8_max, int margin,
+                    uint8_t* out, uint8_t* out_t) {
   __shared__ uint8_t tile[kTile][kTile + 4];
+  __shared__ float col_part[16][kTile];
   const int tx = threadIdx.x, ty = threadIdx.y;
   const int64_t r0 = static_cast<int64_t>(blockIdx.y) * kTile, c0 = static_cast<int64_t>(blockIdx.x) * kTile;
   const float s = current ? derived_scale(*amax, fp8_max, margin, *scale) : *scale;
@@ -74,31 +79,75 @@ __global__ void quantize_kernel(const T* x, int64_t rows, int64_t cols, int64_t 
     *scale_inv = 1.0f / s;
   }
   const float fmax = Format::decode(Format::kMaxFinite);
-  const bool full = r0 + kTile <= rows && c0 + kTile <= cols;
-  const bool vec = full && sc == 1 && sr % 4 == 0 && (reinterpret_cast<uintptr_t>(x) % (4 * sizeof(T))) == 0;
+  const bool full = kAligned || (r0 + kTile <= rows && c0 + kTile <= cols);
+  const bool vec =
+      kAligned || (full && sc == 1 && sr % 4 == 0 && (reinterpret_cast<uintptr_t>(x) % (4 * sizeof(T))) == 0);
+  const bool mvec =
+      kAligned || (vec && mask && msc == 1 && msr % 4 == 0 && (reinterpret_cast<uintptr_t>(mask) % 8) == 0);
   int mbits = 0;
   unsigned saturated = 0, flushed = 0;
+  float csum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  // Every load of the tile first, then the arithmetic: all of a thread's loads in flight at
+  // once (interleaved with the shared-memory stores, the loop kept one at a time and the
+  // kernel ran at a quarter to a half of the memory's bandwidth, ncu on the H200).
+  constexpr int kRows = kTile / 16;
+  float v[kRows][4];
+  if (vec) {
+    Vec<T, 4> in[kRows];
 #pragma unroll
-  for (int i = 0; i < kTile / 16; ++i) {
-    const int lr = ty + 16 * i;
-    const int64_t r = r0 + lr, c = c0 + 4 * tx;
-    float v[4];
-    if (vec) {
-      const Vec<T, 4> in = *reinterpret_cast<const Vec<T, 4>*>(x + r * sr + c);
+    for (int i = 0; i < kRows; ++i)
+      in[i] = *reinterpret_cast<const Vec<T, 4>*>(x + (r0 + ty + 16 * i) * sr + c0 + 4 * tx);
 #pragma unroll
-      for (int j = 0; j < 4; ++j) v[j] = static_cast<float>(to_acc(in.v[j]));
-    } else {
+    for (int i = 0; i < kRows; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) v[i][j] = static_cast<float>(to_acc(in[i].v[j]));
+  } else {
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) {
+      const int64_t r = r0 + ty + 16 * i, c = c0 + 4 * tx;
 #pragma unroll
       for (int j = 0; j < 4; ++j)
-        v[j] = r < rows && c + j < cols ? static_cast<float>(to_acc(x[r * sr + (c + j) * sc])) : 0.0f;
+        v[i][j] = r < rows && c + j < cols ? static_cast<float>(to_acc(x[r * sr + (c + j) * sc])) : 0.0f;
     }
+  }
+  if (mask) {
+    float mk[kRows][4];
+    if (mvec) {
+      Vec<__nv_bfloat16, 4> in[kRows];
+#pragma unroll
+      for (int i = 0; i < kRows; ++i)
+        in[i] = *reinterpret_cast<const Vec<__nv_bfloat16, 4>*>(mask + (r0 + ty + 16 * i) * msr + c0 + 4 * tx);
+#pragma unroll
+      for (int i = 0; i < kRows; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) mk[i][j] = __bfloat162float(in[i].v[j]);
+    } else {
+#pragma unroll
+      for (int i = 0; i < kRows; ++i) {
+        const int64_t r = r0 + ty + 16 * i, c = c0 + 4 * tx;
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+          mk[i][j] = r < rows && c + j < cols ? __bfloat162float(mask[r * msr + (c + j) * msc]) : 0.0f;
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kRows; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        if (!(mk[i][j] > 0.0f)) v[i][j] = 0.0f;
+  }
+#pragma unroll
+  for (int i = 0; i < kRows; ++i) {
+    const int lr = ty + 16 * i;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) csum[j] += v[i][j];
     // The hardware's conversion (cvt.rn.satfinite, sm_89+): round to nearest even, saturated,
     // as Format::encode(y, true) bit for bit but for a NaN's sign (unspecified).
     float y[4];
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      y[j] = v[j] * s;
-      mbits = max(mbits, __float_as_int(fabsf(v[j])));  // a NaN's bits win
+      y[j] = v[i][j] * s;
+      mbits = max(mbits, __float_as_int(fabsf(v[i][j])));  // a NaN's bits win
     }
     constexpr __nv_fp8_interpretation_t kind = std::is_same_v<Format, ampgrad::detail::E5M2> ? __NV_E5M2 : __NV_E4M3;
     const uint32_t packed =
@@ -108,7 +157,7 @@ __global__ void quantize_kernel(const T* x, int64_t rows, int64_t cols, int64_t 
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         saturated += fabsf(y[j]) > fmax;
-        flushed += v[j] != 0.0f && ((packed >> (8 * j)) & 0x7F) == 0;
+        flushed += v[i][j] != 0.0f && ((packed >> (8 * j)) & 0x7F) == 0;
       }
     }
     *reinterpret_cast<uint32_t*>(&tile[lr][4 * tx]) = packed;
@@ -137,8 +186,21 @@ __global__ void quantize_kernel(const T* x, int64_t rows, int64_t cols, int64_t 
       atomicAdd(counts + 1, static_cast<unsigned long long>(fl));
     }
   }
+  if (partials) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) col_part[ty][4 * tx + j] = csum[j];
+  }
   __syncthreads();
-  const bool store4 = full && cols % 4 == 0 && rows % 4 == 0;
+  if (partials) {
+    const int lane = tx + 16 * ty;
+    if (lane < kTile && c0 + lane < cols) {
+      float t = 0.0f;
+#pragma unroll
+      for (int k = 0; k < 16; ++k) t += col_part[k][lane];
+      partials[static_cast<int64_t>(blockIdx.y) * cols + c0 + lane] = t;
+    }
+  }
+  const bool store4 = kAligned || (full && cols % 4 == 0 && rows % 4 == 0);
 #pragma unroll
   for (int i = 0; i < kTile / 16; ++i) {
     const int l = ty + 16 * i;
@@ -158,6 +220,25 @@ __global__ void quantize_kernel(const T* x, int64_t rows, int64_t cols, int64_t 
         if (out_t && c0 + l < cols && r0 + k < rows) out_t[(c0 + l) * rows + r0 + k] = tile[k][l];
       }
     }
+  }
+}
+
+// sums[c] = the sum of partials [tiles, cols]'s column c, in a fixed order: a block of 32 x 8
+// threads takes 32 columns, thread (x, y) adds rows y, y + 8, ..., then the 8 sums in order.
+// (One thread per column, 4096 columns made 16 blocks: 10 us for 1 MB, latency-bound.)
+__global__ void colsum_kernel(const float* __restrict__ partials, int64_t tiles, int64_t cols, float* sums) {
+  __shared__ float part[8][33];
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x;
+  float t = 0.0f;
+  if (c < cols)
+    for (int64_t i = threadIdx.y; i < tiles; i += 8) t += partials[i * cols + c];
+  part[threadIdx.y][threadIdx.x] = t;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < cols) {
+    float u = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) u += part[k][threadIdx.x];
+    sums[c] = u;
   }
 }
 
@@ -205,6 +286,10 @@ void fp8_quantize(const Tensor& x, const kernel::Fp8Quantize& q, const Tensor& o
   auto* counts = q.counts.defined() ? ptr<unsigned long long>(q.counts) : nullptr;
   uint8_t* o = ptr<uint8_t>(out);
   uint8_t* ot = out_t.defined() ? ptr<uint8_t>(out_t) : nullptr;
+  AG_CHECK(!q.mask.defined() || (q.mask.dtype() == kBFloat16 && q.mask.shape() == x.shape()),
+           "fp8 quantization: the mask must be bfloat16 {}, got {}", shape_str(x.shape()), q.mask.desc());
+  const __nv_bfloat16* mask = q.mask.defined() ? ptr<__nv_bfloat16>(q.mask) : nullptr;
+  const int64_t msr = q.mask.defined() ? q.mask.stride(0) : 0, msc = q.mask.defined() ? q.mask.stride(1) : 0;
   dispatch_all(x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     if constexpr (std::is_same_v<T, float> || is_reduced_v<T>) {
@@ -219,16 +304,32 @@ void fp8_quantize(const Tensor& x, const kernel::Fp8Quantize& q, const Tensor& o
             },
             [&] { AG_CUDA_CHECK(cudaMemsetAsync(amax, 0, sizeof(float), ctx.stream)); });
         launch(ctx, amax_kernel<T>, ctx.grid_stride_blocks(rows * cols) / 4 + 1, kBlockSize, 0, xp, rows, cols, sr,
-               sc, amax);
+               sc, mask, msr, msc, amax);
       }
-      if (rows == 0 || cols == 0) return;
-      const dim3 grid(static_cast<unsigned>((cols + kTile - 1) / kTile), static_cast<unsigned>((rows + kTile - 1) / kTile));
+      if (rows == 0 || cols == 0) {
+        if (q.col_sums.defined() && cols > 0) Tensor(q.col_sums).zero_();  // a handle: the same storage
+        return;
+      }
+      const int64_t tiles = (rows + kTile - 1) / kTile;
+      const dim3 grid(static_cast<unsigned>((cols + kTile - 1) / kTile), static_cast<unsigned>(tiles));
+      const Tensor partials =
+          q.col_sums.defined() ? empty({tiles, cols}, TensorOptions(kFloat32).device(x.device())) : Tensor();
+      float* pp = partials.defined() ? ptr<float>(partials) : nullptr;
       auto run = [&](auto kern) {
-        launch(ctx, kern, grid, dim3(16, 16), 0, xp, rows, cols, sr, sc, ptr<float>(q.scale), amax,
-               ptr<float>(q.scale_inv), counts, q.current, q.fp8_max, q.margin, o, ot);
+        launch(ctx, kern, grid, dim3(16, 16), 0, xp, rows, cols, sr, sc, mask, msr, msc, pp, ptr<float>(q.scale),
+               amax, ptr<float>(q.scale_inv), counts, q.current, q.fp8_max, q.margin, o, ot);
       };
-      if (out.dtype() == kFloat8_e4m3fn) run(quantize_kernel<T, ampgrad::detail::E4M3FN>);
-      else run(quantize_kernel<T, ampgrad::detail::E5M2>);
+      const bool aligned = rows % kTile == 0 && cols % kTile == 0 && sc == 1 && sr % 4 == 0 &&
+                           reinterpret_cast<uintptr_t>(xp) % (4 * sizeof(T)) == 0 &&
+                           (!mask || (msc == 1 && msr % 4 == 0 && reinterpret_cast<uintptr_t>(mask) % 8 == 0));
+      using ampgrad::detail::E4M3FN, ampgrad::detail::E5M2;
+      if (out.dtype() == kFloat8_e4m3fn)
+        aligned ? run(quantize_kernel<T, E4M3FN, true>) : run(quantize_kernel<T, E4M3FN, false>);
+      else
+        aligned ? run(quantize_kernel<T, E5M2, true>) : run(quantize_kernel<T, E5M2, false>);
+      if (pp)
+        launch(ctx, colsum_kernel, static_cast<unsigned>((cols + 31) / 32), dim3(32, 8), 0, static_cast<const float*>(pp),
+               tiles, cols, ptr<float>(q.col_sums));
     } else {
       AG_CHECK(false, "fp8 quantization: x must be float32, float16 or bfloat16, got {}", dtype_name(x.dtype()));
     }

@@ -226,7 +226,7 @@ bool gemm_bias_grad(const Tensor& a, const Tensor& bm, const Tensor& out, const 
 // b^T a^T: cuBLASLt's A is b (column-major [K, N], transposed: "T"), its B is a (row-major
 // [M, K] is column-major [K, M]: "N"), so its scales swap too.
 bool scaled_gemm(const Tensor& a, const Tensor& b, const Tensor& scale_a, const Tensor& scale_b, const Tensor& bias,
-                 const Tensor& scale_result, const Tensor& amax, bool fast_accum, const Tensor& out) {
+                 const Tensor& scale_result, const Tensor& amax, bool fast_accum, bool relu, const Tensor& out) {
   const int device = out.device().index;
   DeviceGuard guard(device);
   const DeviceProperties& props = device_properties(device);
@@ -267,13 +267,17 @@ bool scaled_gemm(const Tensor& a, const Tensor& b, const Tensor& scale_a, const 
   if (amax.defined()) g.amax_d = static_cast<float*>(ampgrad::detail::address(amax));
   g.fast_accum = fast_accum;
   if (bias.defined()) g.bias = ampgrad::detail::address(bias);
+  g.relu = relu;
   if (g.amax_d && lt_gemm(g, blas.workspace, kWorkspaceBytes)) return true;
   const bool amax_written = false;  // the epilogue declined AMAX_D (or none was asked for)
   g.amax_d = nullptr;
+  if (relu && lt_gemm(g, blas.workspace, kWorkspaceBytes)) return amax_written;
+  g.relu = false;  // an epilogue without the relu, then the relu as a kernel
   AG_CHECK(lt_gemm(g, blas.workspace, kWorkspaceBytes),
            "scaled_mm: cuBLASLt has no FP8 algorithm for {} {} @ {} {} -> {}{} on cuda:{}",
            dtype_name(a.dtype()), shape_str(a.shape()), dtype_name(b.dtype()), shape_str(b.shape()), dtype_name(out.dtype()),
            bias.defined() ? " with a bias" : "", device);
+  if (relu) kernel::unary(out.device(), UnaryKind::Relu, out, out, 0, 0);
   return amax_written;
 }
 

@@ -193,6 +193,14 @@ __device__ typename Op::State accumulate_row(const Op& op, const typename Op::El
 #pragma unroll
       for (int e = 0; e < V; ++e) acc = op.accumulate(acc, to_acc(v[u].v[e]), vbegin + (k + u * bx) * V + e);
   }
+  // Two in flight where fewer than four are left (a row of 4096 bfloat16 is two per thread).
+  for (; k + bx < nvec; k += 2 * bx) {
+    const Vec<T, V> v0 = pv[k], v1 = pv[k + bx];
+#pragma unroll
+    for (int e = 0; e < V; ++e) acc = op.accumulate(acc, to_acc(v0.v[e]), vbegin + k * V + e);
+#pragma unroll
+    for (int e = 0; e < V; ++e) acc = op.accumulate(acc, to_acc(v1.v[e]), vbegin + (k + bx) * V + e);
+  }
   for (; k < nvec; k += bx) {
     const Vec<T, V> v = pv[k];
 #pragma unroll

@@ -29,10 +29,17 @@ template <class Format> void quantize_as(const Tensor& x, const kernel::Fp8Quant
     using T = decltype(tag);
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
       const T* xp = static_cast<const T*>(detail::address(x));
+      // x's value at (r, c), zero where a mask is not > 0.
+      const BFloat16* mp = q.mask.defined() ? static_cast<const BFloat16*>(detail::address(q.mask)) : nullptr;
+      const int64_t msr = mp ? q.mask.stride(0) : 0, msc = mp ? q.mask.stride(1) : 0;
+      auto value = [&](int64_t r, int64_t c) {
+        const float v = static_cast<float>(xp[r * sr + c * sc]);
+        return mp && !(static_cast<float>(mp[r * msr + c * msc]) > 0) ? 0.0f : v;
+      };
       float amax = 0;
       for (int64_t r = 0; r < rows; ++r)
         for (int64_t c = 0; c < cols; ++c) {
-          const float v = std::fabs(static_cast<float>(xp[r * sr + c * sc]));
+          const float v = std::fabs(value(r, c));
           if (std::isnan(v) || std::isnan(amax)) amax = NAN;
           else amax = std::max(amax, v);
         }
@@ -48,7 +55,7 @@ template <class Format> void quantize_as(const Tensor& x, const kernel::Fp8Quant
       int64_t saturated = 0, flushed = 0;
       for (int64_t r = 0; r < rows; ++r)
         for (int64_t c = 0; c < cols; ++c) {
-          const float v = static_cast<float>(xp[r * sr + c * sc]);
+          const float v = value(r, c);
           const float y = v * s;
           const uint8_t b = Format::encode(y, true);
           saturated += std::fabs(y) > fmax;
@@ -56,6 +63,14 @@ template <class Format> void quantize_as(const Tensor& x, const kernel::Fp8Quant
           op[r * cols + c] = b;
           if (tp) tp[c * rows + r] = b;
         }
+      if (q.col_sums.defined()) {
+        float* cs = f32(q.col_sums);
+        for (int64_t c = 0; c < cols; ++c) {
+          float t = 0;
+          for (int64_t r = 0; r < rows; ++r) t += value(r, c);
+          cs[c] = t;
+        }
+      }
       if (q.counts.defined()) {
         int64_t* cp = static_cast<int64_t*>(detail::address(q.counts));
         cp[0] += saturated;
@@ -68,6 +83,8 @@ template <class Format> void quantize_as(const Tensor& x, const kernel::Fp8Quant
 }
 
 void fp8_quantize(const Tensor& x, const kernel::Fp8Quantize& q, const Tensor& out, const Tensor& out_t) {
+  AG_CHECK(!q.mask.defined() || (q.mask.dtype() == kBFloat16 && q.mask.shape() == x.shape()),
+           "fp8 quantization: the mask must be bfloat16 {}, got {}", shape_str(x.shape()), q.mask.desc());
   if (out.dtype() == kFloat8_e4m3fn) quantize_as<detail::E4M3FN>(x, q, out, out_t);
   else quantize_as<detail::E5M2>(x, q, out, out_t);
 }

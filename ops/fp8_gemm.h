@@ -11,7 +11,8 @@ namespace ampgrad {
 // x @ w^T + b as FP8 GEMMs, forward and backward, when the shapes allow: returns the bfloat16
 // output. Otherwise casts x, w and b to bfloat16 (scope.cast_inputs; the trace says why) and
 // returns an undefined tensor: the caller then runs its usual path. w [N, K]; x [..., K].
-Tensor fp8_linear(OpScope& scope, const OpInfo& op, Tensor& x, Tensor& w, Tensor& b);
+// relu: relu(x @ w^T + b) as one node (linear_relu, Note [FP8 linear_relu]).
+Tensor fp8_linear(OpScope& scope, const OpInfo& op, Tensor& x, Tensor& w, Tensor& b, bool relu = false);
 // a @ b for 2-D b (a [..., K], b [K, N]), as fp8_linear with w = b^T: the gradient of b comes
 // out of its own GEMM, [K, N] and contiguous. Falls back as fp8_linear.
 Tensor fp8_mm(OpScope& scope, const OpInfo& op, Tensor& a, Tensor& b);

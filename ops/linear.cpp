@@ -167,14 +167,14 @@ Tensor linear_impl(const OpInfo& op, const Tensor& x, const Tensor& w, const Ten
   return out;
 }
 
-// Under FP8 autocast (Note [FP8 autocast] in amp/autocast.h) the GEMM runs in FP8 and the
-// activation as its own op on the bfloat16 output; a shape FP8 cannot take runs in bfloat16.
+// Under FP8 autocast (Note [FP8 autocast] in amp/autocast.h) the GEMM runs in FP8, with the
+// relu fused into it (Note [FP8 linear_relu] in ops/fp8_gemm.cpp) and gelu as its own op on
+// the bfloat16 output; a shape FP8 cannot take runs in bfloat16.
 Tensor linear_entry(const OpInfo& op, Tensor& x, Tensor& w, Tensor& b, OpScope& scope, kernel::GemmActivation act) {
   if (scope.autocast_dtype() && is_float8(*scope.autocast_dtype())) {
     check_linear(op, x, w, b, /*same_dtype=*/false);
-    Tensor y = fp8_linear(scope, op, x, w, b);
+    Tensor y = fp8_linear(scope, op, x, w, b, act == kernel::GemmActivation::relu);
     if (y.defined()) {
-      if (act == kernel::GemmActivation::relu) return y.relu();
       if (act == kernel::GemmActivation::gelu_tanh) return gelu(y, "tanh");
       return y;
     }

@@ -69,7 +69,7 @@ Tensor scaled_mm(const Tensor& a0, const Tensor& b0, const Tensor& scale_a0, con
     Tensor bias_c = bias.defined() ? bias.contiguous() : bias;
     scope.note_path([] { return std::string("cuBLASLt FP8 GEMM"); });
     const bool amax_written =
-        kernel::scaled_gemm(a.device(), a, b, scale_a, scale_b, bias_c, Tensor(), amax, use_fast_accum, out);
+        kernel::scaled_gemm(a.device(), a, b, scale_a, scale_b, bias_c, Tensor(), amax, use_fast_accum, /*relu=*/false, out);
     // Where the epilogue does not take AMAX_D, one reduction of the rounded output.
     if (amax.defined() && !amax_written) amax.copy_(max(abs(out)).to(kFloat32).reshape(amax.shape()));
     return scope.finish(out);
