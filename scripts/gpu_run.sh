@@ -17,6 +17,8 @@ out="${OUT:-/tmp}"
 what="${1:-all}"
 export LD_LIBRARY_PATH="$here:${LD_LIBRARY_PATH:-}"
 export AMPGRAD_CLI="$here/ampgrad"  # test_cli runs the carried binary
+# The reference files (tests/data) of the copied tree, for test_float8 and test_gpt.
+export AMPGRAD_TEST_DATA_DIR="${AMPGRAD_TEST_DATA_DIR:-$(cd "$here/../.." && pwd)/tests/data}"
 [ -d "$here/../data" ] && export AMPGRAD_TEST_DATA="$here/../data"  # test_cli's --gpus run
 # NCCL (Note [Process group]): libnccl.so.2 on the loader's path, else the one PyTorch ships.
 if [ -z "${AMPGRAD_NCCL_LIBRARY:-}" ] && ! ldconfig -p 2>/dev/null | grep -q libnccl.so.2; then
