@@ -41,8 +41,8 @@ struct Fp8Quantize {
   // finite value, infinities included) and flushed (x non-zero, quantized to zero).
   Tensor counts;
   // bfloat16 [R, C] (any strides) or undefined: x is quantized where mask > 0 and is zero
-  // elsewhere (as max(x, 0)'s backward, threshold_backward: a NaN mask masks), amax and counts
-  // taken after masking. FP8 autocast's linear_relu passes its output, so the relu's backward
+  // elsewhere, a NaN mask included (as ampgrad's relu backward; PyTorch's threshold_backward
+  // passes the gradient where the output is NaN), amax and counts taken after masking. FP8 autocast's linear_relu passes its output, so the relu's backward
   // rides on the gradient's quantization.
   Tensor mask;
   // float32 [C] or undefined: written, the column sums of (masked) x, unquantized, summed in
@@ -55,7 +55,7 @@ struct Fp8Quantize {
 
 // out = saturated(x * scale) in out's float8 dtype, round to nearest even; out_t (when
 // defined) the same values transposed. x [R, C] float32/float16/bfloat16, any strides; out
-// [R, C] and out_t [C, R] contiguous float8 of one dtype.
+// [R, C] and out_t [C, R] contiguous float8 of one dtype. CUDA: R at most 65535 * 64.
 AG_DECLARE_KERNEL(fp8_quantize, void(const Tensor& x, const Fp8Quantize& q, const Tensor& out, const Tensor& out_t));
 
 // The delayed-scaling update of metas [0, n) (Note [FP8 scaling] in amp/fp8.h): amax [C]

@@ -288,6 +288,12 @@ void fp8_quantize(const Tensor& x, const kernel::Fp8Quantize& q, const Tensor& o
   uint8_t* ot = out_t.defined() ? ptr<uint8_t>(out_t) : nullptr;
   AG_CHECK(!q.mask.defined() || (q.mask.dtype() == kBFloat16 && q.mask.shape() == x.shape()),
            "fp8 quantization: the mask must be bfloat16 {}, got {}", shape_str(x.shape()), q.mask.desc());
+  AG_CHECK(!q.col_sums.defined() || (q.col_sums.dtype() == kFloat32 && q.col_sums.numel() == x.size(1) &&
+                                     q.col_sums.is_contiguous() && q.col_sums.device() == x.device()),
+           "fp8 quantization: col_sums must be contiguous float32 [{}] on {}, got {}", x.size(1), x.device().str(),
+           q.col_sums.desc());
+  AG_CHECK((rows + kTile - 1) / kTile <= 65535,
+           "fp8 quantization: at most {} rows on CUDA (65535 tiles of {}), got {}", int64_t{65535} * kTile, kTile, rows);
   const __nv_bfloat16* mask = q.mask.defined() ? ptr<__nv_bfloat16>(q.mask) : nullptr;
   const int64_t msr = q.mask.defined() ? q.mask.stride(0) : 0, msc = q.mask.defined() ? q.mask.stride(1) : 0;
   dispatch_all(x.dtype(), [&](auto tag) {

@@ -112,7 +112,10 @@ std::string refusal(const Tensor& x, const Tensor& w_src, const Tensor& b, int64
 // float32, from the unquantized values) in the same pass. So relu's forward and backward
 // kernels and the bias gradient's reduction are gone: each a pass over an [M, N] tensor (on
 // the H200, 4 x Linear(4096) at batch 4096 spent 17, 24 and 31 us per layer on them).
-// The bias gradient of a plain linear comes from the same pass, unmasked.
+// The bias gradient of a plain linear comes from the same pass, unmasked. As in 16 bits, the
+// epilogue's relu may turn a NaN into 0 where relu keeps it (cuBLASLt documents max(x, 0)),
+// and the mask passes the gradient only where the output is > 0, as ampgrad's relu backward
+// (PyTorch's threshold_backward also passes it where the output is NaN).
 
 // The GEMMs of y = x2 @ w^T + bias [then relu], x2 [M, K] and w [N, K] (w_src itself, or for
 // mm_form w_src = b [K, N] and w = b^T), forward and backward.
@@ -143,7 +146,9 @@ Tensor fp8_gemm(OpScope& scope, const OpInfo& op, Tensor& x, Tensor& w_src, Tens
     const Tensor w = mm_form ? transposed(w_src) : w_src;
     xq = quantize(*recipe, x2, key, Fp8Role::input, need_w);
     wq = quantize(*recipe, w, key, Fp8Role::weight, need_x);
-    const Tensor bias = b.defined() ? b.to(kBFloat16) : Tensor();
+    // Contiguous: the relu path below hands it to the kernel directly (a strided bfloat16 view
+    // would pass to(kBFloat16) unchanged).
+    const Tensor bias = b.defined() ? b.to(kBFloat16).contiguous() : Tensor();
     if (relu && x.is_cuda()) {
       out = empty({m, n}, TensorOptions(kBFloat16).device(x.device()));
       kernel::scaled_gemm(out.device(), xq.q, transposed(wq.q), xq.scale_inv, wq.scale_inv, bias, Tensor(), Tensor(),

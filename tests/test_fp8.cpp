@@ -190,53 +190,64 @@ TEST_CASE("fp8 quantization: scaled, saturated, transposed, with amax and counts
 
 TEST_CASE("fp8 quantization: a relu mask and the column sums in the same pass", "[fp8][cuda]") {
   ag::manual_seed(fresh_seed());
-  const int64_t rows = 150, cols = 80;  // three row tiles, the last partial
-  const ag::Tensor g = ag::randn({rows, cols}) * 5.0;
-  ag::Tensor mask = ag::randn({rows, cols});
-  mask.select(0, 2).select(0, 3).fill_(NAN);  // NaN is not > 0: masked, as threshold_backward
-  mask.select(0, 4).fill_(0.0);                 // 0 is not > 0 either
-  const ag::Tensor mb = mask.to(ag::kBFloat16);
-  const std::vector<double> gv = g.to_vector<double>(), mv = mb.to_vector<double>();
-  std::vector<double> masked(gv.size());
-  for (size_t i = 0; i < gv.size(); ++i) masked[i] = mv[i] > 0 ? gv[i] : 0.0;
-  std::vector<double> sums(cols, 0.0);
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) sums[c] += masked[r * cols + c];
-  std::vector<std::vector<uint8_t>> bits;
-  std::vector<std::vector<double>> col_sums;
-  for (ag::Device dev : test_devices()) {
-    INFO(dev.str());
-    const auto o32 = ag::TensorOptions(ag::kFloat32).device(dev);
-    ag::kernel::Fp8Quantize q;
-    q.scale = ag::ones({1}, o32);
-    q.amax = ag::zeros({1}, o32);
-    q.scale_inv = ag::zeros({1}, o32);
-    q.current = true;
-    q.fp8_max = 57344;
-    q.mask = mb.to(dev);
-    q.col_sums = ag::full({cols}, 7.0, o32);  // written, not added to
-    ag::Tensor out = ag::empty({rows, cols}, ag::TensorOptions(ag::kFloat8_e5m2).device(dev));
-    ag::Tensor out_t = ag::empty({cols, rows}, ag::TensorOptions(ag::kFloat8_e5m2).device(dev));
-    ag::kernel::fp8_quantize(dev, g.to(dev), q, out, out_t);
-    const float am = amax_of(masked);
-    CHECK(q.amax.item<double>() == am);  // the masked values' amax
-    const float s = 57344.0f / am;
-    const std::vector<uint8_t> b = bytes_of(out), bt = bytes_of(out_t);
+  // Three row tiles, the last partial; and whole 64 x 64 tiles (CUDA's aligned kernel).
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{150, 80}, {128, 192}}) {
+    INFO(rows << " x " << cols);
+    const ag::Tensor g = ag::randn({rows, cols}) * 5.0;
+    ag::Tensor mask = ag::randn({rows, cols});
+    mask.select(0, 2).select(0, 3).fill_(NAN);  // NaN is not > 0: masked, as ampgrad's relu backward
+    mask.select(0, 4).fill_(0.0);                 // 0 is not > 0 either
+    const ag::Tensor mb = mask.to(ag::kBFloat16);
+    const std::vector<double> gv = g.to_vector<double>(), mv = mb.to_vector<double>();
+    std::vector<double> masked(gv.size());
+    for (size_t i = 0; i < gv.size(); ++i) masked[i] = mv[i] > 0 ? gv[i] : 0.0;
+    std::vector<double> sums(cols, 0.0);
     for (int64_t r = 0; r < rows; ++r)
-      for (int64_t c = 0; c < cols; ++c) {
-        const uint8_t want = ag::Float8_e5m2::saturated(static_cast<float>(masked[r * cols + c]) * s).bits;
-        INFO(r << ", " << c);
-        REQUIRE(b[r * cols + c] == want);
-        REQUIRE(bt[c * rows + r] == want);
-      }
-    check_close(q.col_sums, sums, 1e-4, 1e-5);  // float32 sums of 150 values
-    bits.push_back(b);
-    col_sums.push_back(q.col_sums.to_vector<double>());
-    // The same pass again: the same sums, bit for bit (a fixed order, no atomics).
-    ag::kernel::fp8_quantize(dev, g.to(dev), q, out, ag::Tensor());
-    CHECK(q.col_sums.to_vector<double>() == col_sums.back());
+      for (int64_t c = 0; c < cols; ++c) sums[c] += masked[r * cols + c];
+    std::vector<std::vector<uint8_t>> bits;
+    std::vector<std::vector<double>> col_sums;
+    for (ag::Device dev : test_devices()) {
+      INFO(dev.str());
+      const auto o32 = ag::TensorOptions(ag::kFloat32).device(dev);
+      ag::kernel::Fp8Quantize q;
+      q.scale = ag::ones({1}, o32);
+      q.amax = ag::zeros({1}, o32);
+      q.scale_inv = ag::zeros({1}, o32);
+      q.current = true;
+      q.fp8_max = 57344;
+      q.mask = mb.to(dev);
+      q.col_sums = ag::full({cols}, 7.0, o32);  // written, not added to
+      ag::Tensor out = ag::empty({rows, cols}, ag::TensorOptions(ag::kFloat8_e5m2).device(dev));
+      ag::Tensor out_t = ag::empty({cols, rows}, ag::TensorOptions(ag::kFloat8_e5m2).device(dev));
+      ag::kernel::fp8_quantize(dev, g.to(dev), q, out, out_t);
+      const float am = amax_of(masked);
+      CHECK(q.amax.item<double>() == am);  // the masked values' amax
+      const float s = 57344.0f / am;
+      const std::vector<uint8_t> b = bytes_of(out), bt = bytes_of(out_t);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c) {
+          const uint8_t want = ag::Float8_e5m2::saturated(static_cast<float>(masked[r * cols + c]) * s).bits;
+          INFO(r << ", " << c);
+          REQUIRE(b[r * cols + c] == want);
+          REQUIRE(bt[c * rows + r] == want);
+        }
+      check_close(q.col_sums, sums, 1e-4, 1e-5);  // float32 sums of the rows
+      bits.push_back(b);
+      col_sums.push_back(q.col_sums.to_vector<double>());
+      // The same pass again: the same sums, bit for bit (a fixed order, no atomics).
+      ag::kernel::fp8_quantize(dev, g.to(dev), q, out, ag::Tensor());
+      CHECK(q.col_sums.to_vector<double>() == col_sums.back());
+      ag::kernel::Fp8Quantize bad = q;
+      bad.col_sums = ag::zeros({cols + 1}, o32);
+      CHECK_THROWS_WITH(ag::kernel::fp8_quantize(dev, g.to(dev), bad, out, ag::Tensor()),
+                        Catch::Contains("col_sums must be contiguous float32"));
+      bad = q;
+      bad.mask = mb.to(dev).to(ag::kFloat32);
+      CHECK_THROWS_WITH(ag::kernel::fp8_quantize(dev, g.to(dev), bad, out, ag::Tensor()),
+                        Catch::Contains("the mask must be bfloat16"));
+    }
+    if (bits.size() == 2) CHECK(bits[0] == bits[1]);
   }
-  if (bits.size() == 2) CHECK(bits[0] == bits[1]);
 }
 
 TEST_CASE("fp8 autocast: linear and mm against float64 of the quantized operands, forward and backward",
