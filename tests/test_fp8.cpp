@@ -326,6 +326,28 @@ TEST_CASE("fp8 autocast: linear and mm against float64 of the quantized operands
   }
 }
 
+TEST_CASE("fp8 autocast: linear_relu takes a strided bfloat16 bias", "[fp8][cuda]") {
+  ag::manual_seed(fresh_seed());
+  for (ag::Device dev : test_devices()) {
+    INFO(dev.str());
+    const ag::Tensor x = ag::randn({32, 48}).to(dev), w = (ag::randn({64, 48}) * 0.2).to(dev);
+    const ag::Tensor pair = ag::randn({64, 2}).to(dev, ag::kBFloat16);
+    const ag::Tensor b = pair.select(1, 0);  // every other element
+    REQUIRE(!b.is_contiguous());
+    ag::amp::Fp8Recipe r1(ag::amp::CurrentScaling{}), r2(ag::amp::CurrentScaling{});
+    ag::Tensor y1, y2;
+    {
+      ag::amp::AutocastGuard ac(dev.type, ag::kFloat8_e4m3fn, r1);
+      y1 = ag::linear_relu(x, w, b);
+    }
+    {
+      ag::amp::AutocastGuard ac(dev.type, ag::kFloat8_e4m3fn, r2);
+      y2 = ag::linear_relu(x, w, b.contiguous());
+    }
+    CHECK(y1.to_vector<double>() == y2.to_vector<double>());
+  }
+}
+
 TEST_CASE("fp8 autocast: bmm and batched matmul as batched FP8 GEMMs against float64, forward and backward",
           "[fp8][cuda]") {
   ag::manual_seed(fresh_seed());
