@@ -53,6 +53,16 @@ struct Fp8Quantize {
   int margin = 0;
 };
 
+// The checks every backend's fp8_quantize makes of q's optional tensors against x [R, C].
+inline void check_fp8_quantize(const Tensor& x, const Fp8Quantize& q) {
+  AG_CHECK(!q.mask.defined() || (q.mask.dtype() == kBFloat16 && q.mask.shape() == x.shape()),
+           "fp8 quantization: the mask must be bfloat16 {}, got {}", shape_str(x.shape()), q.mask.desc());
+  AG_CHECK(!q.col_sums.defined() || (q.col_sums.dtype() == kFloat32 && q.col_sums.numel() == x.size(1) &&
+                                     q.col_sums.is_contiguous() && q.col_sums.device() == x.device()),
+           "fp8 quantization: col_sums must be contiguous float32 [{}] on {}, got {}", x.size(1), x.device().str(),
+           q.col_sums.desc());
+}
+
 // out = saturated(x * scale) in out's float8 dtype, round to nearest even; out_t (when
 // defined) the same values transposed. x [R, C] float32/float16/bfloat16, any strides; out
 // [R, C] and out_t [C, R] contiguous float8 of one dtype. CUDA: R at most 65535 * 64.

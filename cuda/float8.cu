@@ -55,6 +55,30 @@ __global__ void amax_kernel(const T* x, int64_t rows, int64_t cols, int64_t sr, 
   if ((threadIdx.x & 31) == 0 && bits > *reinterpret_cast<volatile int*>(a)) atomicMax(a, bits);
 }
 
+// The 4 values at columns c.. c + 3 of rows r, r + 16, ... of p [rows, cols] (strides sr, sc)
+// as floats, zeros outside: with vec (whole tile, contiguous 4-aligned rows) one load a row,
+// every load issued before any is converted.
+template <int kRows, class E>
+__device__ __forceinline__ void load_rows(const E* __restrict__ p, int64_t r, int64_t c, int64_t rows, int64_t cols,
+                                          int64_t sr, int64_t sc, bool vec, float (&v)[kRows][4]) {
+  if (vec) {
+    Vec<E, 4> in[kRows];
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) in[i] = *reinterpret_cast<const Vec<E, 4>*>(p + (r + 16 * i) * sr + c);
+#pragma unroll
+    for (int i = 0; i < kRows; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) v[i][j] = static_cast<float>(to_acc(in[i].v[j]));
+  } else {
+#pragma unroll
+    for (int i = 0; i < kRows; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        v[i][j] = r + 16 * i < rows && c + j < cols ? static_cast<float>(to_acc(p[(r + 16 * i) * sr + (c + j) * sc]))
+                                                    : 0.0f;
+  }
+}
+
 // A block quantizes a 64 x 64 tile with 16 x 16 threads: thread (tx, ty) reads 4 adjacent
 // values of rows ty, ty + 16, ... (one 8- or 16-byte load where the row is contiguous and
 // aligned), and writes 4 bytes of out's rows and 4 of out_t's (the tile transposed through
@@ -92,44 +116,10 @@ __global__ void __launch_bounds__(256)
   // kernel ran at a quarter to a half of the memory's bandwidth, ncu on the H200).
   constexpr int kRows = kTile / 16;
   float v[kRows][4];
-  if (vec) {
-    Vec<T, 4> in[kRows];
-#pragma unroll
-    for (int i = 0; i < kRows; ++i)
-      in[i] = *reinterpret_cast<const Vec<T, 4>*>(x + (r0 + ty + 16 * i) * sr + c0 + 4 * tx);
-#pragma unroll
-    for (int i = 0; i < kRows; ++i)
-#pragma unroll
-      for (int j = 0; j < 4; ++j) v[i][j] = static_cast<float>(to_acc(in[i].v[j]));
-  } else {
-#pragma unroll
-    for (int i = 0; i < kRows; ++i) {
-      const int64_t r = r0 + ty + 16 * i, c = c0 + 4 * tx;
-#pragma unroll
-      for (int j = 0; j < 4; ++j)
-        v[i][j] = r < rows && c + j < cols ? static_cast<float>(to_acc(x[r * sr + (c + j) * sc])) : 0.0f;
-    }
-  }
+  load_rows<kRows>(x, r0 + ty, c0 + 4 * tx, rows, cols, sr, sc, vec, v);
   if (mask) {
     float mk[kRows][4];
-    if (mvec) {
-      Vec<__nv_bfloat16, 4> in[kRows];
-#pragma unroll
-      for (int i = 0; i < kRows; ++i)
-        in[i] = *reinterpret_cast<const Vec<__nv_bfloat16, 4>*>(mask + (r0 + ty + 16 * i) * msr + c0 + 4 * tx);
-#pragma unroll
-      for (int i = 0; i < kRows; ++i)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) mk[i][j] = __bfloat162float(in[i].v[j]);
-    } else {
-#pragma unroll
-      for (int i = 0; i < kRows; ++i) {
-        const int64_t r = r0 + ty + 16 * i, c = c0 + 4 * tx;
-#pragma unroll
-        for (int j = 0; j < 4; ++j)
-          mk[i][j] = r < rows && c + j < cols ? __bfloat162float(mask[r * msr + (c + j) * msc]) : 0.0f;
-      }
-    }
+    load_rows<kRows>(mask, r0 + ty, c0 + 4 * tx, rows, cols, msr, msc, mvec, mk);
 #pragma unroll
     for (int i = 0; i < kRows; ++i)
 #pragma unroll
@@ -286,12 +276,7 @@ void fp8_quantize(const Tensor& x, const kernel::Fp8Quantize& q, const Tensor& o
   auto* counts = q.counts.defined() ? ptr<unsigned long long>(q.counts) : nullptr;
   uint8_t* o = ptr<uint8_t>(out);
   uint8_t* ot = out_t.defined() ? ptr<uint8_t>(out_t) : nullptr;
-  AG_CHECK(!q.mask.defined() || (q.mask.dtype() == kBFloat16 && q.mask.shape() == x.shape()),
-           "fp8 quantization: the mask must be bfloat16 {}, got {}", shape_str(x.shape()), q.mask.desc());
-  AG_CHECK(!q.col_sums.defined() || (q.col_sums.dtype() == kFloat32 && q.col_sums.numel() == x.size(1) &&
-                                     q.col_sums.is_contiguous() && q.col_sums.device() == x.device()),
-           "fp8 quantization: col_sums must be contiguous float32 [{}] on {}, got {}", x.size(1), x.device().str(),
-           q.col_sums.desc());
+  kernel::check_fp8_quantize(x, q);
   AG_CHECK((rows + kTile - 1) / kTile <= 65535,
            "fp8 quantization: at most {} rows on CUDA (65535 tiles of {}), got {}", int64_t{65535} * kTile, kTile, rows);
   const __nv_bfloat16* mask = q.mask.defined() ? ptr<__nv_bfloat16>(q.mask) : nullptr;

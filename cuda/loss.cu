@@ -144,10 +144,10 @@ __global__ void cross_entropy_forward_kernel(const T* x, const int64_t* target, 
 }
 
 // grad_x[i, j] = grad / count * (exp(x[i, j] - lse[i]) - [j == target[i]]) for counted rows
-// with a target in range, 0 elsewhere, written in x's dtype.
-// Rows over the block's y threads and blockIdx.y, each row's columns over blockIdx.x and the x
-// threads (as many as a row has vectors, up to 256), 16 bytes a load and a store where the rows allow (a flat loop with a 64-bit division
-// per element ran at 13 % of the H200's bandwidth on [4096, 4096] bfloat16).
+// with a target in range, 0 elsewhere, written in x's dtype. Rows over the block's y threads
+// and blockIdx.y, each row's columns over blockIdx.x and the x threads (as many as a row has
+// vectors, up to 256), 16 bytes a load and a store where the rows allow (a flat loop with a
+// 64-bit division per element ran at 13 % of the H200's bandwidth on [4096, 4096] bfloat16).
 template <class T, class O>
 __global__ void cross_entropy_backward_kernel(const O* grad, const T* x, const int64_t* target, const dacc_t<O>* lse,
                                               const float* count, int64_t n, int64_t c, int64_t ignore, bool vec,

@@ -83,12 +83,7 @@ template <class Format> void quantize_as(const Tensor& x, const kernel::Fp8Quant
 }
 
 void fp8_quantize(const Tensor& x, const kernel::Fp8Quantize& q, const Tensor& out, const Tensor& out_t) {
-  AG_CHECK(!q.mask.defined() || (q.mask.dtype() == kBFloat16 && q.mask.shape() == x.shape()),
-           "fp8 quantization: the mask must be bfloat16 {}, got {}", shape_str(x.shape()), q.mask.desc());
-  AG_CHECK(!q.col_sums.defined() || (q.col_sums.dtype() == kFloat32 && q.col_sums.numel() == x.size(1) &&
-                                     q.col_sums.is_contiguous() && q.col_sums.device() == x.device()),
-           "fp8 quantization: col_sums must be contiguous float32 [{}] on {}, got {}", x.size(1), x.device().str(),
-           q.col_sums.desc());
+  kernel::check_fp8_quantize(x, q);
   if (out.dtype() == kFloat8_e4m3fn) quantize_as<detail::E4M3FN>(x, q, out, out_t);
   else quantize_as<detail::E5M2>(x, q, out, out_t);
 }
