@@ -175,10 +175,11 @@ __device__ __forceinline__ bool step_skipped(const TensorLists<L>& lists, bool v
 template <int L>
 __device__ __forceinline__ void finish_step(const TensorLists<L>& lists, bool skipped, float* found_inf,
                                             const ScaleUpdateArgs& up) {
-  if (!last_block_done(&g_blocks_done) || threadIdx.x != 0) return;
-  if (!skipped)
-    for (int t = 0; t < lists.count; ++t) *lists.step[t] += 1.0f;
-  if (up.scale) apply_scale_update(up, found_inf);
+  if (!last_block_done(&g_blocks_done)) return;
+  // A thread per counter (each tensor has its own): one thread's loop over them waited a
+  // memory round trip per tensor, in turn.
+  if (!skipped && static_cast<int>(threadIdx.x) < lists.count) *lists.step[threadIdx.x] += 1.0f;
+  if (up.scale && threadIdx.x == 0) apply_scale_update(up, found_inf);
 }
 
 template <class G>
@@ -459,19 +460,36 @@ DType working_dtype(const FusedStep& s, size_t k) {
   return !s.working.empty() && s.working[k].defined() ? s.working[k].dtype() : s.grads[k].dtype();
 }
 
-// Splits a step's tensors into runs of one (param, grad, working copy) dtype triple,
-// preserving order.
-std::vector<std::vector<size_t>> by_dtype(const FusedStep& s) {
-  std::vector<std::vector<size_t>> runs;
-  std::vector<std::array<DType, 3>> keys;
+// A run of a step's tensors: one (param, grad, working copy) dtype triple, in order.
+struct Run {
+  std::array<DType, 3> dtypes;
+  std::vector<size_t> tensors;
+};
+
+// Splits a step's tensors into runs of one dtype triple, preserving order. A tensor without
+// a working copy (its pointer null in the launch) joins the run of its param and grad dtypes
+// that has one: the small GPT's float32 layer-norm parameters and embeddings share the launch
+// of its weights (one launch fewer, and with everything in one launch the check and the scale
+// update fold into it, Note [One-launch scaled step]).
+std::vector<Run> by_dtype(const FusedStep& s) {
+  auto has_copy = [&](size_t k) { return !s.working.empty() && s.working[k].defined(); };
+  std::vector<std::array<DType, 3>> copies;  // the first working copy dtype of each (param, grad)
+  for (size_t k = 0; k < s.params.size(); ++k) {
+    if (!has_copy(k)) continue;
+    const std::array<DType, 3> key{s.params[k].dtype(), s.grads[k].dtype(), s.working[k].dtype()};
+    if (std::none_of(copies.begin(), copies.end(), [&](const auto& c) { return c[0] == key[0] && c[1] == key[1]; }))
+      copies.push_back(key);
+  }
+  std::vector<Run> runs;
   for (size_t k = 0; k < s.params.size(); ++k) {
     std::array<DType, 3> key{s.params[k].dtype(), s.grads[k].dtype(), working_dtype(s, k)};
-    size_t r = std::find(keys.begin(), keys.end(), key) - keys.begin();
-    if (r == keys.size()) {
-      keys.push_back(key);
-      runs.emplace_back();
+    if (!has_copy(k)) {
+      for (const auto& c : copies)
+        if (c[0] == key[0] && c[1] == key[1]) key[2] = c[2];
     }
-    runs[r].push_back(k);
+    auto it = std::find_if(runs.begin(), runs.end(), [&](const Run& r) { return r.dtypes == key; });
+    if (it == runs.end()) it = runs.insert(runs.end(), Run{key, {}});
+    it->tensors.push_back(k);
   }
   return runs;
 }
@@ -614,9 +632,9 @@ void fused_step(const FusedStep& s, const char* op, Fill&& fill, Kernels&& kerne
     return;
   }
   KernelContext ctx(s.params[0]);
-  const std::vector<std::vector<size_t>> runs = by_dtype(s);
+  const std::vector<Run> runs = by_dtype(s);
   // The check and the update ride in the step's launch only when one launch covers the step.
-  const bool fold = s.update && runs.size() == 1 && runs[0].size() <= static_cast<size_t>(kMaxTensors);
+  const bool fold = s.update && runs.size() == 1 && runs[0].tensors.size() <= static_cast<size_t>(kMaxTensors);
   // A grid barrier needs a grid that fits on the device at once, and every block waits there
   // for the slowest; a launch saved matters only where launch time binds. So only a step
   // small enough for that checks inside its launch. (With one row of blocks per tensor the
@@ -628,8 +646,9 @@ void fused_step(const FusedStep& s, const char* op, Fill&& fill, Kernels&& kerne
   if (s.check_grads && !check_inside) amp_check_and_unscale(s.grads, s.found_inf, Tensor(), /*write_back=*/false);
   const ScaleUpdateArgs up = fold ? update_args(*s.update) : ScaleUpdateArgs{};
   float* found_inf = ptr_or_null<float>(s.found_inf);
-  for (const std::vector<size_t>& run : runs) {
-    dispatch_step(s.params[run[0]].dtype(), s.grads[run[0]].dtype(), working_dtype(s, run[0]), op,
+  for (const Run& r : runs) {
+    const std::vector<size_t>& run = r.tensors;
+    dispatch_step(r.dtypes[0], r.dtypes[1], r.dtypes[2], op,
                   [&](auto pt, auto gt, auto wt) {
       const auto [checking, plain] = kernels(pt, gt, wt);
       in_batches<L>(
