@@ -15,7 +15,97 @@ namespace ampgrad::autograd {
 namespace {
 // The callbacks of the backward running on this thread; null outside one.
 thread_local std::vector<std::function<void()>>* t_callbacks = nullptr;
+
+// The node whose formula runs now on this thread, and the engine's sums (Note [Accumulating
+// formulas]); null outside a formula.
+struct Running {
+  Node* node;
+  std::unordered_map<Node*, Tensor>* pending;
+  std::unordered_map<Node*, int>* deps;
+};
+thread_local Running* t_running = nullptr;
+
+// Note [Gradient copies]: this thread's offers, for the backward running now.
+struct GradientCopy {
+  std::weak_ptr<TensorImpl> source;
+  uint32_t source_version = 0, low_version = 0;
+  Tensor low;
+};
+constexpr size_t kMaxGradientCopies = 16;
+thread_local std::vector<GradientCopy> t_copies;
+thread_local int64_t t_copy_hits = 0;
 }  // namespace
+
+// Note [Accumulating formulas]
+// A pre-norm transformer's residual stream x feeds both the residual add and the layer norm of
+// the next sublayer, so its gradient is a sum: the add's (passed on as it came) arrives first,
+// and the engine added layer_norm's input gradient into it, a kernel reading and writing the
+// stream's 4 MB (the small GPT: 8 a step). A formula that writes its input gradient in a
+// kernel of its own can add it there instead: detail::pending_gradient hands the formula the
+// sum so far, where the engine alone holds it (as Note [Summing incoming gradients] requires
+// for its in-place add), and the formula returns it with its own gradient added in; the engine,
+// getting its own sum back, adds nothing. The bits are the engine's add (sum + g, rounded once;
+// layer_norm's kernels add without contraction).
+//
+// Note [Gradient copies]
+// The next node down is often the residual add of float32 and float16 (Note [Widening
+// arithmetic] in ops/binary.cpp), whose float16 input's gradient is the float32 sum rounded, a
+// cast kernel more. A formula that writes a final gradient (the last to reach its node,
+// detail::wants_gradient_copy) can write its rounding in the same pass and offer it
+// (offer_gradient_copy); FunctionNode::apply takes it instead of casting while both are
+// unchanged (the same tensor, the same version). The copy is the cast's bits; where nothing
+// takes it, it cost a write.
+namespace detail {
+
+Tensor pending_gradient(size_t input, const Shape& shape, DType dtype) {
+  const Running* r = t_running;
+  if (!r || input >= r->node->next.size() || !r->node->next[input].valid()) return Tensor();
+  Node* child = r->node->next[input].node.get();
+  const auto it = r->pending->find(child);
+  if (it == r->pending->end() || !it->second.defined()) return Tensor();
+  const Tensor& sum = it->second;
+  if (sum.impl_ptr().use_count() != 1 || sum.storage().use_count() != 1 || sum.requires_grad() ||
+      sum.shape() != shape || sum.dtype() != dtype || !sum.is_contiguous() || sum.storage_offset() != 0 ||
+      !child->sum_keeps_dtype(dtype, dtype))
+    return Tensor();
+  return sum;
+}
+
+bool wants_gradient_copy(size_t input, DType dtype) {
+  const Running* r = t_running;
+  if (!r || input >= r->node->next.size() || !r->node->next[input].valid()) return false;
+  Node* child = r->node->next[input].node.get();
+  const auto d = r->deps->find(child);
+  if (d == r->deps->end() || d->second != 1) return false;  // more gradients will be added to it
+  const auto* f = dynamic_cast<const FunctionNode*>(child);
+  if (!f) return false;
+  for (size_t i = 0; i < f->inputs.size(); ++i)
+    if (f->inputs[i].dtype == dtype && i < f->next.size() && f->next[i].valid()) return true;
+  return false;
+}
+
+void offer_gradient_copy(const Tensor& grad, const Tensor& low) {
+  std::erase_if(t_copies, [](const GradientCopy& c) { return c.source.expired(); });
+  if (t_copies.size() >= kMaxGradientCopies) t_copies.erase(t_copies.begin());
+  t_copies.push_back(GradientCopy{grad.weak_impl(), grad.version(), low.version(), low});
+}
+
+Tensor take_gradient_copy(const Tensor& grad, DType dtype) {
+  for (auto it = t_copies.begin(); it != t_copies.end(); ++it) {
+    const std::shared_ptr<TensorImpl> src = it->source.lock();
+    if (src.get() != grad.unsafe_impl() || it->low.dtype() != dtype) continue;
+    if (grad.version() != it->source_version || it->low.version() != it->low_version) return Tensor();
+    Tensor low = std::move(it->low);
+    t_copies.erase(it);
+    ++t_copy_hits;
+    return low;
+  }
+  return Tensor();
+}
+
+int64_t gradient_copy_hits() { return t_copy_hits; }
+
+}  // namespace detail
 
 // Note [Implicit seed]
 // loss.backward() starts from a gradient of 1, and filling it is a kernel launch per step: on
@@ -151,7 +241,19 @@ void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph) {
     // A node all of whose incoming gradients are undefined still passes "nothing" on, so
     // that its children's dependency counts reach zero.
     if (anomaly && in.defined() && summed.erase(n) > 0) [[unlikely]] detail::anomaly_check_sum(*n, in);
-    Grads outs = in.defined() ? n->apply(in) : Grads(n->next.size());
+    Grads outs;
+    if (in.defined()) {
+      Running running{n, &pending, &deps};
+      Running* outer_running = t_running;
+      t_running = &running;
+      struct Reset {
+        Running* outer;
+        ~Reset() { t_running = outer; }
+      } reset{outer_running};
+      outs = n->apply(in);
+    } else {
+      outs = Grads(n->next.size());
+    }
     for (size_t i = 0; i < outs.size(); ++i) {
       const Edge& e = n->next[i];
       if (!e.valid()) continue;
@@ -162,7 +264,8 @@ void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph) {
         auto [slot, inserted] = pending.try_emplace(child, std::move(outs[i]));
         if (!inserted) {
           if (slot->second.defined()) {
-            child->accumulate_incoming(slot->second, outs[i]);
+            // The formula may have added into the sum already (Note [Accumulating formulas]).
+            if (slot->second.unsafe_impl() != outs[i].unsafe_impl()) child->accumulate_incoming(slot->second, outs[i]);
             if (anomaly) [[unlikely]] summed.insert(child);
           } else {
             slot->second = std::move(outs[i]);
@@ -178,6 +281,7 @@ void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph) {
     else n->release();
   }
   if (anomaly) detail::anomaly_end_backward();
+  if (!outer) t_copies.clear();  // the outermost backward's offers end with it
   t_callbacks = outer;
   for (auto& fn : callbacks) fn();
 }

@@ -74,7 +74,11 @@ Grads FunctionNode::apply(const Tensor& grad) {
     const DType want = inputs[i].dtype;
     if (g.dtype() != want) {
       const bool narrower = promote_types(want, g.dtype()) == want;
-      if (!((narrower || inputs[i].wide_grad) && next[i].node->takes_grad_dtype(g.dtype()))) g = g.to(want);
+      if (!((narrower || inputs[i].wide_grad) && next[i].node->takes_grad_dtype(g.dtype()))) {
+        // A formula before may have written this rounding already (Note [Gradient copies]).
+        Tensor low = detail::take_gradient_copy(g, want);
+        g = low.defined() ? std::move(low) : g.to(want);
+      }
     }
   }
   if (detail::anomaly_guarded()) [[unlikely]] detail::anomaly_check_gradients(*this, grad, grads);

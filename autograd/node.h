@@ -161,6 +161,23 @@ void anomaly_end_backward();
 void anomaly_backward_done() noexcept;
 // `node` is about to run on `sum`, the sum of the gradients that reached it along several edges.
 void anomaly_check_sum(Node& node, const Tensor& sum);
+// While a formula runs (Note [Accumulating formulas] in autograd/engine.cpp): the gradient
+// the engine has summed so far for the node at the formula's next edge `input`, when the
+// formula may add its own gradient for that input into it in place and return it: only where
+// the engine alone holds it, contiguous, of `shape` and `dtype`, and a sum there keeps that
+// dtype. Else (and outside a formula) undefined.
+Tensor pending_gradient(size_t input, const Shape& shape, DType dtype);
+// While a formula runs (Note [Gradient copies]): whether its gradient for `input` is the last
+// to reach the node there (its sum is final) and that node has an input of dtype `dtype`, to
+// whose dtype its formula's gradient may be rounded.
+bool wants_gradient_copy(size_t input, DType dtype);
+// `low` is `grad` rounded to low's dtype: FunctionNode::apply hands it out instead of casting
+// `grad` while both are unchanged, in this backward.
+void offer_gradient_copy(const Tensor& grad, const Tensor& low);
+// The copy offered for `grad` in `dtype` (taken: handed out once), or undefined.
+Tensor take_gradient_copy(const Tensor& grad, DType dtype);
+// How many offered copies this thread's backwards have taken (for tests).
+int64_t gradient_copy_hits();
 // While alive, this thread's ops are neither counted nor checked (the engine's own ops).
 class AnomalyQuiet {
  public:

@@ -263,6 +263,19 @@ template <class T, class L> __device__ __forceinline__ T ln_dy(const T* dy, cons
   return d;
 }
 
+// The input gradient's store: with `acc`, added to `prev`, what gx held (an add of its own,
+// never contracted into the multiply before it: the engine's add's bits, Note [Accumulating
+// formulas] in autograd/engine.cpp), and rounded into gx_low too when it is not null.
+template <class T, class L>
+__device__ __forceinline__ void ln_store_gx(T* gx, L* gx_low, bool acc, int64_t i, T v, T prev) {
+  if (acc) {
+    if constexpr (std::is_same_v<T, double>) v = __dadd_rn(prev, v);
+    else v = __fadd_rn(prev, v);
+  }
+  gx[i] = v;
+  if (gx_low) gx_low[i] = from_acc<L>(v);
+}
+
 // ---- The loop kernels: rows of any length -----------------------------------------------------
 
 template <class T, class L>
@@ -296,7 +309,7 @@ __global__ void ln_forward_kernel(const T* x, const T* w, const T* b, T* y, L* y
 
 template <class T, class L>
 __global__ void ln_backward_input_kernel(const T* dy, const L* dy_low, const T* x, const T* w, const T* mean,
-                                         const T* rstd, T* gx, int64_t rows, int64_t n) {
+                                         const T* rstd, T* gx, bool acc, L* gx_low, int64_t rows, int64_t n) {
   const int64_t r = static_cast<int64_t>(blockIdx.x) * kLnRows + threadIdx.y;
   if (r >= rows) return;
   const T* xr = x + r * n;
@@ -313,7 +326,7 @@ __global__ void ln_backward_input_kernel(const T* dy, const L* dy_low, const T* 
   for (int64_t j = threadIdx.x; j < n; j += 32) {
     const T d = ln_dy(dy, dy_low, r * n + j);
     const T g = w ? d * w[j] : d;
-    gx[r * n + j] = inv * (g - a - (xr[j] - mu) * inv * c);
+    ln_store_gx(gx, gx_low, acc, r * n + j, inv * (g - a - (xr[j] - mu) * inv * c), acc ? gx[r * n + j] : T(0));
   }
 }
 
@@ -365,8 +378,8 @@ __global__ void ln_params_finish_kernel(const T* part, T* gw, T* gb, int64_t n, 
 // no E[x^2] - E[x]^2 cancellation; each lane sums its elements in the loop kernels' order, so
 // the results are theirs bit for bit) and writes y (and y_low). The backward reads dy (and
 // dy_low) and x once, writes the input gradient, and keeps per-lane column sums of dy * xhat
-// and dy over the rows its warp takes (a block per SM at most, the warps striding over the
-// rows); each block adds its warps' sums in shared memory, in warp order, into part[block] =
+// and dy over the rows its warp takes (two blocks per SM at most, the warps striding over the
+// rows: with one, 8 warps an SM waited on memory, row after row); each block adds its warps' sums in shared memory, in warp order, into part[block] =
 // {dw[n], db[n]}, and a second kernel adds the blocks' rows in block order, 32 warps to a
 // column strip. Deterministic for a given device, and two launches where the loop kernels took
 // three (their weight gradient ran a block per 256 rows and 32 columns: 2 blocks for a
@@ -421,7 +434,7 @@ __global__ void ln_forward_reg_kernel(const T* x, const T* w, const T* b, T* y, 
 // memory kLnRows * 32 * V elements when part is not null.
 template <class T, int V, class L>
 __global__ void ln_backward_reg_kernel(const T* dy, const L* dy_low, const T* x, const T* w, const T* mean,
-                                       const T* rstd, T* gx, T* part, int64_t rows, int n) {
+                                       const T* rstd, T* gx, bool acc, L* gx_low, T* part, int64_t rows, int n) {
   T sw[V], sb[V], wv[V];
 #pragma unroll
   for (int i = 0; i < V; ++i) {
@@ -433,13 +446,14 @@ __global__ void ln_backward_reg_kernel(const T* dy, const L* dy_low, const T* x,
   for (int64_t r = static_cast<int64_t>(blockIdx.x) * kLnRows + threadIdx.y; r < rows; r += stride) {
     const T* xr = x + r * n;
     const T mu = mean[r], inv = rstd[r];
-    T xh[V], g[V];
+    T xh[V], g[V], prev[V];  // prev: the gradient gx held, loaded with the row (with acc)
     T a = 0, c = 0;
 #pragma unroll
     for (int i = 0; i < V; ++i) {
       const int col = threadIdx.x + 32 * i;
-      xh[i] = g[i] = T(0);
+      xh[i] = g[i] = prev[i] = T(0);
       if (col < n) {
+        if (acc) prev[i] = gx[r * n + col];
         const T d = ln_dy(dy, dy_low, r * n + col);
         xh[i] = (xr[col] - mu) * inv;
         g[i] = w ? d * wv[i] : d;
@@ -455,7 +469,7 @@ __global__ void ln_backward_reg_kernel(const T* dy, const L* dy_low, const T* x,
 #pragma unroll
       for (int i = 0; i < V; ++i) {
         const int col = threadIdx.x + 32 * i;
-        if (col < n) gx[r * n + col] = inv * (g[i] - a - xh[i] * c);
+        if (col < n) ln_store_gx(gx, gx_low, acc, r * n + col, inv * (g[i] - a - xh[i] * c), prev[i]);
       }
     }
   }
@@ -571,8 +585,8 @@ void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bia
 }
 
 void layer_norm_backward(const Tensor& dy, const Tensor& dy_low, const Tensor& x, const Tensor& weight,
-                         const Tensor& mean, const Tensor& rstd, const Tensor& grad_x, const Tensor& grad_weight,
-                         const Tensor& grad_bias) {
+                         const Tensor& mean, const Tensor& rstd, const Tensor& grad_x, bool accumulate,
+                         const Tensor& grad_x_low, const Tensor& grad_weight, const Tensor& grad_bias) {
   const int64_t rows = mean.numel(), n = rows > 0 ? x.numel() / rows : 0;
   if (rows == 0 || n == 0) return;
   const bool params = grad_weight.defined() || grad_bias.defined();
@@ -580,19 +594,24 @@ void layer_norm_backward(const Tensor& dy, const Tensor& dy_low, const Tensor& x
   KernelContext ctx(mean);
   dispatch_ln(x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    dispatch_ln_low(x, dy_low, [&](auto low_tag) {
+    AG_INTERNAL_ASSERT(!grad_x_low.defined() || !dy_low.defined() || grad_x_low.dtype() == dy_low.dtype(),
+                       "layer_norm backward on cuda: 16-bit copies of two dtypes ({} and {})",
+                       dtype_name(dy_low.dtype()), dtype_name(grad_x_low.dtype()));
+    AG_INTERNAL_ASSERT(!grad_x_low.defined() || grad_x.defined(), "layer_norm backward on cuda: a copy of no grad_x");
+    dispatch_ln_low(x, dy_low.defined() ? dy_low : grad_x_low, [&](auto low_tag) {
       using L = typename decltype(low_tag)::type;
       const T* d = ptr_or_null<T>(dy);
       const L* d_low = dy_low.defined() ? ptr<const L>(dy_low) : nullptr;
+      L* gx_low = grad_x_low.defined() ? ptr<L>(grad_x_low) : nullptr;
       if (const int lanes = ln_lanes<T>(n)) {
-        const int blocks = static_cast<int>(std::min<int64_t>(ln_blocks(rows), ctx.sm_count));
+        const int blocks = static_cast<int>(std::min<int64_t>(ln_blocks(rows), 2 * ctx.sm_count));
         Tensor part = params ? empty({static_cast<int64_t>(blocks) * 2 * n}, mean.options()) : Tensor();
         with_lanes(lanes, [&](auto v) {
           constexpr int V = decltype(v)::value;
           launch(ctx, ln_backward_reg_kernel<T, V, L>, dim3(static_cast<unsigned>(blocks)), dim3(32, kLnRows),
                  params ? kLnRows * 32 * V * sizeof(T) : 0, d, d_low, ptr<const T>(x), ptr_or_null<T>(weight),
-                 ptr<const T>(mean), ptr<const T>(rstd), mut_or_null<T>(grad_x), mut_or_null<T>(part), rows,
-                 static_cast<int>(n));
+                 ptr<const T>(mean), ptr<const T>(rstd), mut_or_null<T>(grad_x), accumulate, gx_low,
+                 mut_or_null<T>(part), rows, static_cast<int>(n));
         });
         if (params)
           launch(ctx, ln_reg_params_finish_kernel<T>, dim3(static_cast<unsigned>((n + 31) / 32)),
@@ -602,8 +621,8 @@ void layer_norm_backward(const Tensor& dy, const Tensor& dy_low, const Tensor& x
       }
       if (grad_x.defined())
         launch(ctx, ln_backward_input_kernel<T, L>, dim3(ln_blocks(rows)), dim3(32, kLnRows), 0, d, d_low,
-               ptr<const T>(x), ptr_or_null<T>(weight), ptr<const T>(mean), ptr<const T>(rstd), ptr<T>(grad_x), rows,
-               n);
+               ptr<const T>(x), ptr_or_null<T>(weight), ptr<const T>(mean), ptr<const T>(rstd), ptr<T>(grad_x),
+               accumulate, gx_low, rows, n);
       if (params) {
         const int64_t chunks = (rows + kLnChunk - 1) / kLnChunk;
         Tensor part = empty({chunks * n * 2}, mean.options());

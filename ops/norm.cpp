@@ -110,17 +110,27 @@ Tensor layer_norm_fused(const Tensor& x, const Shape& normalized_shape, int64_t 
       y_low = empty(x.shape(), x.options().dtype(*low));
   kernel::layer_norm_forward(x.device(), xc, weight, bias, eps, y, mu, rstd, y_low);
   if (autograd::any_requires_grad({&x, &weight, &bias})) {
-    autograd::MultiBackwardFn fn = [normalized_shape, need_x = x.requires_grad(),
+    // The autocast dtype of the forward: the input gradient's rounding the node below may want.
+    const std::optional<DType> low = y_low.defined() ? std::optional<DType>(y_low.dtype()) : std::nullopt;
+    autograd::MultiBackwardFn fn = [normalized_shape, low, need_x = x.requires_grad(),
                                     need_w = weight.defined() && weight.requires_grad(),
                                     need_b = bias.defined() && bias.requires_grad()](const std::vector<Tensor>& g,
                                                                                      const std::vector<Tensor>& s) {
       const Tensor dy = g[0].defined() ? contiguous(g[0]) : Tensor();
       const Tensor dy_low = g.size() > 1 && g[1].defined() ? contiguous(g[1]) : Tensor();
       if (!dy.defined() && !dy_low.defined()) return autograd::Grads{Tensor(), Tensor(), Tensor()};
-      const Tensor gx = need_x ? empty(s[0].shape(), s[0].options()) : Tensor();
+      // The input gradient added into the engine's sum so far (Note [Accumulating formulas] in
+      // autograd/engine.cpp), and then rounded for the node below (Note [Gradient copies]).
+      Tensor gx = need_x ? autograd::detail::pending_gradient(0, s[0].shape(), s[0].dtype()) : Tensor();
+      const bool accumulate = gx.defined();
+      if (need_x && !accumulate) gx = empty(s[0].shape(), s[0].options());
+      const Tensor gx_low = need_x && low && autograd::detail::wants_gradient_copy(0, *low)
+                                ? empty(s[0].shape(), s[0].options().dtype(*low))
+                                : Tensor();
       const Tensor gw = need_w ? empty(normalized_shape, s[0].options()) : Tensor();
       const Tensor gb = need_b ? empty(normalized_shape, s[0].options()) : Tensor();
-      kernel::layer_norm_backward(s[0].device(), dy, dy_low, s[0], s[1], s[2], s[3], gx, gw, gb);
+      kernel::layer_norm_backward(s[0].device(), dy, dy_low, s[0], s[1], s[2], s[3], gx, accumulate, gx_low, gw, gb);
+      if (gx_low.defined()) autograd::detail::offer_gradient_copy(gx, gx_low);
       return autograd::Grads{gx, gw, gb};
     };
     if (y_low.defined()) {
