@@ -6,10 +6,12 @@
 // when each GEMM's output is allocated and freed inside the graph (cudaMallocAsync and
 // cudaFreeAsync captured as memory nodes, as ampgrad's allocator does during a capture).
 // For choosing the algorithm policy of cuda/blas_lt.cpp (Note [cuBLASLt GEMM]):
-//   profile_gemm f16|bf16|f32 M N K [nn|tn|nt] [same|f32] [none|bgradb]
+//   profile_gemm f16|bf16|f32 M N K [nn|tn|nt] [same|f32] [none|bgradb|bgrada|bgrada_row]
 // (column-major, cuBLAS's M N K; f32: a float32 C and D for 16-bit A and B, as linear's wide
 // weight gradients; bgradb: the bias gradient, B's sums over K, in the epilogue, as linear's
-// weight-gradient GEMM: m the input features, n the output features, k the rows, "nt").
+// weight-gradient GEMM: m the input features, n the output features, k the rows, "nt"; bgrada:
+// A's sums over K, the same GEMM transposed (m the output features, n the input features);
+// bgrada_row: that with D row-major, which is the weight gradient as linear stores it).
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
@@ -52,8 +54,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "profile_gemm: transposes must be nn, tn or nt, got %s\n", ops.c_str());
     return 2;
   }
-  if ((out_kind != "same" && out_kind != "f32") || (epi != "none" && epi != "bgradb")) {
-    std::fprintf(stderr, "profile_gemm: the output is same or f32 and the epilogue none or bgradb, got %s %s\n",
+  if ((out_kind != "same" && out_kind != "f32") ||
+      (epi != "none" && epi != "bgradb" && epi != "bgrada" && epi != "bgrada_row")) {
+    std::fprintf(stderr,
+                 "profile_gemm: the output is same or f32 and the epilogue none, bgradb, bgrada or bgrada_row, got %s %s\n",
                  out_kind.c_str(), epi.c_str());
     return 2;
   }
@@ -76,7 +80,7 @@ int main(int argc, char** argv) {
   CK(cudaMalloc(&b, b_rows * b_cols * elt));
   CK(cudaMalloc(&c, m * n * out_elt));
   void* bias_grad = nullptr;
-  CK(cudaMalloc(&bias_grad, n * out_elt));
+  CK(cudaMalloc(&bias_grad, std::max(m, n) * out_elt));
   CK(cudaMalloc(&ws, ws_bytes));
   // Non-zero inputs (every byte 0x1c: small finite values in each dtype); their values do not
   // matter for timing.
@@ -87,15 +91,21 @@ int main(int argc, char** argv) {
   CK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   CK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
   CK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
-  if (epi == "bgradb") {
-    const cublasLtEpilogue_t e = CUBLASLT_EPILOGUE_BGRADB;
+  if (epi != "none") {
+    const cublasLtEpilogue_t e = epi == "bgradb" ? CUBLASLT_EPILOGUE_BGRADB : CUBLASLT_EPILOGUE_BGRADA;
     CK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof(e)));
     CK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_grad, sizeof(bias_grad)));
   }
   cublasLtMatrixLayout_t la, lb, lc;
   CK(cublasLtMatrixLayoutCreate(&la, type, a_rows, a_cols, a_rows));
   CK(cublasLtMatrixLayoutCreate(&lb, type, b_rows, b_cols, b_rows));
-  CK(cublasLtMatrixLayoutCreate(&lc, out_type, m, n, m));
+  if (epi == "bgrada_row") {  // D row-major: linear's weight gradient [out, in] as D^T of the bgradb form
+    CK(cublasLtMatrixLayoutCreate(&lc, out_type, m, n, n));
+    const int32_t order = CUBLASLT_ORDER_ROW;
+    CK(cublasLtMatrixLayoutSetAttribute(lc, CUBLASLT_MATRIX_LAYOUT_ORDER, &order, sizeof(order)));
+  } else {
+    CK(cublasLtMatrixLayoutCreate(&lc, out_type, m, n, m));
+  }
   cublasLtMatmulPreference_t pref;
   CK(cublasLtMatmulPreferenceCreate(&pref));
   const uint64_t wsb = ws_bytes;
