@@ -10,7 +10,9 @@
 # "hostprof" samples where the host's time goes in the small MLP's fp32 and AMP steps
 # (benchmarks/host_sampler.h) and writes the samples to $OUT; name them here, against the
 # unstripped build: python3 benchmarks/host_profile.py FILE build/bin.
-# Usage: bash dist/gpu/gpu_run.sh [tests|memcheck|bench|train|profile|hostprof|all]  (default: all)
+# "gpt" times the GPTs' steps beside PyTorch's and writes a per-kernel table (ncu, one replay
+# of the graphed AMP step) of each to $OUT/ncu_gpt*.txt (docs/benchmarks.md, issue #27).
+# Usage: bash dist/gpu/gpu_run.sh [tests|memcheck|bench|train|profile|gpt|hostprof|all]  (default: all)
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 out="${OUT:-/tmp}"
@@ -59,6 +61,20 @@ if [ "$what" = all ] || [ "$what" = bench ]; then
     echo "=== PyTorch side by side"
     python3 "$repo/benchmarks/compare_torch.py" "$out/ampgrad_bench.json" 2>&1 | tee "$out/compare_torch.md"
   fi
+fi
+if [ "$what" = gpt ]; then
+  repo="$(cd "$here/../.." && pwd)"
+  "$here/ampgrad" bench step --device cuda --models gpt gpt_tiny --reps 15 --json "$out/step.json" 2>&1 | grep "^|"
+  python3 "$repo/benchmarks/compare_torch.py" "$out/step.json" --suites step --reps 15 2>&1 | grep "^|"
+  for c in "gpt 32" "gpt_tiny 8"; do
+    set -- $c
+    echo "=== profile_step $1 $2 amp graph"
+    ncu --profile-from-start off --graph-profiling node --metrics gpu__time_duration.sum --csv \
+      "$here/profile_step" $1 $2 amp graph > "$out/ncu_$1.csv" 2> "$out/ncu_$1.err"
+    grep -h "ms per step" "$out/ncu_$1.csv" || tail -n 5 "$out/ncu_$1.err"
+    python3 "$repo/benchmarks/ncu_summary.py" "$out/ncu_$1.csv" --launches > "$out/ncu_$1.txt"
+    grep -A 14 "kernels," "$out/ncu_$1.txt"
+  done
 fi
 if [ "$what" = profile ]; then
   repo="$(cd "$here/../.." && pwd)"
