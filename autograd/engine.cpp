@@ -22,17 +22,38 @@ struct Running {
   Node* node;
   std::unordered_map<Node*, Tensor>* pending;
   std::unordered_map<Node*, int>* deps;
+  // The sums pending_gradient handed the formula to add into: (input, the sum).
+  std::vector<std::pair<size_t, const TensorImpl*>> handed;
 };
 thread_local Running* t_running = nullptr;
+thread_local int64_t t_formula_sums = 0;
 
-// Note [Gradient copies]: this thread's offers, for the backward running now.
+// Whether the formula's gradient `g` for input i is the sum pending_gradient handed it for
+// that input (the formula added into it: the engine adds nothing). Any other gradient that
+// happens to be the pending sum's tensor (add's backward returns its incoming gradient for
+// both inputs: x + x) is summed as always.
+bool summed_by_formula(Running& r, size_t i, const Tensor& sum, const Tensor& g) {
+  for (auto it = r.handed.begin(); it != r.handed.end(); ++it) {
+    if (it->first != i || it->second != sum.unsafe_impl() || it->second != g.unsafe_impl()) continue;
+    r.handed.erase(it);
+    ++t_formula_sums;
+    return true;
+  }
+  return false;
+}
+
+// Note [Gradient copies]: this thread's offers, for the backward running now (leaked, like the
+// seeds: device memory outlives static destructors).
 struct GradientCopy {
   std::weak_ptr<TensorImpl> source;
   uint32_t source_version = 0, low_version = 0;
   Tensor low;
 };
 constexpr size_t kMaxGradientCopies = 16;
-thread_local std::vector<GradientCopy> t_copies;
+std::vector<GradientCopy>& copies() {
+  thread_local auto* c = new std::vector<GradientCopy>();
+  return *c;
+}
 thread_local int64_t t_copy_hits = 0;
 }  // namespace
 
@@ -43,9 +64,11 @@ thread_local int64_t t_copy_hits = 0;
 // stream's 4 MB (the small GPT: 8 a step). A formula that writes its input gradient in a
 // kernel of its own can add it there instead: detail::pending_gradient hands the formula the
 // sum so far, where the engine alone holds it (as Note [Summing incoming gradients] requires
-// for its in-place add), and the formula returns it with its own gradient added in; the engine,
-// getting its own sum back, adds nothing. The bits are the engine's add (sum + g, rounded once;
-// layer_norm's kernels add without contraction).
+// for its in-place add), and the formula returns it with its own gradient added in (and bumps
+// its version, as add_ would); the engine, getting back for that input the sum it handed out,
+// adds nothing. The bits are the engine's add (sum + g, rounded once; layer_norm's kernels add
+// without contraction). Not under anomaly detection, which checks each formula's own gradients
+// and each sum apart (Note [Anomaly detection] in autograd/anomaly.h).
 //
 // Note [Gradient copies]
 // The next node down is often the residual add of float32 and float16 (Note [Widening
@@ -58,8 +81,8 @@ thread_local int64_t t_copy_hits = 0;
 namespace detail {
 
 Tensor pending_gradient(size_t input, const Shape& shape, DType dtype) {
-  const Running* r = t_running;
-  if (!r || input >= r->node->next.size() || !r->node->next[input].valid()) return Tensor();
+  Running* r = t_running;
+  if (!r || anomaly_guarded() || input >= r->node->next.size() || !r->node->next[input].valid()) return Tensor();
   Node* child = r->node->next[input].node.get();
   const auto it = r->pending->find(child);
   if (it == r->pending->end() || !it->second.defined()) return Tensor();
@@ -68,12 +91,15 @@ Tensor pending_gradient(size_t input, const Shape& shape, DType dtype) {
       sum.shape() != shape || sum.dtype() != dtype || !sum.is_contiguous() || sum.storage_offset() != 0 ||
       !child->sum_keeps_dtype(dtype, dtype))
     return Tensor();
+  r->handed.emplace_back(input, sum.unsafe_impl());
   return sum;
 }
 
+int64_t formula_sums() { return t_formula_sums; }
+
 bool wants_gradient_copy(size_t input, DType dtype) {
   const Running* r = t_running;
-  if (!r || input >= r->node->next.size() || !r->node->next[input].valid()) return false;
+  if (!r || anomaly_guarded() || input >= r->node->next.size() || !r->node->next[input].valid()) return false;
   Node* child = r->node->next[input].node.get();
   const auto d = r->deps->find(child);
   if (d == r->deps->end() || d->second != 1) return false;  // more gradients will be added to it
@@ -85,18 +111,24 @@ bool wants_gradient_copy(size_t input, DType dtype) {
 }
 
 void offer_gradient_copy(const Tensor& grad, const Tensor& low) {
-  std::erase_if(t_copies, [](const GradientCopy& c) { return c.source.expired(); });
-  if (t_copies.size() >= kMaxGradientCopies) t_copies.erase(t_copies.begin());
-  t_copies.push_back(GradientCopy{grad.weak_impl(), grad.version(), low.version(), low});
+  std::vector<GradientCopy>& list = copies();
+  // An offer for the same tensor replaces an older one (a sum added to since: stale).
+  std::erase_if(list, [&](const GradientCopy& c) {
+    const std::shared_ptr<TensorImpl> src = c.source.lock();
+    return !src || src.get() == grad.unsafe_impl();
+  });
+  if (list.size() >= kMaxGradientCopies) list.erase(list.begin());
+  list.push_back(GradientCopy{grad.weak_impl(), grad.version(), low.version(), low});
 }
 
 Tensor take_gradient_copy(const Tensor& grad, DType dtype) {
-  for (auto it = t_copies.begin(); it != t_copies.end(); ++it) {
+  std::vector<GradientCopy>& list = copies();
+  for (auto it = list.begin(); it != list.end(); ++it) {
     const std::shared_ptr<TensorImpl> src = it->source.lock();
     if (src.get() != grad.unsafe_impl() || it->low.dtype() != dtype) continue;
-    if (grad.version() != it->source_version || it->low.version() != it->low_version) return Tensor();
+    if (grad.version() != it->source_version || it->low.version() != it->low_version) continue;  // stale
     Tensor low = std::move(it->low);
-    t_copies.erase(it);
+    list.erase(it);
     ++t_copy_hits;
     return low;
   }
@@ -224,7 +256,10 @@ void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph) {
   t_callbacks = &callbacks;
   struct Restore {
     std::vector<std::function<void()>>* outer;
-    ~Restore() { t_callbacks = outer; }
+    ~Restore() {
+      t_callbacks = outer;
+      if (!outer) copies().clear();  // the outermost backward's offers end with it, however it ends
+    }
   } restore{outer};
 
   std::unordered_map<Node*, Tensor> pending;  // summed incoming gradient per node
@@ -242,8 +277,8 @@ void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph) {
     // that its children's dependency counts reach zero.
     if (anomaly && in.defined() && summed.erase(n) > 0) [[unlikely]] detail::anomaly_check_sum(*n, in);
     Grads outs;
+    Running running{n, &pending, &deps, {}};
     if (in.defined()) {
-      Running running{n, &pending, &deps};
       Running* outer_running = t_running;
       t_running = &running;
       struct Reset {
@@ -265,7 +300,7 @@ void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph) {
         if (!inserted) {
           if (slot->second.defined()) {
             // The formula may have added into the sum already (Note [Accumulating formulas]).
-            if (slot->second.unsafe_impl() != outs[i].unsafe_impl()) child->accumulate_incoming(slot->second, outs[i]);
+            if (!summed_by_formula(running, i, slot->second, outs[i])) child->accumulate_incoming(slot->second, outs[i]);
             if (anomaly) [[unlikely]] summed.insert(child);
           } else {
             slot->second = std::move(outs[i]);
@@ -281,7 +316,6 @@ void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph) {
     else n->release();
   }
   if (anomaly) detail::anomaly_end_backward();
-  if (!outer) t_copies.clear();  // the outermost backward's offers end with it
   t_callbacks = outer;
   for (auto& fn : callbacks) fn();
 }

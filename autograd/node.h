@@ -163,10 +163,14 @@ void anomaly_backward_done() noexcept;
 void anomaly_check_sum(Node& node, const Tensor& sum);
 // While a formula runs (Note [Accumulating formulas] in autograd/engine.cpp): the gradient
 // the engine has summed so far for the node at the formula's next edge `input`, when the
-// formula may add its own gradient for that input into it in place and return it: only where
-// the engine alone holds it, contiguous, of `shape` and `dtype`, and a sum there keeps that
-// dtype. Else (and outside a formula) undefined.
+// formula may add its own gradient for that input into it in place (bumping its version) and
+// return it as that input's gradient: only where the engine alone holds it, contiguous, of
+// `shape` and `dtype`, and a sum there keeps that dtype. Else (outside a formula, and under
+// anomaly detection) undefined.
 Tensor pending_gradient(size_t input, const Shape& shape, DType dtype);
+// How many sums this thread's formulas added into (handed out by pending_gradient and
+// returned for their input: the engine skipped its add), for tests.
+int64_t formula_sums();
 // While a formula runs (Note [Gradient copies]): whether its gradient for `input` is the last
 // to reach the node there (its sum is final) and that node has an input of dtype `dtype`, to
 // whose dtype its formula's gradient may be rounded.

@@ -130,6 +130,7 @@ Tensor layer_norm_fused(const Tensor& x, const Shape& normalized_shape, int64_t 
       const Tensor gw = need_w ? empty(normalized_shape, s[0].options()) : Tensor();
       const Tensor gb = need_b ? empty(normalized_shape, s[0].options()) : Tensor();
       kernel::layer_norm_backward(s[0].device(), dy, dy_low, s[0], s[1], s[2], s[3], gx, accumulate, gx_low, gw, gb);
+      if (accumulate) gx.bump_version();  // written in place, as the engine's add_ would
       if (gx_low.defined()) autograd::detail::offer_gradient_copy(gx, gx_low);
       return autograd::Grads{gx, gw, gb};
     };

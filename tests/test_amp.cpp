@@ -387,9 +387,11 @@ TEST_CASE("layer_norm's backward adds into the residual gradient and rounds it f
         const ag::Tensor y = z + lin(ln(z));
         loss = (y * g).sum();
       }
-      const int64_t hits = ag::autograd::detail::gradient_copy_hits();
+      const int64_t hits = ag::autograd::detail::gradient_copy_hits(),
+                    sums = ag::autograd::detail::formula_sums();
       loss.backward();
       CHECK(ag::autograd::detail::gradient_copy_hits() - hits == (low ? 1 : 0));
+      CHECK(ag::autograd::detail::formula_sums() - sums == 1);  // the norm added into z's sum
       const std::vector<double> gx = x.grad().to_vector<double>(), gb = b.grad().to_vector<double>(),
                                 glnw = ln.weight.grad().to_vector<double>(), glin = lin.weight.grad().to_vector<double>();
       CHECK(b.grad().dtype() == bt);
@@ -412,6 +414,44 @@ TEST_CASE("layer_norm's backward adds into the residual gradient and rounds it f
       for (double v : gb) norm += std::abs(v);
       CHECK(norm > 0);
     }
+  }
+}
+
+// Two norms add into the same sum in turn, and the first one's copy goes untaken (sub's
+// backward negates the sum for its 16-bit input): the second norm's copy, of the sum as it is
+// then, must be the one z's add hands to b (an older offer for the same tensor is dropped).
+TEST_CASE("gradient copies: a sum added to again gets a fresh copy", "[amp][cuda]") {
+  if (skip_without_cuda()) return;
+  const ag::Device cuda(ag::kCUDA);
+  for (ag::DType low : {ag::kFloat16, ag::kBFloat16}) {
+    CAPTURE(ag::dtype_name(low));
+    ag::manual_seed(14);
+    ag::nn::LayerNorm ln_a({64}), ln_b({64});
+    ag::nn::Linear lin_a(64, 64), lin_b(64, 64);
+    for (ag::nn::Module* m : std::vector<ag::nn::Module*>{&ln_a, &ln_b, &lin_a, &lin_b}) m->to(cuda);
+    const ag::Tensor e0 = ag::randn({4, 9, 64}).to(cuda), b0 = ag::randn({4, 9, 64}).to(cuda).to(low);
+    const ag::Tensor g = ag::randn({4, 9, 64}).to(cuda);
+    auto block = [&](const ag::Tensor& x0) {
+      const ag::Tensor x1 = x0 - lin_a(ln_a(x0));
+      return x1 + lin_b(ln_b(x1));
+    };
+    ag::Tensor e = e0.clone().requires_grad_(), b = b0.clone().requires_grad_(), loss;
+    {
+      ag::amp::AutocastGuard ac(ag::kCUDA, low);
+      loss = (block(e + b) * g).sum();
+    }
+    const int64_t sums = ag::autograd::detail::formula_sums();
+    loss.backward();
+    CHECK(ag::autograd::detail::formula_sums() - sums == 2);
+    ag::Tensor x0;
+    {
+      ag::amp::AutocastGuard ac(ag::kCUDA, low);
+      x0 = (e0 + b0).detach().requires_grad_();
+      loss = (block(x0) * g).sum();
+    }
+    loss.backward();
+    CHECK(e.grad().to_vector<double>() == x0.grad().to_vector<double>());
+    CHECK(b.grad().to_vector<double>() == x0.grad().to(low).to_vector<double>());
   }
 }
 

@@ -367,6 +367,22 @@ TEST_CASE("engine: a diamond graph sums the gradients of both paths", "[autograd
     for (size_t i = 0; i < 5; ++i) ref[i] = 2 * xv[i] + std::exp(xv[i]);
     check_close(x.grad(), ref, 1e-12, 1e-12);
   }
+  SECTION("one gradient tensor on two edges into the same node") {
+    // add's backward hands its incoming gradient to both inputs, clone's and add-scalar's
+    // pass theirs on: the engine gets the pending sum's own tensor back and must still add it
+    // (Note [Accumulating formulas] in autograd/engine.cpp skips only a sum a formula asked for).
+    const std::vector<double> xv = values(x);
+    (x + x).sum().backward();
+    check_close(x.grad(), std::vector<double>(5, 2.0), 0, 0);
+    x.set_grad(ag::Tensor());
+    (x + x.clone()).sum().backward();
+    check_close(x.grad(), std::vector<double>(5, 2.0), 0, 0);
+    x.set_grad(ag::Tensor());
+    ag::Tensor h = x * 1.0;  // a node (not a leaf) reached twice
+    ((h + (h + 1.0)) * 3.0).sum().backward();
+    check_close(x.grad(), std::vector<double>(5, 6.0), 0, 0);
+    CHECK(values(x) == xv);
+  }
   SECTION("an intermediate feeding two branches that join again") {
     ag::Tensor a = x * 2;          // a = 2x
     ag::Tensor b = a * a;          // branch 1: a^2
