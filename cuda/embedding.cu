@@ -56,11 +56,15 @@ __global__ void embedding_backward_kernel(const T* grad, const int64_t* keys, co
 // warps scan the index in order, 512 positions each, and list the row's positions in shared
 // memory (ballots, then a prefix over the warps: ascending order); then each thread, a column,
 // adds that column of the listed gradient rows in order, kScanDepth loads in flight. The sums
-// are the sort path's, in the same order: the same bits, and the CPU's. The index is read once
-// per block: num * n compares in all, so the scan is taken up to kScanMaxWork of them.
+// are the sort path's, in the same order: the same bits, and the CPU's. Rows no index picked
+// are left as they are (out comes zeroed). Each block reads the whole index: num * n * (column
+// tiles) compares in all, so the scan is taken up to kScanMaxWork of them, and for at most
+// kScanMaxIndex positions (a block's passes run in turn: a small table and a long index have
+// few blocks for it).
 constexpr int kScanPerWarp = 16;                     // ballots (of 32 positions) per warp and pass
 constexpr int kScanDepth = 16;                       // gradient loads in flight per thread
-constexpr int64_t kScanMaxWork = int64_t(1) << 22;  // num * n
+constexpr int64_t kScanMaxWork = int64_t(1) << 22;  // num * n * column tiles
+constexpr int64_t kScanMaxIndex = int64_t(1) << 16;
 constexpr int kScanMaxWarps = 8;                     // blocks of at most 256 threads
 
 template <class T>
@@ -113,7 +117,7 @@ __global__ void embedding_backward_scan_kernel(const T* grad, const int64_t* ind
     }
     __syncthreads();  // every thread has read the list before the next pass writes it
   }
-  if (c < dim) out[row * dim + c] = from_acc<T>(scale && count > 0 ? acc * (A(1) / static_cast<A>(count)) : acc);
+  if (c < dim && count > 0) out[row * dim + c] = from_acc<T>(scale ? acc * (A(1) / static_cast<A>(count)) : acc);
 }
 
 // The bits the sort looks at: enough for keys in [0, num].
@@ -131,9 +135,10 @@ void embedding_backward(const Tensor& grad, const Tensor& index, int64_t padding
   if (n == 0 || dim == 0) return;
   AG_CHECK(n <= INT32_MAX, "embedding backward on cuda: {} indices; at most 2^31 - 1 are supported", n);
   KernelContext ctx(out);
-  if (num * n <= kScanMaxWork) {  // Note [Embedding backward by scan]
-    const int threads = static_cast<int>(std::min<int64_t>(kScanMaxWarps * 32, (dim + 31) / 32 * 32));
-    const dim3 grid(static_cast<unsigned>(num), static_cast<unsigned>((dim + threads - 1) / threads));
+  const int threads = static_cast<int>(std::min<int64_t>(kScanMaxWarps * 32, (dim + 31) / 32 * 32));
+  const int64_t tiles = (dim + threads - 1) / threads;
+  if (n <= kScanMaxIndex && num * n * tiles <= kScanMaxWork) {  // Note [Embedding backward by scan]
+    const dim3 grid(static_cast<unsigned>(num), static_cast<unsigned>(tiles));
     dispatch_floating(out.dtype(), "embedding backward", [&](auto tag) {
       using T = typename decltype(tag)::type;
       launch(ctx, embedding_backward_scan_kernel<T>, grid, threads, 0, ptr<const T>(grad), ptr<const int64_t>(index),

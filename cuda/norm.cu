@@ -604,7 +604,9 @@ void layer_norm_backward(const Tensor& dy, const Tensor& dy_low, const Tensor& x
       const L* d_low = dy_low.defined() ? ptr<const L>(dy_low) : nullptr;
       L* gx_low = grad_x_low.defined() ? ptr<L>(grad_x_low) : nullptr;
       if (const int lanes = ln_lanes<T>(n)) {
-        const int blocks = static_cast<int>(std::min<int64_t>(ln_blocks(rows), 2 * ctx.sm_count));
+        // Two blocks an SM where they fit (32 elements a lane take 225 registers: one).
+        const int per_sm = lanes >= 32 ? 1 : 2;
+        const int blocks = static_cast<int>(std::min<int64_t>(ln_blocks(rows), per_sm * ctx.sm_count));
         Tensor part = params ? empty({static_cast<int64_t>(blocks) * 2 * n}, mean.options()) : Tensor();
         with_lanes(lanes, [&](auto v) {
           constexpr int V = decltype(v)::value;

@@ -643,18 +643,20 @@ TEST_CASE("cuda: embedding's backward is deterministic and sums as the CPU does"
   ag::manual_seed(fresh_seed());
   // A language model's batch: a few rows picked thousands of times (where atomic adds would land
   // in a different order on every run). Note [Embedding backward by scan] in cuda/embedding.cu:
-  // the first three cases scan the index (one pass of 4096 positions and several; 300 columns
-  // are two column tiles, the second partial; 5 columns, one warp), the last sorts.
+  // the first four cases scan the index (64 columns: 2 warps, 8 passes of 1024 positions; 300
+  // columns: two column tiles, the second partial, one pass of 4096 partly used; 5 columns:
+  // one warp, 9 passes of 512; 256 columns: 8 warps, 3 passes of 4096, the last partial), the
+  // last sorts. float64 sums in double on both devices.
   struct Case {
     int64_t num, dim;
     ag::Shape index;
     double picks;  // indices drawn from [0, picks)
   };
   const Case cases[] = {{50, 64, {64, 128}, 6}, {300, 300, {16, 40}, 300}, {7, 5, {3, 1500}, 7},
-                        {5000, 48, {64, 64}, 5000}};
+                        {40, 256, {10000}, 40}, {5000, 48, {64, 64}, 5000}};
   for (const Case& k : cases) {
     const ag::Tensor idx = (ag::rand(k.index) * k.picks).to(ag::kInt64);
-    for (ag::DType dt : {ag::kFloat32, ag::kFloat16, ag::kBFloat16}) {
+    for (ag::DType dt : {ag::kFloat32, ag::kFloat16, ag::kBFloat16, ag::kFloat64}) {
       INFO(ag::dtype_name(dt) << " table [" << k.num << ", " << k.dim << "] index " << ag::shape_str(k.index));
       ag::Shape gs = k.index;
       gs.push_back(k.dim);
