@@ -124,7 +124,7 @@ ScaleUpdateArgs update_args(const ScaleUpdate& u) {
 
 // The update rule of ScaleRule, by one thread. Every load first, then the stores: one memory
 // round trip each way (interleaved, each load waited for the stores before it, which might
-// have aliased it: a dozen round trips in turn, 3.6 us of a GPT step's device time).
+// have aliased it: a dozen round trips in turn; as a launch of its own, ncu's 3.6 us are 2.6).
 __device__ void apply_scale_update(const ScaleUpdateArgs& u, float* found_inf) {
   const ScaleRule& r = u.rule;
   const float found = *found_inf, old_scale = *u.scale, old_inv = *u.inv_scale;
