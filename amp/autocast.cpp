@@ -8,6 +8,7 @@
 #include <ampgrad/amp/trace.h>
 #include <ampgrad/amp/working_copy_detail.h>
 #include <ampgrad/core/device_hooks.h>
+#include <ampgrad/core/offered_copies.h>
 #include <ampgrad/ops/op.h>
 #include <ampgrad/ops/internal.h>
 #include <ampgrad/ops/ops.h>
@@ -40,30 +41,13 @@ thread_local State t_state;
 int idx(DeviceType t) { return static_cast<int>(t); }
 
 // Note [Ready casts]: this thread's offers. One lives while its source does (a layer_norm's
-// output: about one block of a network), so a few are open at a time; a bound keeps a caller
-// that holds many from growing the list.
-struct ReadyCast {
-  std::weak_ptr<TensorImpl> source;
-  uint32_t source_version = 0, low_version = 0;
-  Tensor low;
-};
-constexpr size_t kMaxReadyCasts = 16;
-thread_local std::vector<ReadyCast> t_ready;
-
-Tensor take_ready(const Tensor& t, DType dtype) {
-  for (const ReadyCast& r : t_ready) {
-    const std::shared_ptr<TensorImpl> src = r.source.lock();
-    if (src.get() == t.unsafe_impl() && r.low.dtype() == dtype && t.version() == r.source_version &&
-        r.low.version() == r.low_version)
-      return r.low;
-  }
-  return Tensor();
-}
+// output: about one block of a network), so a few are open at a time.
+thread_local ::ampgrad::detail::OfferedCopies t_ready(16);
 
 Tensor cast(Tensor& t, DType dtype, OpRecord* rec) {
   State& s = t_state;
   if (!t_ready.empty()) {
-    if (Tensor ready = take_ready(t, dtype); ready.defined()) {
+    if (Tensor ready = t_ready.find(t, dtype); ready.defined()) {
       ++s.stats.hits;
       ++s.stats.ready_hits;
       if (rec) ++rec->cache_hits;
@@ -213,11 +197,7 @@ std::optional<DType> ready_cast_dtype(Device device) {
   return t_state.dtype[idx(device.type)];
 }
 
-void offer_cast(const Tensor& source, const Tensor& low) {
-  std::erase_if(t_ready, [](const ReadyCast& r) { return r.source.expired(); });
-  if (t_ready.size() >= kMaxReadyCasts) t_ready.erase(t_ready.begin());
-  t_ready.push_back(ReadyCast{source.weak_impl(), source.version(), low.version(), low});
-}
+void offer_cast(const Tensor& source, const Tensor& low) { t_ready.offer(source, low); }
 
 bool policy_active() { return t_state.enabled[0] || t_state.enabled[1] || t_state.trace != nullptr; }
 bool tracing() { return t_state.trace != nullptr; }

@@ -9,6 +9,7 @@
 #include <ampgrad/autograd/node.h>
 #include <ampgrad/ops/ops.h>
 #include <ampgrad/core/device_hooks.h>
+#include <ampgrad/core/offered_copies.h>
 
 namespace ampgrad::autograd {
 
@@ -44,14 +45,8 @@ bool summed_by_formula(Running& r, size_t i, const Tensor& sum, const Tensor& g)
 
 // Note [Gradient copies]: this thread's offers, for the backward running now (leaked, like the
 // seeds: device memory outlives static destructors).
-struct GradientCopy {
-  std::weak_ptr<TensorImpl> source;
-  uint32_t source_version = 0, low_version = 0;
-  Tensor low;
-};
-constexpr size_t kMaxGradientCopies = 16;
-std::vector<GradientCopy>& copies() {
-  thread_local auto* c = new std::vector<GradientCopy>();
+::ampgrad::detail::OfferedCopies& copies() {
+  thread_local auto* c = new ::ampgrad::detail::OfferedCopies(16);
   return *c;
 }
 thread_local int64_t t_copy_hits = 0;
@@ -87,9 +82,9 @@ Tensor pending_gradient(size_t input, const Shape& shape, DType dtype) {
   const auto it = r->pending->find(child);
   if (it == r->pending->end() || !it->second.defined()) return Tensor();
   const Tensor& sum = it->second;
-  if (sum.impl_ptr().use_count() != 1 || sum.storage().use_count() != 1 || sum.requires_grad() ||
-      sum.shape() != shape || sum.dtype() != dtype || !sum.is_contiguous() || sum.storage_offset() != 0 ||
-      !child->sum_keeps_dtype(dtype, dtype))
+  // The engine's own rule for adding in place, and the layout the formula's kernel writes.
+  if (sum.dtype() != dtype || !sum.is_contiguous() || sum.storage_offset() != 0 ||
+      !child->sum_takes_in_place(sum, shape, sum.device(), dtype))
     return Tensor();
   r->handed.emplace_back(input, sum.unsafe_impl());
   return sum;
@@ -110,29 +105,13 @@ bool wants_gradient_copy(size_t input, DType dtype) {
   return false;
 }
 
-void offer_gradient_copy(const Tensor& grad, const Tensor& low) {
-  std::vector<GradientCopy>& list = copies();
-  // An offer for the same tensor replaces an older one (a sum added to since: stale).
-  std::erase_if(list, [&](const GradientCopy& c) {
-    const std::shared_ptr<TensorImpl> src = c.source.lock();
-    return !src || src.get() == grad.unsafe_impl();
-  });
-  if (list.size() >= kMaxGradientCopies) list.erase(list.begin());
-  list.push_back(GradientCopy{grad.weak_impl(), grad.version(), low.version(), low});
-}
+void offer_gradient_copy(const Tensor& grad, const Tensor& low) { copies().offer(grad, low); }
 
 Tensor take_gradient_copy(const Tensor& grad, DType dtype) {
-  std::vector<GradientCopy>& list = copies();
-  for (auto it = list.begin(); it != list.end(); ++it) {
-    const std::shared_ptr<TensorImpl> src = it->source.lock();
-    if (src.get() != grad.unsafe_impl() || it->low.dtype() != dtype) continue;
-    if (grad.version() != it->source_version || it->low.version() != it->low_version) continue;  // stale
-    Tensor low = std::move(it->low);
-    list.erase(it);
-    ++t_copy_hits;
-    return low;
-  }
-  return Tensor();
+  if (copies().empty()) return Tensor();
+  Tensor low = copies().find(grad, dtype, /*take=*/true);
+  if (low.defined()) ++t_copy_hits;
+  return low;
 }
 
 int64_t gradient_copy_hits() { return t_copy_hits; }

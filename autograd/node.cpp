@@ -123,10 +123,14 @@ Tensor Node::sum_incoming(const Tensor& a, const Tensor& b) const { return add(a
 // accumulation], as add() would widen it), without a new tensor per arrival; the
 // caching allocator's free and the next malloc of the same size cost more host time than the
 // add's launch. Where the sum's dtype would change, or the sum is shared, add() makes a new one.
+bool Node::sum_takes_in_place(const Tensor& sum, const Shape& shape, Device device, DType dtype) const {
+  return sum.impl_ptr().use_count() == 1 && sum.storage().use_count() == 1 && sum.shape() == shape &&
+         sum.device() == device && !sum.requires_grad() && sum_keeps_dtype(sum.dtype(), dtype) &&
+         is_non_overlapping_and_dense(sum);
+}
+
 void Node::accumulate_incoming(Tensor& sum, const Tensor& b) const {
-  if (sum.impl_ptr().use_count() == 1 && sum.storage().use_count() == 1 && sum.shape() == b.shape() &&
-      sum.device() == b.device() && !sum.requires_grad() && sum_keeps_dtype(sum.dtype(), b.dtype()) &&
-      is_non_overlapping_and_dense(sum)) {
+  if (sum_takes_in_place(sum, b.shape(), b.device(), b.dtype())) {
     sum.add_(b);
     return;
   }

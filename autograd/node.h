@@ -65,6 +65,10 @@ class Node {
   // Adds b into `sum`, the gradient summed so far for this node: in place where the engine
   // alone holds `sum` (Note [Summing incoming gradients]), else sum = sum_incoming(sum, b).
   void accumulate_incoming(Tensor& sum, const Tensor& b) const;
+  // Whether a gradient of `shape`, `device` and `dtype` may be added into `sum`, the gradient
+  // summed so far for this node, in place: the engine alone holds it, no stride repeats an
+  // element, and the sum keeps its dtype (Note [Summing incoming gradients]).
+  bool sum_takes_in_place(const Tensor& sum, const Shape& shape, Device device, DType dtype) const;
   // Whether sum_incoming's result keeps the dtype `a` of the sum so far, given b's.
   virtual bool sum_keeps_dtype(DType a, DType b) const;
 
