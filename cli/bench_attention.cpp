@@ -21,6 +21,11 @@ namespace ampgrad::cli {
 // E 64, not causal; their FLOPs are counted as the unmasked case's. benchmarks/compare_torch.py
 // times the same cases with PyTorch's flash backend (its default choice for the padding rows:
 // flash takes no mask).
+// On CUDA, the short rows are the GPTs' own attention (bench step's gpt and gpt_tiny: B 32, H 8,
+// T 128, E 32 and B 8, H 4, T 32, E 16, causal), each with the one-tile kernel and with cuDNN's
+// (enable_tile_sdp(false); Note [Attention in one tile]). Their kernels take microseconds, less
+// than the host takes to queue them, so forward + backward is captured as a CUDA graph and
+// the replays are timed (compare_torch.py captures PyTorch's the same way).
 nlohmann::json bench_attention(const BenchOptions& o) {
   nlohmann::json rows = nlohmann::json::array();
   const bool cpu = o.device.is_cpu();
@@ -77,6 +82,49 @@ nlohmann::json bench_attention(const BenchOptions& o) {
                           {"mask", padded ? "padding" : "none"}, {"b", b}, {"h", h}, {"ms", ms}, {"tflops", tflops},
                           {"rel_error", err}, {"path", path}, {"device", o.device.str()}});
   };
+#if AMPGRAD_WITH_CUDA
+  auto run_short = [&](DType dtype, int64_t b, int64_t h, int64_t t, int64_t e, bool tile) {
+    const bool was = tile_sdp_enabled();
+    enable_tile_sdp(tile);
+    auto make = [&] { return randn({b, t, h, e}, f32).to(dtype).transpose(1, 2).detach().requires_grad_(true); };
+    Tensor q = make(), k = make(), v = make();
+    const Tensor g = randn({b, h, t, e}, f32).to(dtype);
+    std::string path;
+    double err = 0;
+    {
+      amp::Trace trace;
+      amp::AutocastGuard autocast(o.device.type, dtype);
+      const Tensor out = scaled_dot_product_attention(q, k, v, {}, 0.0, true);
+      for (const amp::OpRecord& r : trace.records())
+        if (r.op == "scaled_dot_product_attention") path = r.path;
+      NoGradGuard no_grad;
+      auto part = [&](const Tensor& x) { return x.narrow(0, 0, 1).to(kFloat64); };
+      const Tensor ref = scaled_dot_product_attention(part(q), part(k), part(v), Tensor(), 0.0, true);
+      const Tensor d = part(out) - ref;
+      err = std::sqrt(sum(d * d).item<double>() / sum(ref * ref).item<double>());
+    }
+    auto both = [&] { scaled_dot_product_attention(q, k, v, {}, 0.0, true).backward(g); };
+    for (int i = 0; i < 3; ++i) both();  // the grads exist before the capture adds into them
+    cuda::CudaGraph graph;
+    graph.capture(both);
+    const double ms = median_ms(o.device, [&] { graph.replay(); }, 3, o.reps, 20);  // 20 replays a sample
+    enable_tile_sdp(was);
+    const double flops = 4.0 * 3.5 * static_cast<double>(b * h) * static_cast<double>(t * t) * static_cast<double>(e) / 2.0;
+    const double tflops = flops / (ms * 1e-3) / 1e12;
+    std::printf("| %s | %lld | %lld | yes | none | %lld x %lld | %.4f (graph) | %.1f | %.2e | %s |\n",
+                std::string(dtype_name(dtype)).c_str(), static_cast<long long>(t), static_cast<long long>(e),
+                static_cast<long long>(b), static_cast<long long>(h), ms, tflops, err, path.c_str());
+    rows.push_back({{"suite", "attention"}, {"dtype", std::string(dtype_name(dtype))}, {"t", t}, {"e", e}, {"causal", true},
+                    {"mask", "none"}, {"b", b}, {"h", h}, {"ms", ms}, {"tflops", tflops}, {"rel_error", err},
+                    {"path", path}, {"graph", true}, {"device", o.device.str()}});
+  };
+  if (o.device.is_cuda())
+    for (DType dtype : {kFloat16, kBFloat16})
+      for (bool tile : {true, false}) {
+        run_short(dtype, 32, 8, 128, 32, tile);
+        run_short(dtype, 8, 4, 32, 16, tile);
+      }
+#endif
   for (DType dtype : {kFloat16, kBFloat16})
     for (int64_t e : {int64_t{64}, int64_t{128}})
       for (bool causal : {false, true})

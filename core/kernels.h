@@ -138,6 +138,18 @@ AG_DECLARE_KERNEL(sdpa_fused_backward,
                        const Tensor& dout, const Tensor& stats, const Tensor& dq, const Tensor& dk, const Tensor& dv,
                        double scale, bool causal, double dropout_p, const Tensor& rng, std::string& why));
 
+// Attention in one tile (Note [Attention in one tile] in cuda/attention_tile.cu): as
+// sdpa_fused_forward and _backward without bias or dropout, for float16 and bfloat16, E 16,
+// 32 or 64 and L and S in [1, 128], every tensor 4-D with a last stride of 1 and the others
+// multiples of 8, 16-byte aligned. stats is the same logsumexp. Both return false, with
+// `why`, for anything else: nothing ran.
+AG_DECLARE_KERNEL(sdpa_tile_forward, bool(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o,
+                                          const Tensor& stats, double scale, bool causal, std::string& why));
+AG_DECLARE_KERNEL(sdpa_tile_backward,
+                  bool(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o, const Tensor& dout,
+                       const Tensor& stats, const Tensor& dq, const Tensor& dk, const Tensor& dv, double scale,
+                       bool causal, std::string& why));
+
 // ---- Indexing and losses --------------------------------------------------------------------
 
 // Every value of index (Int64, contiguous) in [low, high), else an ag::Error naming `op` (a

@@ -2,8 +2,10 @@
 // path, composed of matmul, softmax, where and dropout (Note [Attention math path]).
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <optional>
 #include <string>
 #include <vector>
@@ -32,8 +34,12 @@ namespace ampgrad {
 // the CPU, float32 and float64.
 
 // Note [Attention paths]
-// On CUDA, float16 and bfloat16 attention takes the fused path (Note [Fused attention] in
-// cuda/attention.cpp) when cuDNN can: q [B, H, L, E], k and v [B, H, S, E] (4-D, no
+// On CUDA, float16 and bfloat16 attention takes the fused path. Without a mask tensor or
+// dropout, E 16, 32 or 64 and L and S at most 128, that is the one-tile kernel (Note
+// [Attention in one tile] in cuda/attention_tile.cu), when enable_tile_sdp(true) or
+// AMPGRAD_TILE_SDP=1 has turned it on: it is off by default until it has run on the H200.
+// Otherwise it is cuDNN's (Note [Fused attention] in
+// cuda/attention.cpp), when cuDNN can: q [B, H, L, E], k and v [B, H, S, E] (4-D, no
 // broadcasting, Ev == E), E a multiple of 8 up to 128, and, when a gradient is wanted, a
 // backward plan too (checked before the forward runs; with cuDNN
 // older than 9.16 and S not a multiple of 128 the backward graph carries cudnn-frontend's
@@ -71,6 +77,19 @@ namespace ampgrad {
 // and dv as the same slices of one fresh packed tensor, as PyTorch's memory-efficient backward
 // does; unbind's backward then finds its gradients to be the slices of one tensor and returns
 // that tensor rather than stacking copies (ops/unbind.cpp): three copies fewer per layer.
+
+namespace {
+// Off until its first run on the H200 (it was written in a session without one; Note
+// [Attention in one tile]): AMPGRAD_TILE_SDP=1 at start, or enable_tile_sdp(true), turns it on.
+bool tile_sdp_from_env() {
+  const char* env = std::getenv("AMPGRAD_TILE_SDP");
+  return env != nullptr && std::string(env) == "1";
+}
+std::atomic<bool> g_tile_sdp{tile_sdp_from_env()};
+}  // namespace
+
+void enable_tile_sdp(bool enabled) { g_tile_sdp.store(enabled); }
+bool tile_sdp_enabled() { return g_tile_sdp.load(); }
 
 namespace {
 const OpInfo kSdpa{"scaled_dot_product_attention", amp::Category::lower, true,
@@ -218,6 +237,31 @@ Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, cons
     const int64_t b = q.size(0), h = q.size(1), l = q.size(2), e = q.size(3);
     const TensorOptions f32 = TensorOptions(kFloat32).device(q.device());
     Tensor out = empty_ordered_like({b, h, l, e}, qc), stats = empty({b, h, l, 1}, f32), rng;
+    // Short sequences: the one-tile kernel (Note [Attention in one tile]).
+    std::string tile_why;
+    if (!mask.defined() && dropout_p == 0 && tile_sdp_enabled() && kernel::sdpa_tile_forward.has(q.device()) &&
+        kernel::sdpa_tile_forward(q.device(), qc, kc, vc, out, stats, sc, is_causal, tile_why)) {
+      scope.note_path([] { return std::string("fused (one-tile kernel: L, S <= 128)"); });
+      if (grad) {
+        autograd::record(kSdpa, out, {q, k, v}, {qc, kc, vc, out.detach(), stats},
+                         [sc, is_causal](const Tensor& g, const std::vector<Tensor>& sv) {
+                           const Tensor& o = sv[3];
+                           Tensor dout = g;
+                           if (dout.strides() != o.strides() ||
+                               reinterpret_cast<uintptr_t>(ampgrad::detail::address(dout)) % 16 != 0) {
+                             dout = alias_with(empty({o.numel()}, o.options()), o.shape(), o.strides(), 0);
+                             dout.copy_(g);
+                           }
+                           const auto [dq, dk, dv] = attention_grads(sv[0], sv[1], sv[2]);
+                           std::string why;
+                           AG_CHECK(kernel::sdpa_tile_backward(o.device(), sv[0], sv[1], sv[2], o, dout, sv[4], dq, dk,
+                                                               dv, sc, is_causal, why),
+                                    "scaled_dot_product_attention backward: {}", why);
+                           return autograd::Grads{dq, dk, dv};
+                         });
+      }
+      return scope.finish(out);
+    }
     // The backward's tensors: do as out, dq, dk, dv as q, k, v are laid out (packed when they
     // are: Note [Packed attention gradients]).
     std::vector<int64_t> backward_strides;

@@ -80,6 +80,14 @@ Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, cons
                                     const Tensor& attn_mask = Tensor(), double dropout_p = 0.0, bool is_causal = false,
                                     std::optional<double> scale = std::nullopt);
 
+// Whether the fused CUDA path may take its one-tile kernel for short sequences (L and S at
+// most 128: Note [Attention in one tile] in cuda/attention_tile.cu), as
+// torch.backends.cuda.enable_flash_sdp switches a backend; process-wide. Off (the default until
+// the kernel's first run on the H200; AMPGRAD_TILE_SDP=1 at start turns it on), those calls
+// go to cuDNN's flash attention.
+void enable_tile_sdp(bool enabled);
+bool tile_sdp_enabled();
+
 // Zeroes each element with probability p and scales the rest by 1/(1-p) (training only).
 // Masks come from a counter-based hash, identical on the CPU and CUDA for the same seed.
 Tensor dropout(const Tensor& x, double p, bool training = true);

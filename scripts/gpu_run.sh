@@ -12,7 +12,12 @@
 # unstripped build: python3 benchmarks/host_profile.py FILE build/bin.
 # "gpt" times the GPTs' steps beside PyTorch's and writes a per-kernel table (ncu, one replay
 # of the graphed AMP step) of each to $OUT/ncu_gpt*.txt (docs/benchmarks.md, issue #27).
-# Usage: bash dist/gpu/gpu_run.sh [tests|memcheck|bench|train|profile|gpt|hostprof|all]  (default: all)
+# "tile" checks and times the one-tile attention kernel (Note [Attention in one tile], off by
+# default until this has passed once): its test case plain, under memcheck and racecheck,
+# bench attention beside PyTorch (the short rows: the GPTs' attention, with and without the
+# kernel), the GPTs' steps with AMPGRAD_TILE_SDP=0 and =1, and ncu tables of the small and
+# tiny GPT's graphed step with it on ($OUT/ncu_gpt*_tile.txt).
+# Usage: bash dist/gpu/gpu_run.sh [tests|memcheck|bench|train|profile|gpt|tile|hostprof|all]  (default: all)
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 out="${OUT:-/tmp}"
@@ -74,6 +79,30 @@ if [ "$what" = gpt ]; then
     grep -h "ms per step" "$out/ncu_$1.csv" || tail -n 5 "$out/ncu_$1.err"
     python3 "$repo/benchmarks/ncu_summary.py" "$out/ncu_$1.csv" --launches > "$out/ncu_$1.txt"
     grep -A 14 "kernels," "$out/ncu_$1.txt"
+  done
+fi
+if [ "$what" = tile ]; then
+  repo="$(cd "$here/../.." && pwd)"
+  case='attention: the one-tile kernel*'
+  "$here/test_attention" 2>&1 | tail -n 4
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+  for tool in memcheck racecheck; do
+    echo "=== $tool: $case"
+    compute-sanitizer --tool $tool --error-exitcode 9 "$here/test_attention" "$case" 2>&1 | tail -n 3
+    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+  done
+  "$here/ampgrad" bench attention --device cuda --reps 15 --json "$out/attention.json" 2>&1 | grep "^|"
+  python3 "$repo/benchmarks/compare_torch.py" "$out/attention.json" --suites attention --reps 15 2>&1 | grep "^|"
+  for tile in 0 1; do
+    echo "=== AMPGRAD_TILE_SDP=$tile bench step"
+    AMPGRAD_TILE_SDP=$tile "$here/ampgrad" bench step --device cuda --models gpt gpt_tiny --reps 15 2>&1 | grep "^|"
+  done
+  for c in "gpt 32" "gpt_tiny 8"; do
+    set -- $c
+    AMPGRAD_TILE_SDP=1 ncu --profile-from-start off --graph-profiling node --metrics gpu__time_duration.sum --csv \
+      "$here/profile_step" $1 $2 amp graph > "$out/ncu_$1_tile.csv" 2> "$out/ncu_$1_tile.err"
+    python3 "$repo/benchmarks/ncu_summary.py" "$out/ncu_$1_tile.csv" --launches > "$out/ncu_$1_tile.txt"
+    grep -A 14 "kernels," "$out/ncu_$1_tile.txt"
   done
 fi
 if [ "$what" = profile ]; then

@@ -508,3 +508,100 @@ TEST_CASE("attention: what the fused CUDA path does not take runs the math path,
   const ag::Tensor qg = q.detach().requires_grad_(true);
   CHECK(path(qg, k, {}, true).find("fused") == 0);
 }
+
+TEST_CASE("attention: the one-tile kernel for short sequences matches the float64 math path, forward and backward",
+          "[attention][cuda]") {
+  if (skip_without_cuda()) return;
+  // The kernel is off by default until its first H200 run (Note [Attention paths]): on here,
+  // and as it was afterwards.
+  struct TileOn {
+    bool was = ag::tile_sdp_enabled();
+    TileOn() { ag::enable_tile_sdp(true); }
+    ~TileOn() { ag::enable_tile_sdp(was); }
+  } tile_on;
+  ag::manual_seed(15);
+  const ag::TensorOptions on = ag::TensorOptions().device(ag::Device(ag::kCUDA));
+  struct Case {
+    ag::DType dtype;
+    int64_t b, h, l, s, e;
+    bool causal, packed;  // packed: q, k, v slices of one [B, T, 3, H, E] tensor (self-attention, L == S)
+  };
+  // Sizes that pad (L, S not multiples of 16), L != S causal (S above and below L), one row.
+  const Case cases[] = {
+      {ag::kFloat16, 4, 8, 128, 128, 32, true, true},   {ag::kBFloat16, 2, 4, 128, 128, 32, true, true},
+      {ag::kFloat16, 1, 2, 17, 5, 16, false, false},    {ag::kBFloat16, 2, 2, 100, 77, 64, true, false},
+      {ag::kFloat16, 1, 1, 1, 3, 32, false, false},     {ag::kFloat16, 3, 2, 33, 128, 64, false, false},
+      {ag::kFloat16, 2, 3, 77, 100, 32, true, false},   {ag::kBFloat16, 2, 4, 128, 128, 16, false, false},
+      {ag::kFloat16, 2, 2, 40, 40, 64, true, true},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(ag::dtype_name(c.dtype), c.b, c.h, c.l, c.s, c.e, c.causal, c.packed);
+    ag::Tensor packed, q, k, v;
+    if (c.packed) {
+      packed = ag::randn({c.b, c.l, 3, c.h, c.e}, on).to(c.dtype).detach().requires_grad_(true);
+      const std::vector<ag::Tensor> qkv = ag::unbind(packed, 2);
+      q = qkv[0].permute({0, 2, 1, 3}), k = qkv[1].permute({0, 2, 1, 3}), v = qkv[2].permute({0, 2, 1, 3});
+    } else {
+      auto make = [&](int64_t t) { return ag::randn({c.b, c.h, t, c.e}, on).to(c.dtype).detach().requires_grad_(true); };
+      q = make(c.l), k = make(c.s), v = make(c.s);
+    }
+    auto run = [&] {
+      ag::amp::Trace trace;
+      ag::amp::AutocastGuard autocast(ag::kCUDA, c.dtype);
+      ag::Tensor out = ag::scaled_dot_product_attention(q, k, v, {}, 0.0, c.causal);
+      return std::make_pair(out, sdpa_path(trace));
+    };
+    const auto [out, taken] = run();
+    CHECK(taken == "fused (one-tile kernel: L, S <= 128)");
+    CHECK(out.dtype() == c.dtype);
+    REQUIRE(out.shape() == ag::Shape{c.b, c.h, c.l, c.e});
+    const ag::Tensor g = ag::randn(out.shape(), on).to(c.dtype);
+    out.backward(g);
+    auto ref_of = [](const ag::Tensor& t) { return t.detach().to(ag::kFloat64).requires_grad_(true); };
+    const double tol = c.dtype == ag::kFloat16 ? 4e-3 : 2.5e-2;
+    if (c.packed) {
+      ag::Tensor p64 = ref_of(packed);
+      const std::vector<ag::Tensor> qkv = ag::unbind(p64, 2);
+      ag::Tensor ref = ag::scaled_dot_product_attention(qkv[0].permute({0, 2, 1, 3}), qkv[1].permute({0, 2, 1, 3}),
+                                                        qkv[2].permute({0, 2, 1, 3}), {}, 0.0, c.causal);
+      ref.backward(g.to(ag::kFloat64));
+      CHECK(rel_err(out, ref) < tol);
+      for (int64_t i = 0; i < 3; ++i) CHECK(rel_err(packed.grad().select(2, i), p64.grad().select(2, i)) < tol);
+    } else {
+      ag::Tensor q64 = ref_of(q), k64 = ref_of(k), v64 = ref_of(v);
+      ag::Tensor ref = ag::scaled_dot_product_attention(q64, k64, v64, {}, 0.0, c.causal);
+      ref.backward(g.to(ag::kFloat64));
+      CHECK(rel_err(out, ref) < tol);
+      CHECK(rel_err(q.grad(), q64.grad()) < tol);
+      CHECK(rel_err(k.grad(), k64.grad()) < tol);
+      CHECK(rel_err(v.grad(), v64.grad()) < tol);
+      // No atomics: the same call gives the same bits.
+      const Vec gq = values(q.grad()), gk = values(k.grad()), gv = values(v.grad());
+      q.grad().zero_(), k.grad().zero_(), v.grad().zero_();
+      run().first.backward(g);
+      CHECK(values(q.grad()) == gq);
+      CHECK(values(k.grad()) == gk);
+      CHECK(values(v.grad()) == gv);
+      // Off, the same call goes to cuDNN, within the same tolerance of the reference.
+      ag::enable_tile_sdp(false);
+      const auto [off, off_path] = run();
+      ag::enable_tile_sdp(true);
+      CHECK(off_path.find("fused (cuDNN flash attention") == 0);
+      CHECK(rel_err(off, ref) < tol);
+    }
+  }
+  // What the kernel does not take goes to cuDNN: a mask, dropout, E 128, S 256.
+  const ag::Tensor q = ag::randn({2, 2, 64, 64}, on).to(ag::kFloat16);
+  auto path = [&](const ag::Tensor& qq, const ag::Tensor& kk, const ag::Tensor& mask, double p) {
+    ag::amp::Trace trace;
+    ag::amp::AutocastGuard autocast(ag::kCUDA, ag::kFloat16);
+    (void)ag::scaled_dot_product_attention(qq, kk, kk, mask, p, false);
+    return sdpa_path(trace);
+  };
+  CHECK(path(q, q, ag::gt(ag::rand({64, 64}, on), 0.2), 0.0).find("cuDNN") != std::string::npos);
+  CHECK(path(q, q, {}, 0.1).find("cuDNN") != std::string::npos);
+  const ag::Tensor q128 = ag::randn({1, 2, 64, 128}, on).to(ag::kFloat16);
+  CHECK(path(q128, q128, {}, 0.0).find("cuDNN") != std::string::npos);
+  const ag::Tensor k256 = ag::randn({2, 2, 256, 64}, on).to(ag::kFloat16);
+  CHECK(path(q, k256, {}, 0.0).find("cuDNN") != std::string::npos);
+}
