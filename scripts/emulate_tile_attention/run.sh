@@ -6,10 +6,14 @@
 # masking, padding and synchronization where no GPU is at hand; not the hardware's layouts
 # themselves (the emulation is written from the same reading of the ISA), nor speed. The
 # kernel bodies are taken from the .cu file as they are (helpers with inline PTX replaced).
-# Usage: bash scripts/emulate_tile_attention/run.sh   (needs g++ 12 and the CUDA headers)
+# Usage: bash scripts/emulate_tile_attention/run.sh [CUDA_INCLUDE_DIR]   (default
+# /usr/local/cuda/include; needs a C++20 compiler, $CXX or g++, and python3). CTest runs it as
+# tile_attention_emulated where the CUDA headers are.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
+inc="${1:-/usr/local/cuda/include}"
 work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
 python3 - "$here/../../cuda/attention_tile.cu" "$work/kernel_body.inc" <<'PY'
 import re, sys
 s = open(sys.argv[1]).read()
@@ -23,5 +27,5 @@ for w in ['__global__', '__device__', '__forceinline__', '#pragma unroll']:
 open(sys.argv[2], 'w').write(body)
 PY
 cp "$here/harness.cpp" "$work/"
-g++ -std=c++20 -O1 -I/usr/local/cuda/include -pthread "$work/harness.cpp" -o "$work/harness"
+"${CXX:-g++}" -std=c++20 -O1 -I"$inc" -pthread "$work/harness.cpp" -o "$work/harness"
 "$work/harness"
