@@ -3,7 +3,9 @@
 // (Note [Attention in one tile]).
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <mutex>
+#include <set>
 #include <string>
 
 #include <ampgrad/core/kernels.h>
@@ -39,7 +41,10 @@ namespace ampgrad::cuda {
 //   Causal (j <= i, the top-left triangle) skips the key blocks wholly above the diagonal,
 //   in both phases alike, and masks within the diagonal ones.
 // One block per (batch, head): 256 blocks of 8 warps for the small GPT, one wave at two
-// blocks per SM (the backward's 112 KB of shared memory at E 32).
+// blocks per SM (the backward's 109 KB of shared memory at E 32, with the carveout at its
+// most shared; at E 64, 141 KB, one block per SM). Causal work is uneven across the warps
+// (the last query strip sees 8 key blocks, the first 1; phase 2 the reverse), and the
+// gradients are stored 4 bytes a lane: the first things to look at once ncu has timed it.
 // Written in session 29, which had no GPU: the op takes it only after enable_tile_sdp(true)
 // (or AMPGRAD_TILE_SDP=1) until its tests have passed on the H200 and it has been timed
 // against cuDNN there (bench attention's short rows, ncu of the GPT's step).
@@ -72,6 +77,10 @@ struct TileBackwardArgs {
   float scale;
   int32_t pad;
 };
+
+// Kernel arguments are hashed as bytes (Note [Kernel graphs]): no padding.
+static_assert(sizeof(TileOperand) == 32 && sizeof(TileForwardArgs) == 4 * 32 + 8 + 6 * 4);
+static_assert(sizeof(TileBackwardArgs) == 8 * 32 + 8 + 6 * 4);
 
 __device__ __forceinline__ uint32_t smem_address(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -455,13 +464,31 @@ size_t backward_smem(int e, int lp, int sp) {
          static_cast<size_t>(2 * lp) * sizeof(float);
 }
 
-// Lets a kernel take the shared memory its largest case needs (once per kernel and process;
-// devices alike).
-template <auto Kernel> void allow_smem(size_t bytes) {
-  static std::once_flag once;
-  std::call_once(once, [&] {
-    AG_CUDA_CHECK(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
-  });
+// The shared memory a block may opt in to on `device` (bytes; 227 KB on the H200).
+size_t smem_optin(int device) {
+  static std::mutex mu;
+  static std::map<int, size_t> known;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = known.find(device);
+  if (it != known.end()) return it->second;
+  int bytes = 0;
+  AG_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  return known.emplace(device, static_cast<size_t>(bytes)).first->second;
+}
+
+// Lets a kernel take the shared memory its largest case needs, with the most of the SM's
+// unified memory as shared memory (two backward blocks of 109 KB per SM need it): a function
+// attribute holds for the device current when it is set, so once per kernel and device.
+template <auto Kernel> void allow_smem(int device, size_t bytes) {
+  static std::mutex mu;
+  static std::set<int> done;
+  std::lock_guard<std::mutex> lock(mu);
+  if (done.count(device) != 0) return;
+  AG_CUDA_CHECK(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     static_cast<int>(std::min(bytes, smem_optin(device)))));
+  AG_CUDA_CHECK(cudaFuncSetAttribute(Kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                     cudaSharedmemCarveoutMaxShared));
+  done.insert(device);
 }
 
 // Calls f with the element type and the head dim as a constant; false when E is not 16, 32 or 64.
@@ -506,10 +533,14 @@ bool sdpa_tile_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
                        static_cast<int32_t>(q.size(1)), static_cast<int32_t>(q.size(2)),
                        static_cast<int32_t>(k.size(2)), causal ? 1 : 0, static_cast<float>(scale), 0};
   const int lp = padded(q.size(2)), sp = padded(k.size(2));
+  if (forward_smem(static_cast<int>(q.size(3)), lp, sp) > smem_optin(ctx.device)) {
+    why = "more shared memory than the device gives a block";
+    return false;
+  }
   return dispatch_tile(q.dtype(), q.size(3), [&](auto tag, auto e) {
     using T = typename decltype(tag)::type;
     constexpr int E = decltype(e)::value;
-    allow_smem<sdpa_tile_forward_kernel<T, E>>(forward_smem(E, kMaxTile, kMaxTile));
+    allow_smem<sdpa_tile_forward_kernel<T, E>>(ctx.device, forward_smem(E, kMaxTile, kMaxTile));
     launch(ctx, sdpa_tile_forward_kernel<T, E>, static_cast<unsigned>(bh), static_cast<unsigned>(lp * 2),
            forward_smem(E, lp, sp), args);
   });
@@ -529,10 +560,14 @@ bool sdpa_tile_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
                         ptr<const float>(stats), static_cast<int32_t>(q.size(1)), static_cast<int32_t>(q.size(2)),
                         static_cast<int32_t>(k.size(2)), causal ? 1 : 0, static_cast<float>(scale), 0};
   const int lp = padded(q.size(2)), sp = padded(k.size(2));
+  if (backward_smem(static_cast<int>(q.size(3)), lp, sp) > smem_optin(ctx.device)) {
+    why = "more shared memory than the device gives a block";
+    return false;
+  }
   return dispatch_tile(q.dtype(), q.size(3), [&](auto tag, auto e) {
     using T = typename decltype(tag)::type;
     constexpr int E = decltype(e)::value;
-    allow_smem<sdpa_tile_backward_kernel<T, E>>(backward_smem(E, kMaxTile, kMaxTile));
+    allow_smem<sdpa_tile_backward_kernel<T, E>>(ctx.device, backward_smem(E, kMaxTile, kMaxTile));
     launch(ctx, sdpa_tile_backward_kernel<T, E>, static_cast<unsigned>(bh), static_cast<unsigned>(std::max(lp, sp) * 2),
            backward_smem(E, lp, sp), args);
   });

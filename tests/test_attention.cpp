@@ -582,11 +582,12 @@ TEST_CASE("attention: the one-tile kernel for short sequences matches the float6
       CHECK(values(q.grad()) == gq);
       CHECK(values(k.grad()) == gk);
       CHECK(values(v.grad()) == gv);
-      // Off, the same call goes to cuDNN, within the same tolerance of the reference.
+      // Off, the same call goes elsewhere (cuDNN, or the math path where cuDNN refuses the
+      // size), within the same tolerance of the reference.
       ag::enable_tile_sdp(false);
       const auto [off, off_path] = run();
       ag::enable_tile_sdp(true);
-      CHECK(off_path.find("fused (cuDNN flash attention") == 0);
+      CHECK(off_path.find("one-tile") == std::string::npos);
       CHECK(rel_err(off, ref) < tol);
     }
   }
