@@ -57,14 +57,15 @@ Tensor Gpt::forward(const Tensor& idx) {
   AG_CHECK(idx.dim() == 2 && idx.size(1) <= c_.context, "gpt: input {} must be [batch, T] with T <= context {}",
            shape_str(idx.sizes()), c_.context);
   const int64_t t = idx.size(1);
-  Tensor causal = causal_, positions = positions_;
+  Tensor causal = causal_;
   if (!causal.defined() || causal.size(0) != t || causal.device() != idx.device()) {
     // true above the diagonal: position i may not attend to j > i (MultiheadAttention's convention)
     causal = triu(ones({t, t}, TensorOptions().device(idx.device())), 1).to(kBool);
-    positions = arange(t, TensorOptions(kInt64).device(idx.device()));
-    if (!graph_capturing(idx.device())) causal_ = causal, positions_ = positions;
+    if (!graph_capturing(idx.device())) causal_ = causal;
   }
-  Tensor x = (*tok_)(idx) + (*pos_)(positions);
+  // The positions 0..T-1 pick the table's first T rows: a view of them (pos(arange(T)) copied
+  // them in a gather and scattered their gradient back, the same values in two launches more).
+  Tensor x = (*tok_)(idx) + narrow(pos_->weight, 0, 0, t);
   for (size_t i = 0; i < blocks_->size(); ++i) x = std::static_pointer_cast<Block>((*blocks_)[i])->run(x, causal);
   return (*head_)((*ln_)(x));
 }

@@ -32,10 +32,10 @@ class Gpt : public nn::Module {
   std::shared_ptr<nn::ModuleList> blocks_;
   std::shared_ptr<nn::LayerNorm> ln_;
   std::shared_ptr<nn::Linear> head_;
-  // The causal mask [T, T] and the positions [T] of the last T and device, built once (as
-  // nanoGPT's registered buffer) rather than in every step: 8 kernels a step in a CUDA graph.
-  // Not kept while a graph captures: those tensors would hold nothing until it replays.
-  Tensor causal_, positions_;
+  // The causal mask [T, T] of the last T and device, built once (as nanoGPT's registered
+  // buffer) rather than in every step. Not kept while a graph captures: it would hold nothing
+  // until the graph replays.
+  Tensor causal_;
 };
 
 // A text and its vocabulary: the distinct bytes it holds, in byte order; ids index them.

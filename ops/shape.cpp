@@ -158,6 +158,8 @@ Tensor slice(const Tensor& a0, int64_t dim, int64_t start, int64_t end, int64_t 
   Tensor out = alias_with(a, sz, st, a.storage_offset() + start * a.strides()[d]);
   Shape in_shape = a.shape();
   return scope.finish(view_result(kSlice, a, out, [in_shape, d, start, end, step](const Tensor& g) {
+    // The whole dim: the gradient is g itself (no zeros to fill, nothing to copy).
+    if (start == 0 && end == in_shape[d] && step == 1) return g;
     Tensor full_grad = zeros(in_shape, g.options());
     Tensor part = slice(full_grad, d, start, end, step);
     copy_into(part, g);

@@ -137,6 +137,33 @@ TEST_CASE("autograd: unbind's backward returns gradients that are already the sl
   check_close(g, gv, 0, 0);
 }
 
+TEST_CASE("autograd: a slice of a whole dim hands its gradient through; a part of one is zero-filled around it",
+          "[autograd]") {
+  // (A GPT's positions 0..T-1 as narrow(table, 0, 0, T): at T == context the whole table.)
+  ag::manual_seed(fresh_seed());
+  const ag::Tensor x0 = ag::randn({4, 3});
+  const ag::Tensor g = ag::randn({4, 3});
+  const std::vector<double> gv = g.to_vector<double>();
+  ag::Tensor x = x0.clone().requires_grad_();
+  ag::narrow(x, 0, 0, 4).backward(g);
+  check_close(x.grad(), gv, 0, 0);
+  // Again, accumulating: the leaf's gradient is its own, the caller's is left alone.
+  ag::narrow(x, 0, 0, 4).backward(g);
+  std::vector<double> twice(gv.size());
+  for (size_t i = 0; i < gv.size(); ++i) twice[i] = 2 * gv[i];
+  check_close(x.grad(), twice, 0, 0);
+  check_close(g, gv, 0, 0);
+  // Twice in one graph, and a part of the dim beside it.
+  ag::Tensor y = x0.clone().requires_grad_();
+  (ag::narrow(y, 0, 0, 4) + ag::narrow(y, 0, 0, 4)).backward(g);
+  check_close(y.grad(), twice, 0, 0);
+  ag::Tensor z = x0.clone().requires_grad_();
+  ag::narrow(z, 0, 1, 2).backward(g.narrow(0, 0, 2));
+  std::vector<double> part(gv.size(), 0.0);
+  for (size_t i = 0; i < 6; ++i) part[3 + i] = gv[i];
+  check_close(z.grad(), part, 0, 0);
+}
+
 TEST_CASE("autograd: every differentiable op in the registry has a gradcheck row", "[autograd][gradcheck]") {
   const std::vector<std::string> missing = op_table::ops_without(op_table::Check::gradcheck);
   INFO("differentiable ops without a gradcheck row in tests/op_rows.cpp: " << fmt::format("{}", fmt::join(missing, ", ")));

@@ -116,7 +116,7 @@ namespace {
 // (Note [Working copies]). Between replays a parameter is changed in place on both models: the
 // graph must cast its copy again before the next replay (Note [Capture attachments]).
 void check_graphed_gpt_step(bool set_to_none, bool amp) {
-  // Everything the forward makes on the device (the positions' arange, the causal mask) must be
+  // Everything the forward makes on the device (the causal mask) must be
   // made inside the graph, not copied from host memory gone by the replay (Note [Host values in
   // a capture] in cuda/runtime.cpp).
   const ag::Device cuda(ag::kCUDA);
