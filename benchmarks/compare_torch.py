@@ -368,7 +368,12 @@ def main():
         for r in rows:
             if r["suite"] != "attention":
                 continue
-            t = torch_attention(r, args.reps)
+            try:
+                t = torch_attention(r, args.reps)
+            except RuntimeError as e:  # a case PyTorch's flash backend refuses: say so, go on
+                print(f"| {r['dtype']} | {r['t']} | {r['e']} | {r['b']} x {r['h']} | {'yes' if r['causal'] else 'no'} | "
+                      f"{r.get('mask', 'none')} | {r['ms']:.4f} | PyTorch refused: {str(e).splitlines()[0][:80]} | | | | {r['path']} |")
+                continue
             print(f"| {r['dtype']} | {r['t']} | {r['e']} | {r['b']} x {r['h']}{' (graph)' if r.get('graph') else ''} | {'yes' if r['causal'] else 'no'} | {r.get('mask', 'none')} | {r['ms']:.4f} | {t['ms']:.4f} | "
                   f"{t['ms'] / r['ms']:.2f} | {r['tflops']:.0f} | {t['tflops']:.0f} | {r['path']} |")
     if "optim" in suites:
