@@ -157,6 +157,11 @@ TEST_CASE("autograd: a slice of a whole dim hands its gradient through; a part o
   ag::Tensor y = x0.clone().requires_grad_();
   (ag::narrow(y, 0, 0, 4) + ag::narrow(y, 0, 0, 4)).backward(g);
   check_close(y.grad(), twice, 0, 0);
+  // A sum's gradient is a broadcast view: the leaf gets values of its own, accumulating.
+  ag::Tensor w = x0.clone().requires_grad_();
+  ag::narrow(w, 0, 0, 4).sum().backward();
+  ag::narrow(w, 1, 0, 3).sum().backward();
+  check_close(w.grad(), std::vector<double>(12, 2.0), 0, 0);
   ag::Tensor z = x0.clone().requires_grad_();
   ag::narrow(z, 0, 1, 2).backward(g.narrow(0, 0, 2));
   std::vector<double> part(gv.size(), 0.0);
