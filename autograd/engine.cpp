@@ -126,9 +126,11 @@ int64_t gradient_copy_hits() { return t_copy_hits; }
 // Formulas never write their incoming gradient, and a leaf root cannot take it over as its
 // .grad because the cache's reference makes it shared (Note [Gradient accumulation]). A CUDA
 // graph capture makes its own seed inside the graph (the kept one's memory must not be read
-// by replays after it is replaced).
+// by replays after it is replaced), and that seed counts as implicit while its backward runs
+// (t_capture_seed, cleared when run_backward returns).
 // The seed's first consumer is usually the loss scale's product (scaler.scale(loss)), whose
-// backward is 1 * scale: mul hands over the other factor itself instead (is_implicit_seed).
+// backward is 1 * scale: mul hands over the other factor itself instead (is_implicit_seed), in
+// a captured step too (its multiply was one kernel and one graph node of every replay).
 namespace {
 struct Seed {
   Tensor t;
@@ -139,8 +141,15 @@ std::vector<Seed>& seeds() {
   return *s;
 }
 
+// The seed a backward running under a graph capture made (Note [Implicit seed]).
+thread_local Seed t_capture_seed;
+
 Tensor implicit_seed(const Tensor& root) {
-  if (graph_capturing(root.device())) return ones_like(root);
+  if (graph_capturing(root.device())) {
+    Tensor t = ones_like(root);
+    t_capture_seed = {t, t.version()};
+    return t;
+  }
   std::vector<Seed>& list = seeds();
   for (auto it = list.begin(); it != list.end(); ++it) {
     Tensor& t = it->t;
@@ -157,6 +166,8 @@ Tensor implicit_seed(const Tensor& root) {
 
 bool is_implicit_seed(const Tensor& t) {
   if (!t.defined()) return false;
+  if (t_capture_seed.t.defined() && t_capture_seed.t.unsafe_impl() == t.unsafe_impl())
+    return t.version() == t_capture_seed.version;
   for (const Seed& s : seeds())
     if (s.t.unsafe_impl() == t.unsafe_impl()) return s.t.version() == s.version;
   return false;
@@ -176,6 +187,12 @@ void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph) {
   // The seed's own ops are not the forward's (Note [Anomaly detection] in autograd/anomaly.h).
   std::optional<detail::AnomalyQuiet> quiet;
   if (detail::anomaly_guarded()) [[unlikely]] quiet.emplace();
+  // A capture's seed counts as implicit until this backward returns (a nested one keeps the
+  // outer one's for its return).
+  struct CaptureSeedScope {
+    Seed outer = t_capture_seed;
+    ~CaptureSeedScope() { t_capture_seed = std::move(outer); }
+  } capture_seed_scope;
   if (!g.defined()) {
     AG_CHECK(root.numel() == 1,
              "backward: grad can be implicitly created only for scalar outputs, but the output is {}; pass a "

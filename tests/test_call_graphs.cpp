@@ -673,3 +673,38 @@ TEST_CASE("cuda: a capture takes arange as a kernel, and refuses a copy from hos
                              "while a CUDA graph captures");
   CHECK(ag::add(out, 1).sum().item<double>() > 0);  // the stream is usable after the refusal
 }
+
+TEST_CASE("cuda: a captured backward from the implicit seed hands the loss scale on as the gradient", "[cuda]") {
+  if (skip_without_cuda()) return;
+  // Note [Implicit seed] in autograd/engine.cpp: in a capture too, mul's backward from the seed
+  // of 1 is the other factor itself (scaler.scale(loss)'s product costs no multiply); the replay
+  // reads that factor as it is then.
+  const ag::Device cuda(ag::kCUDA);
+  ag::Tensor c = ag::full({}, 3.0, ag::TensorOptions().device(cuda));
+  ag::Tensor w = ag::tensor({1.5f, -2.0f}, {2}).to(cuda).detach().requires_grad_(true);
+  (ag::sum(w * w) * c).backward();  // eager first: w.grad exists before the capture adds into it
+  check_close(w.grad().to(ag::kCPU), {9.0, -12.0}, 0, 0);
+  ag::cuda::CudaGraph graph;
+  graph.capture([&] { (ag::sum(w * w) * c).backward(); });
+  {
+    ag::NoGradGuard no_grad;
+    w.grad().zero_();
+  }
+  graph.replay();
+  check_close(w.grad().to(ag::kCPU), {9.0, -12.0}, 0, 0);
+  {
+    ag::NoGradGuard no_grad;
+    w.grad().zero_();
+    c.fill_(5.0);
+  }
+  graph.replay();
+  check_close(w.grad().to(ag::kCPU), {15.0, -20.0}, 0, 0);
+  CHECK(c.item<double>() == 5.0);  // the factor handed on as a gradient is left alone
+  // Eager again after the capture: the same values.
+  {
+    ag::NoGradGuard no_grad;
+    w.grad().zero_();
+  }
+  (ag::sum(w * w) * c).backward();
+  check_close(w.grad().to(ag::kCPU), {15.0, -20.0}, 0, 0);
+}
