@@ -27,7 +27,7 @@ namespace ampgrad {
 // On a small network the step is bound by the host's launch time, and the scaler's own
 // launches (the inf check and the scale update, ~6 us of host time each) were most of what
 // an AMP step paid over a float32 one. So where one launch covers the whole optimizer step
-// (one parameter group, one dtype run, at most 32 tensors), scaler.step() makes it all one
+// (one parameter group, one dtype run, at most 64 tensors), scaler.step() makes it all one
 // launch: the step kernel is launched cooperatively, checks its gradients, waits at a grid
 // barrier, then reads found_inf and updates (or skips); its last block to finish advances
 // the step counters and runs the scale update. Only the update is folded (no barrier needed)

@@ -18,7 +18,10 @@ namespace ampgrad::cuda {
 
 namespace {
 
-constexpr int kMaxTensors = 32;
+// Tensors a launch covers: 64 (the small GPT's 53 parameters in one launch of the check and
+// one of Adam, not two each). Their lists are kernel arguments of up to 4.7 KB (Adam's six),
+// over the 4 KB CUDA allowed before 12.1; the toolkit is 13 (up to 32 KB on sm_70 and later).
+constexpr int kMaxTensors = 64;
 constexpr int kFusedBlock = 512;
 constexpr int kUnroll = 4;
 // The largest step (in elements) whose inf check runs inside the step's launch, behind a grid
@@ -99,7 +102,7 @@ struct ScaleUpdateArgs {
 // Kernel arguments without padding bytes (Note [Kernel graphs] in cuda/launch.cuh).
 static_assert(sizeof(SgdHyper) == 4 * 8 + 2 + 6 && sizeof(AdamHyper) == 5 * 8 + 3 + 5);
 static_assert(sizeof(ScaleRule) == 6 * 8 && sizeof(ScaleUpdateArgs) == 9 * 8 + 1 + 7 + sizeof(ScaleRule));
-static_assert(sizeof(TensorLists<4>) == 4 * 32 * 8 + 32 * 8 * 2 + 33 * 8 + 2 * 4);
+static_assert(sizeof(TensorLists<4>) == 4 * 64 * 8 + 64 * 8 * 2 + 65 * 8 + 2 * 4);
 
 template <class T>
 T* ptr_or_null(const Tensor& t) {
