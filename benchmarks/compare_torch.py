@@ -14,6 +14,20 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 
+def captured(fn, warmup=3):
+    """fn as a CUDA graph, after warm-ups on a side stream (as PyTorch's whole-network capture asks)."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(warmup):
+            fn()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    return g
+
+
 def median_ms(fn, warmup=5, reps=30, calls=1):
     """Median over reps samples of the mean time of `calls` back-to-back calls (as cli/bench_timer.h)."""
     for _ in range(warmup):
@@ -235,15 +249,7 @@ def torch_step(row, reps):
         torch.cuda.synchronize()
         out["peak_mb"] = torch.cuda.max_memory_allocated() / 2 ** 20
         return out
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            step()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        step()
+    g = captured(step)
     return {"ms": median_ms(g.replay, 5, reps, STEP_CALLS), "ms_single": median_ms(g.replay, 5, reps, 1)}
 
 
@@ -283,15 +289,7 @@ def torch_attention(row, reps):
 
     if row.get("graph"):  # the short rows: forward + backward as one CUDA graph, as ampgrad's
         with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-            s = torch.cuda.Stream()
-            s.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(s):
-                for _ in range(3):
-                    both()
-            torch.cuda.current_stream().wait_stream(s)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                both()
+            graph = captured(both)
         ms = median_ms(graph.replay, 3, reps, 20)
     elif mask is None:
         with sdpa_kernel(SDPBackend.FLASH_ATTENTION):

@@ -14,6 +14,7 @@
 
 #include <ampgrad/core/kernels.h>
 #include <ampgrad/core/tensor.h>
+#include <ampgrad/cuda/attention_layout.h>
 #include <ampgrad/cuda/call_graph.h>
 #include <ampgrad/cuda/graph.h>
 #include <ampgrad/cuda/check.h>
@@ -454,14 +455,8 @@ const CachedPlan& plan_for(const SdpaGeometry& geo) {
 
 Dims4 strides4(const Tensor& t) { return {t.stride(0), t.stride(1), t.stride(2), t.stride(3)}; }
 
-// Whether cuDNN can take t: rank 4, last stride 1, the others multiples of 8 elements, 16-byte
-// aligned.
-bool fits(const Tensor& t) {
-  if (t.dim() != 4 || t.stride(3) != 1) return false;
-  for (int d = 0; d < 3; ++d)
-    if (t.stride(d) % 8 != 0) return false;
-  return reinterpret_cast<uintptr_t>(ampgrad::detail::address(t)) % 16 == 0;
-}
+// Whether cuDNN can take t (as the graphs declare their tensors).
+bool fits(const Tensor& t) { return sdpa_operand_fits(t); }
 
 // cudnn-frontend works around a backward bug of cuDNN older than 9.16 with a padding mask of
 // full lengths when S is not a multiple of 128 (docs/research/cudnn_sdpa_graph.md, 4.6).

@@ -9,6 +9,7 @@
 #include <string>
 
 #include <ampgrad/core/kernels.h>
+#include <ampgrad/cuda/attention_layout.h>
 #include <ampgrad/cuda/launch.cuh>
 
 namespace ampgrad::cuda {
@@ -443,15 +444,6 @@ __global__ void __launch_bounds__(256) sdpa_tile_backward_kernel(TileBackwardArg
   }
 }
 
-// Whether t suits the kernel's 16-byte loads and stores: 4-D, last stride 1, the others
-// multiples of 8 elements, 16-byte aligned.
-bool tile_fits(const Tensor& t) {
-  if (t.dim() != 4 || t.stride(3) != 1) return false;
-  for (int d = 0; d < 3; ++d)
-    if (t.stride(d) % 8 != 0) return false;
-  return reinterpret_cast<uintptr_t>(ampgrad::detail::address(t)) % 16 == 0;
-}
-
 TileOperand operand(const Tensor& t) {
   return {ampgrad::detail::address(t), t.stride(0), t.stride(1), t.stride(2)};
 }
@@ -516,7 +508,8 @@ std::string tile_refusal(const Tensor& q, const Tensor& k, const Tensor& v) {
   if (q.size(2) > kMaxTile || k.size(2) > kMaxTile || q.size(2) == 0 || k.size(2) == 0)
     return "L or S not in [1, 128]";
   if (q.size(0) * q.size(1) > INT32_MAX || q.size(0) * q.size(1) == 0) return "batch x heads not in [1, 2^31)";
-  if (!tile_fits(q) || !tile_fits(k) || !tile_fits(v)) return "strides not multiples of 8 with a last stride of 1";
+  for (const Tensor* t : {&q, &k, &v})
+    if (!sdpa_operand_fits(*t)) return "strides not multiples of 8 with a last stride of 1";
   return "";
 }
 
@@ -525,7 +518,7 @@ std::string tile_refusal(const Tensor& q, const Tensor& k, const Tensor& v) {
 bool sdpa_tile_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o, const Tensor& stats,
                        double scale, bool causal, std::string& why) {
   why = tile_refusal(q, k, v);
-  if (why.empty() && !tile_fits(o)) why = "output strides";
+  if (why.empty() && !sdpa_operand_fits(o)) why = "output strides";
   if (!why.empty()) return false;
   KernelContext ctx(o);
   const int64_t bh = q.size(0) * q.size(1);
@@ -550,8 +543,8 @@ bool sdpa_tile_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
                         const Tensor& stats, const Tensor& dq, const Tensor& dk, const Tensor& dv, double scale,
                         bool causal, std::string& why) {
   why = tile_refusal(q, k, v);
-  if (why.empty() && (!tile_fits(o) || !tile_fits(dout) || !tile_fits(dq) || !tile_fits(dk) || !tile_fits(dv)))
-    why = "output or gradient strides";
+  for (const Tensor* t : {&o, &dout, &dq, &dk, &dv})
+    if (why.empty() && !sdpa_operand_fits(*t)) why = "output or gradient strides";
   if (!why.empty()) return false;
   KernelContext ctx(dq);
   const int64_t bh = q.size(0) * q.size(1);

@@ -209,6 +209,15 @@ Tensor packed_qkv(const Tensor& q, const Tensor& k, const Tensor& v) {
   return is_non_overlapping_and_dense(packed) ? packed : Tensor();
 }
 
+// The output's gradient g with o's strides exactly (o is dense) and 16-byte aligned, as both
+// fused backwards take it: g itself when it is, else a copy.
+Tensor laid_out_as(const Tensor& g, const Tensor& o) {
+  if (g.strides() == o.strides() && reinterpret_cast<uintptr_t>(ampgrad::detail::address(g)) % 16 == 0) return g;
+  Tensor dout = alias_with(empty({o.numel()}, o.options()), o.shape(), o.strides(), 0);
+  dout.copy_(g);
+  return dout;
+}
+
 // dq, dk, dv for the fused backward: laid out as q, k and v are, in one packed block when they
 // are the slices of one.
 std::array<Tensor, 3> attention_grads(const Tensor& q, const Tensor& k, const Tensor& v) {
@@ -246,12 +255,7 @@ Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, cons
         autograd::record(kSdpa, out, {q, k, v}, {qc, kc, vc, out.detach(), stats},
                          [sc, is_causal](const Tensor& g, const std::vector<Tensor>& sv) {
                            const Tensor& o = sv[3];
-                           Tensor dout = g;
-                           if (dout.strides() != o.strides() ||
-                               reinterpret_cast<uintptr_t>(ampgrad::detail::address(dout)) % 16 != 0) {
-                             dout = alias_with(empty({o.numel()}, o.options()), o.shape(), o.strides(), 0);
-                             dout.copy_(g);
-                           }
+                           const Tensor dout = laid_out_as(g, o);
                            const auto [dq, dk, dv] = attention_grads(sv[0], sv[1], sv[2]);
                            std::string why;
                            AG_CHECK(kernel::sdpa_tile_backward(o.device(), sv[0], sv[1], sv[2], o, dout, sv[4], dq, dk,
@@ -302,14 +306,8 @@ Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, cons
         autograd::record(kSdpa, out, {q, k, v}, {qc, kc, vc, out.detach(), stats, rng, bias},
                          [sc, is_causal, dropout_p](const Tensor& g, const std::vector<Tensor>& sv) {
                            const Tensor& o = sv[3];
-                           // do with o's strides exactly (o is dense), so that the plan checked
-                           // for it applies; an unaligned one is copied too.
-                           Tensor dout = g;
-                           if (dout.strides() != o.strides() ||
-                               reinterpret_cast<uintptr_t>(ampgrad::detail::address(dout)) % 16 != 0) {
-                             dout = alias_with(empty({o.numel()}, o.options()), o.shape(), o.strides(), 0);
-                             dout.copy_(g);
-                           }
+                           // do with o's strides exactly, so that the plan checked for it applies.
+                           const Tensor dout = laid_out_as(g, o);
                            const auto [dq, dk, dv] = attention_grads(sv[0], sv[1], sv[2]);
                            std::string why;
                            AG_CHECK(kernel::sdpa_fused_backward(o.device(), sv[0], sv[1], sv[2], sv[6], o, dout, sv[4],

@@ -17,7 +17,7 @@ trap 'rm -rf "$work"' EXIT
 python3 - "$here/../../cuda/attention_tile.cu" "$work/kernel_body.inc" <<'PY'
 import re, sys
 s = open(sys.argv[1]).read()
-body = s[s.index('constexpr int kMaxTile'):s.index("// Whether t suits the kernel's 16-byte")]
+body = s[s.index('constexpr int kMaxTile'):s.index('TileOperand operand(const Tensor& t)')]
 a, b = body.index('__device__ __forceinline__ uint32_t smem_address'), body.index('// Two floats rounded to T')
 body = body[:a] + body[b:]  # the PTX helpers: emulated in harness.cpp
 body = body.replace('extern __shared__ __align__(16) unsigned char smem_raw[];', 'unsigned char* smem_raw = g_smem;')
