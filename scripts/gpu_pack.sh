@@ -19,7 +19,7 @@ for d in dist/gpu dist/gpu2; do
   cp scripts/gpu_run.sh "$d/"
 done
 # Suites without a [cuda] case (CPU-only: CI runs them) stay here.
-cpu_only=(test_autograd test_core test_cpu_fast test_half test_inplace)
+cpu_only=(test_autograd test_core test_cpu_fast test_half test_inplace test_views)
 for f in build/bin/test_*; do
   n=$(basename "$f")
   if [[ " ${cpu_only[*]} " == *" $n "* ]]; then continue; fi
