@@ -24,6 +24,9 @@ namespace {
 constexpr int kMaxTensors = 64;
 constexpr int kFusedBlock = 512;
 constexpr int kUnroll = 4;
+// Chunks of kUnroll items per thread a block must have at least before a launch takes them
+// (Note [Chunks]): with fewer, the blocks' shares differ by a whole chunk in 1 or 2.
+constexpr int kChunksPerBlock = 4;
 // The largest step (in elements) whose inf check runs inside the step's launch, behind a grid
 // barrier (Note [One-launch scaled step]).
 constexpr int64_t kCheckInsideMaxNumel = int64_t(1) << 20;
@@ -46,8 +49,12 @@ template <int L> struct TensorLists {
 // small network (a few weights, several tiny biases): the small MLP's optimizer step took
 // 23 us of device time that way, 4x its bytes' worth. A chunk is kFusedBlock * unroll items,
 // each thread taking `unroll` of them, kFusedBlock apart: kUnroll independent loads in
-// flight per thread where there are chunks enough for every block (large steps, bound by
-// bandwidth), 1 where there are not (small steps: more, smaller chunks keep every SM busy).
+// flight per thread where every block gets kChunksPerBlock such chunks or more (large steps,
+// bound by bandwidth), 1 where not (small steps: more, smaller chunks keep every SM busy and
+// the blocks' shares even). The grid is at most what fits on the device at once (occupancy),
+// each block looping over its chunks: a grid of 8 blocks an SM where 2 of Adam's fit ran
+// the small GPT's step in 3.65 waves, each block paying the bias corrections' prologue and
+// barrier (ncu: 40 % of the warps' cycles waiting at a barrier, 20 % of DRAM bandwidth).
 template <int U, int L, class F>
 __device__ __forceinline__ void for_each_item_unrolled(const TensorLists<L>& lists, int shift, F&& f) {
   const int64_t total = lists.chunk_start[lists.count];
@@ -411,13 +418,27 @@ template <int L> bool lists_vec4(const TensorLists<L>& l, int count) {
   return true;
 }
 
+// How many blocks of kFusedBlock threads of `kernel` fit on an SM of `device` at once (at
+// least 1). Asked once per kernel and device.
+int resident_per_sm(const void* kernel, int device) {
+  static std::mutex mu;
+  static std::map<std::pair<const void*, int>, int> known;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = known.find({kernel, device});
+  if (it != known.end()) return it->second;
+  int per_sm = 0;
+  AG_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kFusedBlock, 0));
+  return known[{kernel, device}] = std::max(per_sm, 1);
+}
+
 // Numbers the chunks of a launch's tensors, items of 4 elements with vec4 (Note [Chunks]), and
-// returns its grid: a block per chunk, at most 8 per SM (each then takes several in turn).
-template <int L> dim3 chunk_grid(const KernelContext& ctx, TensorLists<L>& l, bool vec4) {
-  const int64_t cap = static_cast<int64_t>(ctx.sm_count) * 8;
+// returns `kernel`'s grid: a block per chunk, at most as many as fit on the device at once
+// (each then takes several chunks in turn).
+template <int L> dim3 chunk_grid(const KernelContext& ctx, const void* kernel, TensorLists<L>& l, bool vec4) {
+  const int64_t cap = static_cast<int64_t>(ctx.sm_count) * resident_per_sm(kernel, ctx.device);
   int64_t items = 0;
   for (int j = 0; j < l.count; ++j) items += vec4 ? l.numel[j] / 4 : l.numel[j];
-  l.unroll = items >= cap * kFusedBlock * kUnroll ? kUnroll : 1;
+  l.unroll = items >= cap * kFusedBlock * kUnroll * kChunksPerBlock ? kUnroll : 1;
   const int64_t chunk = static_cast<int64_t>(kFusedBlock) * l.unroll;
   l.chunk_start[0] = 0;
   for (int j = 0; j < l.count; ++j)
@@ -539,7 +560,8 @@ void amp_check_and_unscale(const std::vector<Tensor>& grads, const Tensor& found
           },
           [&](TensorLists<1>& l, int, int64_t) {
             const bool vec4 = lists_vec4(l, l.count);
-            launch(ctx, amp_check_unscale_kernel<G>, chunk_grid(ctx, l, vec4), kFusedBlock, 0, l,
+            launch(ctx, amp_check_unscale_kernel<G>,
+                   chunk_grid(ctx, reinterpret_cast<const void*>(&amp_check_unscale_kernel<G>), l, vec4), kFusedBlock, 0, l,
                    ptr<float>(found_inf), write_back ? ptr<float>(inv_scale) : nullptr, write_back, vec4);
           });
     });
@@ -675,7 +697,7 @@ void fused_step(const FusedStep& s, const char* op, Fill&& fill, Kernels&& kerne
           run.size(), [&](TensorLists<L>& l, int j, size_t r) { fill(l, j, run[r]); },
           [&](TensorLists<L>& l, int, int64_t) {
             const bool vec4 = lists_vec4(l, l.count);
-            launch_step(ctx, s, check_inside, chunk_grid(ctx, l, vec4),
+            launch_step(ctx, s, check_inside, chunk_grid(ctx, reinterpret_cast<const void*>(plain), l, vec4),
                         checking, plain, l, found_inf, f32_or_null(s.inv_scale), h, vec4, up);
           },
           /*launch_empty=*/true);
