@@ -4,13 +4,25 @@
 
 #include <cublasLt.h>
 
+#include <algorithm>
 #include <array>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include <ampgrad/core/tensor.h>
 
 #include <ampgrad/cuda/call_graph.h>
 #include <ampgrad/cuda/check.h>
+#include <ampgrad/cuda/graph.h>
 #include <ampgrad/cuda/runtime.h>
 
 namespace ampgrad::cuda {
@@ -36,6 +48,22 @@ namespace ampgrad::cuda {
 // gradient (the column sums of the incoming gradient) comes out of the weight-gradient GEMM's
 // epilogue (EPILOGUE_BGRADB), which reads those columns anyway: one launch fewer per layer.
 //
+// Note [Matmul tuning]
+// Off by default, like PyTorch's TunableOp (torch.cuda.tunable): set_matmul_tuning(true), or
+// AMPGRAD_MATMUL_TUNING=1 at start, times the heuristic's candidates (up to kCandidates) once
+// per geometry and keeps the fastest, as benchmark mode does for cuDNN (Note [cuDNN plans]):
+// each runs once to warm up, then five times between CUDA events, into scratch outputs (D,
+// the bias gradient, gelu's aux, amax: the caller's tensors are written once, by the chosen
+// algorithm); the fastest median wins. Timing synchronizes the stream, so while it is
+// captured into a CUDA graph a new geometry takes the heuristic's first algorithm and is timed
+// at its first call outside a capture. Why: the heuristic's first choice is a model's guess;
+// for the small GPT's weight gradients (K = 4096 rows, a 256-1024 square output, the bias
+// gradient in the epilogue) it took a split-K sm_80 kernel plus a reduction launch, 14-21 us
+// each on ncu where the data-gradient GEMMs of the same FLOPs took 6-10. Candidates differ in
+// split-K and so in rounding: with tuning on, results repeat within a process but may differ
+// in the last bits between processes (as cudnn.benchmark's). AMPGRAD_MATMUL_TUNING_LOG=1
+// prints every candidate (algorithm id, tile, split-K, stages, workspace, median ms) to stderr.
+//
 // Note [FP8 GEMM]
 // Hopper's FP8 tensor cores take A and B in float8_e4m3fn or float8_e5m2 (not both e5m2),
 // "TN" only (column-major A transposed, B not: row-major a [M, K] times column-major b
@@ -51,6 +79,17 @@ namespace ampgrad::cuda {
 namespace {
 
 constexpr int kMaxDevices = 64;
+constexpr int kCandidates = 8;
+
+std::atomic<int64_t> g_tuned{0}, g_timed{0}, g_changed{0};  // matmul_tuning_stats()
+
+std::atomic<bool>& tuning_flag() {
+  static std::atomic<bool> on{[] {
+    const char* v = std::getenv("AMPGRAD_MATMUL_TUNING");
+    return v != nullptr && *v != 0 && std::string(v) != "0";
+  }()};
+  return on;
+}
 
 struct LtState {
   std::once_flag once;
@@ -96,6 +135,10 @@ struct Plan {
   cublasLtMatmulAlgo_t algo{};
   size_t workspace = 0;
   bool ok = false;
+  // The heuristic's candidates, best guess first (Note [Matmul tuning]).
+  std::vector<cublasLtMatmulHeuristicResult_t> candidates;
+  bool tuned = false;
+  uint64_t generation = 0;  // bumped when tuning changes algo: call graphs recorded before are not reused
   Plan() = default;
   Plan(const Plan&) = delete;
   Plan& operator=(const Plan&) = delete;
@@ -202,15 +245,20 @@ std::unique_ptr<Plan> make_plan(const LtGemm& g, const Key& key, cublasLtHandle_
   AG_CUBLAS_CHECK(
       cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof(al_c)));
 
-  cublasLtMatmulHeuristicResult_t result{};
+  std::array<cublasLtMatmulHeuristicResult_t, kCandidates> results{};
   int found = 0;
   const cublasStatus_t st =
-      cublasLtMatmulAlgoGetHeuristic(h, p->desc, p->a, p->b, p->c, p->c, pref, 1, &result, &found);
-  if (st == CUBLAS_STATUS_SUCCESS && found > 0 && result.state == CUBLAS_STATUS_SUCCESS) {
-    p->algo = result.algo;
-    p->workspace = result.workspaceSize;
-    p->ok = true;
-  } else if (st != CUBLAS_STATUS_SUCCESS && st != CUBLAS_STATUS_NOT_SUPPORTED &&
+      cublasLtMatmulAlgoGetHeuristic(h, p->desc, p->a, p->b, p->c, p->c, pref, kCandidates, results.data(), &found);
+  if (st == CUBLAS_STATUS_SUCCESS) {
+    for (int i = 0; i < found; ++i)
+      if (results[static_cast<size_t>(i)].state == CUBLAS_STATUS_SUCCESS)
+        p->candidates.push_back(results[static_cast<size_t>(i)]);
+    if (!p->candidates.empty()) {
+      p->algo = p->candidates[0].algo;
+      p->workspace = p->candidates[0].workspaceSize;
+      p->ok = true;
+    }
+  } else if (st != CUBLAS_STATUS_NOT_SUPPORTED &&
              !(key.fp8 != 0 && st == CUBLAS_STATUS_INVALID_VALUE)) {  // an FP8 combination it does not take
     AG_CUBLAS_CHECK(st);
   }
@@ -224,6 +272,115 @@ struct PlanCache {
 PlanCache& plan_cache() {
   static auto* cache = new PlanCache();  // leaked, like the handles
   return *cache;
+}
+
+// One cublasLtMatmul of plan `p` with algorithm `algo`: the call's own vectors set on the
+// shared descriptor first (ampgrad issues device work from one thread at a time, Note [CUDA
+// stream]).
+cublasStatus_t run_plan(cublasLtHandle_t h, const Plan& p, const cublasLtMatmulAlgo_t& algo, size_t ws_bytes,
+                        const LtGemm& g, void* workspace, cudaStream_t stream) {
+  const void* vec = g.bias ? g.bias : g.bias_grad;
+  if (vec)
+    AG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &vec, sizeof(vec)));
+  if (g.aux)
+    AG_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g.aux, sizeof(g.aux)));
+  if (is_float8(g.dtype)) set_fp8_pointers(p.desc, g);
+  return cublasLtMatmul(h, p.desc, &g.alpha, g.a, p.a, g.b, p.b, &g.beta, g.c, p.c, g.c, p.c, &algo, workspace,
+                        ws_bytes, stream);
+}
+
+// An algorithm's configuration for the tuning log.
+std::string algo_str(const cublasLtMatmulAlgo_t& algo) {
+  auto get = [&](cublasLtMatmulAlgoConfigAttributes_t attr) {
+    int32_t v = -1;
+    size_t written = 0;
+    if (cublasLtMatmulAlgoConfigGetAttribute(&algo, attr, &v, sizeof(v), &written) != CUBLAS_STATUS_SUCCESS) v = -1;
+    return v;
+  };
+  return fmt::format("algo {} tile {} split-K {} stages {}", get(CUBLASLT_ALGO_CONFIG_ID),
+                     get(CUBLASLT_ALGO_CONFIG_TILE_ID), get(CUBLASLT_ALGO_CONFIG_SPLITK_NUM),
+                     get(CUBLASLT_ALGO_CONFIG_STAGES_ID));
+}
+
+// The median time of `runs` calls of candidate `c` after one to warm up; infinity where it fails.
+float time_candidate(cublasLtHandle_t h, const Plan& p, const cublasLtMatmulHeuristicResult_t& c, const LtGemm& g,
+                     void* workspace, cudaStream_t stream) {
+  constexpr int kRuns = 5;
+  std::array<cudaEvent_t, kRuns + 1> ev{};
+  std::array<float, kRuns> ms{};
+  bool ok = true;
+  for (cudaEvent_t& e : ev) ok = ok && cudaEventCreate(&e) == cudaSuccess;
+  ok = ok && run_plan(h, p, c.algo, c.workspaceSize, g, workspace, stream) == CUBLAS_STATUS_SUCCESS &&
+       cudaEventRecord(ev[0], stream) == cudaSuccess;
+  for (size_t i = 0; ok && i < kRuns; ++i)
+    ok = run_plan(h, p, c.algo, c.workspaceSize, g, workspace, stream) == CUBLAS_STATUS_SUCCESS &&
+         cudaEventRecord(ev[i + 1], stream) == cudaSuccess;
+  ok = ok && cudaEventSynchronize(ev[kRuns]) == cudaSuccess;
+  for (size_t i = 0; ok && i < kRuns; ++i) ok = cudaEventElapsedTime(&ms[i], ev[i], ev[i + 1]) == cudaSuccess;
+  for (cudaEvent_t e : ev)
+    if (e) (void)cudaEventDestroy(e);
+  if (!ok) {
+    AG_CUDA_CHECK(cudaStreamSynchronize(stream));  // a fault here is not the candidate's: raise it
+    (void)cudaGetLastError();
+    return std::numeric_limits<float>::infinity();
+  }
+  std::sort(ms.begin(), ms.end());
+  return ms[kRuns / 2];
+}
+
+// Times plan p's candidates for call g into scratch outputs and keeps the fastest (Note
+// [Matmul tuning]). The caller holds the plan cache's lock; nothing is being captured.
+void tune(Plan& p, const LtGemm& g, cublasLtHandle_t h, void* workspace) {
+  p.tuned = true;
+  if (p.candidates.size() < 2) return;
+  cudaStream_t stream = current_stream(g.device);  // the calls held back come first
+  // Scratch: D (C == D), the bias gradient, gelu's aux and amax, each at a 256-byte offset.
+  const int64_t item = static_cast<int64_t>(itemsize(g.out_dtype));
+  const int64_t d_bytes = ((g.batch > 1 ? g.stride_c * (g.batch - 1) : 0) + g.ldc * g.n) * item;
+  const int64_t vec_bytes = std::max(g.m, g.n) * item, aux_bytes = g.aux ? g.ldc * g.n * item : 0;
+  auto round = [](int64_t b) { return (b + 255) / 256 * 256; };
+  Tensor scratch;
+  try {
+    scratch = empty({round(d_bytes) + round(vec_bytes) + round(aux_bytes) + 256},
+                    TensorOptions(kUInt8).device(Device(kCUDA, g.device)));
+  } catch (const Error&) {
+    return;  // no memory to time in: the heuristic's choice
+  }
+  auto* base = static_cast<unsigned char*>(ampgrad::detail::address(scratch));
+  LtGemm t = g;
+  t.c = base;
+  if (t.bias_grad) t.bias_grad = base + round(d_bytes);
+  if (t.aux) t.aux = base + round(d_bytes) + round(vec_bytes);
+  if (t.amax_d) t.amax_d = reinterpret_cast<float*>(base + round(d_bytes) + round(vec_bytes) + round(aux_bytes));
+  static const bool log = [] {
+    const char* v = std::getenv("AMPGRAD_MATMUL_TUNING_LOG");
+    return v != nullptr && *v != 0 && std::string(v) != "0";
+  }();
+  size_t best = 0;
+  float best_ms = std::numeric_limits<float>::infinity();
+  g_tuned.fetch_add(1, std::memory_order_relaxed);
+  for (size_t i = 0; i < p.candidates.size(); ++i) {
+    const float ms = time_candidate(h, p, p.candidates[i], t, workspace, stream);
+    g_timed.fetch_add(1, std::memory_order_relaxed);
+    if (log)
+      std::fputs(fmt::format("matmul tuning: {} -> {} m {} n {} k {} batch {} op {}{} bias {} bias_grad {} act {}: "
+                             "candidate {} ({}), workspace {} B, {:.4f} ms\n",
+                             dtype_name(g.dtype), dtype_name(g.out_dtype), g.m, g.n, g.k, g.batch,
+                             g.op_a == CUBLAS_OP_N ? 'N' : 'T', g.op_b == CUBLAS_OP_N ? 'N' : 'T', g.bias != nullptr,
+                             g.bias_grad != nullptr, g.relu ? "relu" : (g.gelu ? "gelu" : "none"), i,
+                             algo_str(p.candidates[i].algo), p.candidates[i].workspaceSize, ms)
+                     .c_str(),
+                 stderr);
+    if (ms < best_ms) best_ms = ms, best = i;
+  }
+  if (log) std::fputs(fmt::format("matmul tuning: chose candidate {}\n", best).c_str(), stderr);
+  if (best != 0) {
+    g_changed.fetch_add(1, std::memory_order_relaxed);
+    p.algo = p.candidates[best].algo;
+    p.workspace = p.candidates[best].workspaceSize;
+    ++p.generation;
+  }
 }
 
 }  // namespace
@@ -249,8 +406,8 @@ bool lt_gemm(const LtGemm& g, void* workspace, size_t workspace_bytes) {
   // The last geometry this thread ran, checked first: a loop of one GEMM skips the lock and
   // the map (plans are never freed, so the pointer stays valid).
   thread_local Key last_key{};
-  thread_local const Plan* last_plan = nullptr;
-  const Plan* plan = nullptr;
+  thread_local Plan* last_plan = nullptr;
+  Plan* plan = nullptr;
   if (last_plan && key == last_key) {
     plan = last_plan;
   } else {
@@ -263,12 +420,17 @@ bool lt_gemm(const LtGemm& g, void* workspace, size_t workspace_bytes) {
     last_plan = plan;
   }
   if (!plan->ok) return false;
+  if (!plan->tuned && matmul_tuning() && !capturing(g.device)) {
+    std::lock_guard<std::mutex> lock(plan_cache().mu);
+    if (!plan->tuned) tune(*plan, g, h, workspace);
+  }
   const void* vec = g.bias ? g.bias : g.bias_grad;
   cudaStream_t stream = launch_stream(g.device);
   // Everything the call below depends on besides the plan's fixed descriptors (Note [Call graphs]).
   CallKey call;
   call.add(uint64_t{1})  // cuBLASLt
       .add(plan)
+      .add(plan->generation)
       .add(g.a)
       .add(g.b)
       .add(g.c)
@@ -282,19 +444,16 @@ bool lt_gemm(const LtGemm& g, void* workspace, size_t workspace_bytes) {
       .add_bits(g.alpha)
       .add_bits(g.beta)
       .add(stream);
-  run_call(g.device, stream, call, [&] {
-    // The descriptor is shared by calls of this geometry; ampgrad issues device work from one
-    // thread at a time (Note [CUDA stream]), so setting this call's bias here is safe.
-    if (vec)
-      AG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &vec, sizeof(vec)));
-    if (g.aux)
-      AG_CUBLAS_CHECK(
-          cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g.aux, sizeof(g.aux)));
-    if (fp8) set_fp8_pointers(plan->desc, g);
-    AG_CUBLAS_CHECK(cublasLtMatmul(h, plan->desc, &g.alpha, g.a, plan->a, g.b, plan->b, &g.beta, g.c, plan->c, g.c,
-                                   plan->c, &plan->algo, workspace, plan->workspace, stream));
-  });
+  run_call(g.device, stream, call,
+           [&] { AG_CUBLAS_CHECK(run_plan(h, *plan, plan->algo, plan->workspace, g, workspace, stream)); });
   return true;
+}
+
+void set_matmul_tuning(bool on) { tuning_flag().store(on, std::memory_order_relaxed); }
+bool matmul_tuning() { return tuning_flag().load(std::memory_order_relaxed); }
+MatmulTuningStats matmul_tuning_stats() {
+  return {g_tuned.load(std::memory_order_relaxed), g_timed.load(std::memory_order_relaxed),
+          g_changed.load(std::memory_order_relaxed)};
 }
 
 }  // namespace ampgrad::cuda

@@ -83,6 +83,18 @@ void memcpy_d2d(void* dst, const void* src, size_t n);
 void set_cudnn_benchmark(bool on);
 bool cudnn_benchmark();
 
+// Opt-in (off by default, like torch.cuda.tunable; AMPGRAD_MATMUL_TUNING=1 turns it on at
+// start): time cuBLASLt's candidate algorithms once per GEMM geometry and cache the fastest;
+// otherwise take its heuristic's first (Note [Matmul tuning] in cuda/blas_lt.cpp).
+void set_matmul_tuning(bool on);
+bool matmul_tuning();
+struct MatmulTuningStats {
+  int64_t tuned = 0;    // geometries whose candidates were timed
+  int64_t timed = 0;    // candidates timed
+  int64_t changed = 0;  // geometries where a candidate beat the heuristic's first
+};
+MatmulTuningStats matmul_tuning_stats();
+
 // Statistics of the caching allocator (cuda/allocator.cpp).
 MemoryStats memory_stats(int device = 0);
 void reset_peak_memory_stats(int device = 0);
@@ -164,6 +176,12 @@ inline const DeviceProperties& device_properties(int = 0) {
 inline void reset_peak_memory_stats(int = 0) {}
 inline void set_cudnn_benchmark(bool) {}
 inline bool cudnn_benchmark() { return false; }
+inline void set_matmul_tuning(bool) {}
+inline bool matmul_tuning() { return false; }
+struct MatmulTuningStats {
+  int64_t tuned = 0, timed = 0, changed = 0;
+};
+inline MatmulTuningStats matmul_tuning_stats() { return {}; }
 
 #endif
 

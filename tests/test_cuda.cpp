@@ -428,6 +428,72 @@ TEST_CASE("cuda: gemm operand layouts, broadcast batches, TF32 and float64", "[c
   check_close(tf32, ref, 17 * 4 * 9.765625e-04, 4 * 9.765625e-04);
 }
 
+TEST_CASE("cuda: matmul tuning times cuBLASLt's candidates once per geometry, outside captures, and keeps the "
+          "results", "[cuda]") {
+  if (skip_without_cuda()) return;
+  ag::manual_seed(fresh_seed());
+  struct Tuning {
+    bool prev = ag::cuda::matmul_tuning();
+    Tuning() { ag::cuda::set_matmul_tuning(true); }
+    ~Tuning() { ag::cuda::set_matmul_tuning(prev); }
+  } on;
+  // A weight gradient's geometry (a long K, a small output, the bias gradient in the
+  // epilogue: Note [Matmul tuning]), in float16 and bfloat16, with and without gelu.
+  const int64_t rows = 1024 + 8 * static_cast<int64_t>(fresh_seed() % 16), in = 96, out = 160;
+  for (const ag::DType dt : {ag::kFloat16, ag::kBFloat16}) {
+    for (const bool gelu : {false, true}) {
+      INFO(ag::dtype_name(dt) << (gelu ? " linear_gelu" : " linear") << ", rows " << rows);
+      const ag::Tensor x = sym({rows, in}).to(dt), w = sym({out, in}).to(dt), b = sym({out}).to(dt),
+                       gy = sym({rows, out}).to(dt);
+      // float64 reference from the same rounded inputs.
+      const ag::Tensor x64 = x.to(ag::kFloat64).requires_grad_(true), w64 = w.to(ag::kFloat64).requires_grad_(true),
+                       b64 = b.to(ag::kFloat64).requires_grad_(true);
+      const ag::Tensor y64 = gelu ? ag::gelu(ag::linear(x64, w64, b64), "tanh") : ag::linear(x64, w64, b64);
+      y64.backward(gy.to(ag::kFloat64));
+      auto run = [&] {
+        const ag::Tensor xg = x.to(kGpu).requires_grad_(true), wg = w.to(kGpu).requires_grad_(true),
+                         bg = b.to(kGpu).requires_grad_(true);
+        const ag::Tensor y = gelu ? ag::linear_gelu(xg, wg, bg) : ag::linear(xg, wg, bg);
+        y.backward(gy.to(kGpu));
+        return std::vector<ag::Tensor>{y.cpu(), xg.grad().cpu(), wg.grad().cpu(), bg.grad().cpu()};
+      };
+      const ag::cuda::MatmulTuningStats s0 = ag::cuda::matmul_tuning_stats();
+      const std::vector<ag::Tensor> first = run();
+      const ag::cuda::MatmulTuningStats s1 = ag::cuda::matmul_tuning_stats();
+      // Three GEMMs a run (forward, input and weight gradients): each geometry timed at most
+      // once, and candidates timed wherever the heuristic offered more than one.
+      CHECK(s1.tuned - s0.tuned <= 3);
+      CHECK(s1.timed - s0.timed >= 2 * (s1.tuned - s0.tuned));
+      const std::vector<ag::Tensor> again = run();
+      CHECK(ag::cuda::matmul_tuning_stats().tuned == s1.tuned);
+      const V refs = {y64, x64.grad(), w64.grad(), b64.grad()};
+      const int64_t sums[] = {in, out, rows, rows};
+      for (size_t i = 0; i < refs.size(); ++i) {
+        INFO("output " << i);
+        const Tol t = tolerance(Kind::sum, dt, sums[i]);
+        check_close(first[i], refs[i].to_vector<double>(), 2 * t.atol, 2 * t.rtol);
+        CHECK(first[i].to_vector<double>() == again[i].to_vector<double>());  // the cached choice repeats
+      }
+    }
+  }
+  // Inside a capture a new geometry takes the heuristic's choice untimed; its first call
+  // outside times it.
+  const ag::Tensor a = sym({64, 2048 + 8 * static_cast<int64_t>(fresh_seed() % 64)}).to(ag::kFloat16).to(kGpu),
+                   bm = sym({a.size(1), 72}).to(ag::kFloat16).to(kGpu);
+  ag::Tensor c;
+  const ag::cuda::MatmulTuningStats s2 = ag::cuda::matmul_tuning_stats();
+  ag::cuda::CudaGraph graph;
+  graph.capture([&] { c = ag::mm(a, bm); });
+  CHECK(ag::cuda::matmul_tuning_stats().tuned == s2.tuned);
+  graph.replay();
+  const Tol t = tolerance(Kind::sum, ag::kFloat16, a.size(1));
+  const std::vector<double> ref = ag::mm(a.cpu().to(ag::kFloat64), bm.cpu().to(ag::kFloat64)).to_vector<double>();
+  check_close(c, ref, 2 * t.atol, 2 * t.rtol);
+  check_close(ag::mm(a, bm), ref, 2 * t.atol, 2 * t.rtol);
+  CHECK(ag::cuda::matmul_tuning_stats().tuned - s2.tuned <= 1);
+  CHECK(ag::cuda::matmul_tuning_stats().timed - s2.timed >= 2 * (ag::cuda::matmul_tuning_stats().tuned - s2.tuned));
+}
+
 TEST_CASE("cuda: index_select and index_add skip out-of-range device indices, and the next read raises them",
           "[cuda]") {
   if (skip_without_cuda()) return;
