@@ -240,20 +240,26 @@ AG_DECLARE_KERNEL(batch_norm_backward,
 // weight + bias, mean and rstd = 1/sqrt(var + eps) (biased var) of each row into contiguous
 // [rows] tensors of x's dtype; y_low, when defined (Float16 or BFloat16, contiguous, x
 // Float32), gets y rounded to its dtype in the same pass (Note [Ready casts] in
-// amp/autocast.h). backward: dy is the sum of dy (x's dtype) and dy_low (y_low's dtype), each
-// optional, contiguous [rows, n]; grad_x = rstd * (dy w - mean(dy w) - xhat mean(dy w xhat))
-// (xhat = (x - mean) * rstd, means over the row), grad_weight = sum over rows of dy xhat and
-// grad_bias = sum dy, each when defined; sums in a fixed order (deterministic). With
-// `accumulate`, grad_x holds a gradient already and gets grad_x + that, rounded once (Note
-// [Accumulating formulas] in autograd/engine.cpp); grad_x_low, when defined (Float16 or
-// BFloat16, x Float32), gets the final grad_x rounded to its dtype (Note [Gradient copies]).
-AG_DECLARE_KERNEL(layer_norm_forward, void(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
-                                           const Tensor& y, const Tensor& mean, const Tensor& rstd,
-                                           const Tensor& y_low));
+// amp/autocast.h). With `residual` (add_layer_norm, Note [Add and layer norm]: contiguous
+// [rows, n] of x's dtype, or Float16/BFloat16 for a Float32 x), the row normalized is x +
+// residual (an add in x's dtype), also written to `sum` (contiguous, x's dtype); both
+// undefined for layer_norm. backward: dy is the sum of dy (x's dtype) and dy_low (y_low's
+// dtype), each optional, contiguous [rows, n], and x the row normalized (the sum, for
+// add_layer_norm); grad_x = rstd * (dy w - mean(dy w) - xhat mean(dy w xhat)) (xhat = (x -
+// mean) * rstd, means over the row), grad_weight = sum over rows of dy xhat and grad_bias =
+// sum dy, each when defined; sums in a fixed order (deterministic). grad_x is added to, each
+// an add rounded once, in this order: what grad_x holds with `accumulate` (Note
+// [Accumulating formulas] in autograd/engine.cpp), then grad_sum when defined (the sum's own
+// gradient, x's dtype, contiguous); grad_x_low, when defined (Float16 or BFloat16, x
+// Float32), gets the final grad_x rounded to its dtype (Note [Gradient copies]).
+AG_DECLARE_KERNEL(layer_norm_forward, void(const Tensor& x, const Tensor& residual, const Tensor& weight,
+                                           const Tensor& bias, double eps, const Tensor& sum, const Tensor& y,
+                                           const Tensor& mean, const Tensor& rstd, const Tensor& y_low));
 AG_DECLARE_KERNEL(layer_norm_backward, void(const Tensor& dy, const Tensor& dy_low, const Tensor& x,
                                             const Tensor& weight, const Tensor& mean, const Tensor& rstd,
-                                            const Tensor& grad_x, bool accumulate, const Tensor& grad_x_low,
-                                            const Tensor& grad_weight, const Tensor& grad_bias));
+                                            const Tensor& grad_sum, const Tensor& grad_x, bool accumulate,
+                                            const Tensor& grad_x_low, const Tensor& grad_weight,
+                                            const Tensor& grad_bias));
 
 // ---- Windows, convolution, dropout ----------------------------------------------------------
 

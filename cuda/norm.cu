@@ -276,17 +276,47 @@ __device__ __forceinline__ void ln_store_gx(T* gx, L* gx_low, bool acc, int64_t 
   if (gx_low) gx_low[i] = from_acc<L>(v);
 }
 
+// What the input gradient at i is added to: what gx held (with `acc`) plus the gradient of
+// add_layer_norm's sum (dsum, when not null: Note [Add and layer norm] in ops/norm.cpp), each
+// an add of its own, as the engine's sums of the unfused graph.
+template <class T> __device__ __forceinline__ T ln_prev(const T* gx, bool acc, const T* dsum, int64_t i) {
+  T p = acc ? gx[i] : T(0);
+  if (dsum) {
+    if (!acc) return dsum[i];
+    if constexpr (std::is_same_v<T, double>) p = __dadd_rn(p, dsum[i]);
+    else p = __fadd_rn(p, dsum[i]);
+  }
+  return p;
+}
+
+// x[i] + res[i] (add_layer_norm's sum, the widening add's bits: Note [Widening arithmetic] in
+// ops/binary.cpp), or x[i] without res.
+template <class T, class R> __device__ __forceinline__ T ln_in(const T* x, const R* res, int64_t i) {
+  if (!res) return x[i];
+  if constexpr (std::is_same_v<T, double>) return __dadd_rn(x[i], static_cast<T>(to_acc(res[i])));
+  else return __fadd_rn(x[i], static_cast<T>(to_acc(res[i])));
+}
+
 // ---- The loop kernels: rows of any length -----------------------------------------------------
 
-template <class T, class L>
-__global__ void ln_forward_kernel(const T* x, const T* w, const T* b, T* y, L* y_low, T* mean, T* rstd, int64_t rows,
-                                  int64_t n, double eps) {
+// With res (add_layer_norm), the row is x + res, written to sum and read back from there.
+template <class T, class L, class R>
+__global__ void ln_forward_kernel(const T* x, const R* res, T* sum, const T* w, const T* b, T* y, L* y_low, T* mean,
+                                  T* rstd, int64_t rows, int64_t n, double eps) {
   const int64_t r = static_cast<int64_t>(blockIdx.x) * kLnRows + threadIdx.y;
   if (r >= rows) return;
-  const T* xr = x + r * n;
-  T* yr = y + r * n;
   T s = 0;
-  for (int64_t j = threadIdx.x; j < n; j += 32) s += xr[j];
+  if (res) {
+    for (int64_t j = threadIdx.x; j < n; j += 32) {
+      const T v = ln_in(x, res, r * n + j);
+      sum[r * n + j] = v;  // read back below by this thread alone
+      s += v;
+    }
+  } else {
+    for (int64_t j = threadIdx.x; j < n; j += 32) s += x[r * n + j];
+  }
+  const T* xr = (res ? sum : x) + r * n;
+  T* yr = y + r * n;
   const T mu = ln_warp_sum(s) / static_cast<T>(n);
   T v = 0;
   for (int64_t j = threadIdx.x; j < n; j += 32) {
@@ -309,7 +339,8 @@ __global__ void ln_forward_kernel(const T* x, const T* w, const T* b, T* y, L* y
 
 template <class T, class L>
 __global__ void ln_backward_input_kernel(const T* dy, const L* dy_low, const T* x, const T* w, const T* mean,
-                                         const T* rstd, T* gx, bool acc, L* gx_low, int64_t rows, int64_t n) {
+                                         const T* rstd, T* gx, bool acc, const T* dsum, L* gx_low, int64_t rows,
+                                         int64_t n) {
   const int64_t r = static_cast<int64_t>(blockIdx.x) * kLnRows + threadIdx.y;
   if (r >= rows) return;
   const T* xr = x + r * n;
@@ -326,7 +357,8 @@ __global__ void ln_backward_input_kernel(const T* dy, const L* dy_low, const T* 
   for (int64_t j = threadIdx.x; j < n; j += 32) {
     const T d = ln_dy(dy, dy_low, r * n + j);
     const T g = w ? d * w[j] : d;
-    ln_store_gx(gx, gx_low, acc, r * n + j, inv * (g - a - (xr[j] - mu) * inv * c), acc ? gx[r * n + j] : T(0));
+    ln_store_gx(gx, gx_low, acc || dsum, r * n + j, inv * (g - a - (xr[j] - mu) * inv * c),
+                ln_prev(gx, acc, dsum, r * n + j));
   }
 }
 
@@ -387,19 +419,24 @@ __global__ void ln_params_finish_kernel(const T* part, T* gw, T* gb, int64_t n, 
 // kernels.
 constexpr int kLnMaxV = 32;
 
-template <class T, int V, class L>
-__global__ void ln_forward_reg_kernel(const T* x, const T* w, const T* b, T* y, L* y_low, T* mean, T* rstd,
-                                      int64_t rows, int n, double eps) {
+// With res (add_layer_norm), the row is x + res, also written to sum.
+template <class T, int V, class L, class R>
+__global__ void ln_forward_reg_kernel(const T* x, const R* res, T* sum, const T* w, const T* b, T* y, L* y_low,
+                                      T* mean, T* rstd, int64_t rows, int n, double eps) {
   const int64_t r = static_cast<int64_t>(blockIdx.x) * kLnRows + threadIdx.y;
   if (r >= rows) return;
-  const T* xr = x + r * n;
   T v[V], wv[V], bv[V];
 #pragma unroll
   for (int i = 0; i < V; ++i) {  // every load first: the weight's and bias's overlap x's
     const int c = threadIdx.x + 32 * i;
-    v[i] = c < n ? xr[c] : T(0);
+    v[i] = c < n ? ln_in(x, res, r * n + c) : T(0);
     wv[i] = w && c < n ? w[c] : T(1);
     bv[i] = b && c < n ? b[c] : T(0);
+  }
+  if (sum) {
+#pragma unroll
+    for (int i = 0; i < V; ++i)
+      if (threadIdx.x + 32 * i < n) sum[r * n + threadIdx.x + 32 * i] = v[i];
   }
   T s = 0;
 #pragma unroll
@@ -434,7 +471,8 @@ __global__ void ln_forward_reg_kernel(const T* x, const T* w, const T* b, T* y, 
 // memory kLnRows * 32 * V elements when part is not null.
 template <class T, int V, class L>
 __global__ void ln_backward_reg_kernel(const T* dy, const L* dy_low, const T* x, const T* w, const T* mean,
-                                       const T* rstd, T* gx, bool acc, L* gx_low, T* part, int64_t rows, int n) {
+                                       const T* rstd, T* gx, bool acc, const T* dsum, L* gx_low, T* part,
+                                       int64_t rows, int n) {
   T sw[V], sb[V], wv[V];
 #pragma unroll
   for (int i = 0; i < V; ++i) {
@@ -446,14 +484,14 @@ __global__ void ln_backward_reg_kernel(const T* dy, const L* dy_low, const T* x,
   for (int64_t r = static_cast<int64_t>(blockIdx.x) * kLnRows + threadIdx.y; r < rows; r += stride) {
     const T* xr = x + r * n;
     const T mu = mean[r], inv = rstd[r];
-    T xh[V], g[V], prev[V];  // prev: the gradient gx held, loaded with the row (with acc)
+    T xh[V], g[V], prev[V];  // prev: what the gradient is added to (ln_prev), loaded with the row
     T a = 0, c = 0;
 #pragma unroll
     for (int i = 0; i < V; ++i) {
       const int col = threadIdx.x + 32 * i;
       xh[i] = g[i] = prev[i] = T(0);
       if (col < n) {
-        if (acc) prev[i] = gx[r * n + col];
+        if (acc || dsum) prev[i] = ln_prev(gx, acc, dsum, r * n + col);
         const T d = ln_dy(dy, dy_low, r * n + col);
         xh[i] = (xr[col] - mu) * inv;
         g[i] = w ? d * wv[i] : d;
@@ -469,7 +507,7 @@ __global__ void ln_backward_reg_kernel(const T* dy, const L* dy_low, const T* x,
 #pragma unroll
       for (int i = 0; i < V; ++i) {
         const int col = threadIdx.x + 32 * i;
-        if (col < n) ln_store_gx(gx, gx_low, acc, r * n + col, inv * (g[i] - a - xh[i] * c), prev[i]);
+        if (col < n) ln_store_gx(gx, gx_low, acc || dsum, r * n + col, inv * (g[i] - a - xh[i] * c), prev[i]);
       }
     }
   }
@@ -560,33 +598,55 @@ unsigned ln_blocks(int64_t rows) { return static_cast<unsigned>((rows + kLnRows 
 
 }  // namespace
 
-void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, const Tensor& y,
-                        const Tensor& mean, const Tensor& rstd, const Tensor& y_low) {
+// f(TypeTag<R>{}) for add_layer_norm's residual dtype R (T when there is none: layer_norm).
+template <class T, class F> void dispatch_ln_residual(const Tensor& x, const Tensor& residual, F&& f) {
+  if (!residual.defined() || residual.dtype() == x.dtype()) return f(TypeTag<T>{});
+  AG_INTERNAL_ASSERT(x.dtype() == DType::Float32 &&
+                         (residual.dtype() == DType::Float16 || residual.dtype() == DType::BFloat16),
+                     "add_layer_norm on cuda: a residual of {} for an input of {}", dtype_name(residual.dtype()),
+                     dtype_name(x.dtype()));
+  if constexpr (std::is_same_v<T, float>) {
+    if (residual.dtype() == DType::BFloat16) return f(TypeTag<__nv_bfloat16>{});
+    return f(TypeTag<__half>{});
+  }
+}
+
+void layer_norm_forward(const Tensor& x, const Tensor& residual, const Tensor& weight, const Tensor& bias, double eps,
+                        const Tensor& sum, const Tensor& y, const Tensor& mean, const Tensor& rstd,
+                        const Tensor& y_low) {
   const int64_t rows = mean.numel(), n = rows > 0 ? x.numel() / rows : 0;
   if (rows == 0 || n == 0) return;
+  AG_INTERNAL_ASSERT(residual.defined() == sum.defined(), "add_layer_norm on cuda: a residual comes with a sum");
   KernelContext ctx(y);
   dispatch_ln(x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    dispatch_ln_low(x, y_low, [&](auto low_tag) {
-      using L = typename decltype(low_tag)::type;
-      L* low = y_low.defined() ? ptr<L>(y_low) : nullptr;
-      if (const int lanes = ln_lanes<T>(n)) {
-        with_lanes(lanes, [&](auto v) {
-          launch(ctx, ln_forward_reg_kernel<T, decltype(v)::value, L>, dim3(ln_blocks(rows)), dim3(32, kLnRows), 0,
-                 ptr<const T>(x), ptr_or_null<T>(weight), ptr_or_null<T>(bias), ptr<T>(y), low, ptr<T>(mean),
-                 ptr<T>(rstd), rows, static_cast<int>(n), eps);
-        });
-        return;
-      }
-      launch(ctx, ln_forward_kernel<T, L>, dim3(ln_blocks(rows)), dim3(32, kLnRows), 0, ptr<const T>(x),
-             ptr_or_null<T>(weight), ptr_or_null<T>(bias), ptr<T>(y), low, ptr<T>(mean), ptr<T>(rstd), rows, n, eps);
+    dispatch_ln_residual<T>(x, residual, [&](auto res_tag) {
+      using R = typename decltype(res_tag)::type;
+      const R* res = residual.defined() ? ptr<const R>(residual) : nullptr;
+      T* s = mut_or_null<T>(sum);
+      dispatch_ln_low(x, y_low, [&](auto low_tag) {
+        using L = typename decltype(low_tag)::type;
+        L* low = y_low.defined() ? ptr<L>(y_low) : nullptr;
+        if (const int lanes = ln_lanes<T>(n)) {
+          with_lanes(lanes, [&](auto v) {
+            launch(ctx, ln_forward_reg_kernel<T, decltype(v)::value, L, R>, dim3(ln_blocks(rows)), dim3(32, kLnRows),
+                   0, ptr<const T>(x), res, s, ptr_or_null<T>(weight), ptr_or_null<T>(bias), ptr<T>(y), low,
+                   ptr<T>(mean), ptr<T>(rstd), rows, static_cast<int>(n), eps);
+          });
+          return;
+        }
+        launch(ctx, ln_forward_kernel<T, L, R>, dim3(ln_blocks(rows)), dim3(32, kLnRows), 0, ptr<const T>(x), res, s,
+               ptr_or_null<T>(weight), ptr_or_null<T>(bias), ptr<T>(y), low, ptr<T>(mean), ptr<T>(rstd), rows, n,
+               eps);
+      });
     });
   });
 }
 
 void layer_norm_backward(const Tensor& dy, const Tensor& dy_low, const Tensor& x, const Tensor& weight,
-                         const Tensor& mean, const Tensor& rstd, const Tensor& grad_x, bool accumulate,
-                         const Tensor& grad_x_low, const Tensor& grad_weight, const Tensor& grad_bias) {
+                         const Tensor& mean, const Tensor& rstd, const Tensor& grad_sum, const Tensor& grad_x,
+                         bool accumulate, const Tensor& grad_x_low, const Tensor& grad_weight,
+                         const Tensor& grad_bias) {
   const int64_t rows = mean.numel(), n = rows > 0 ? x.numel() / rows : 0;
   if (rows == 0 || n == 0) return;
   const bool params = grad_weight.defined() || grad_bias.defined();
@@ -598,11 +658,15 @@ void layer_norm_backward(const Tensor& dy, const Tensor& dy_low, const Tensor& x
                        "layer_norm backward on cuda: 16-bit copies of two dtypes ({} and {})",
                        dtype_name(dy_low.dtype()), dtype_name(grad_x_low.dtype()));
     AG_INTERNAL_ASSERT(!grad_x_low.defined() || grad_x.defined(), "layer_norm backward on cuda: a copy of no grad_x");
+    AG_INTERNAL_ASSERT(!grad_sum.defined() || (grad_x.defined() && grad_sum.dtype() == x.dtype()),
+                       "add_layer_norm backward on cuda: a sum's gradient of {} for no grad_x or another dtype",
+                       grad_sum.defined() ? dtype_name(grad_sum.dtype()) : "none");
     dispatch_ln_low(x, dy_low.defined() ? dy_low : grad_x_low, [&](auto low_tag) {
       using L = typename decltype(low_tag)::type;
       const T* d = ptr_or_null<T>(dy);
       const L* d_low = dy_low.defined() ? ptr<const L>(dy_low) : nullptr;
       L* gx_low = grad_x_low.defined() ? ptr<L>(grad_x_low) : nullptr;
+      const T* dsum = grad_sum.defined() ? ptr<const T>(grad_sum) : nullptr;
       if (const int lanes = ln_lanes<T>(n)) {
         // Two blocks an SM where they fit (32 elements a lane take 225 registers: one).
         const int per_sm = lanes >= 32 ? 1 : 2;
@@ -612,7 +676,7 @@ void layer_norm_backward(const Tensor& dy, const Tensor& dy_low, const Tensor& x
           constexpr int V = decltype(v)::value;
           launch(ctx, ln_backward_reg_kernel<T, V, L>, dim3(static_cast<unsigned>(blocks)), dim3(32, kLnRows),
                  params ? kLnRows * 32 * V * sizeof(T) : 0, d, d_low, ptr<const T>(x), ptr_or_null<T>(weight),
-                 ptr<const T>(mean), ptr<const T>(rstd), mut_or_null<T>(grad_x), accumulate, gx_low,
+                 ptr<const T>(mean), ptr<const T>(rstd), mut_or_null<T>(grad_x), accumulate, dsum, gx_low,
                  mut_or_null<T>(part), rows, static_cast<int>(n));
         });
         if (params)
@@ -624,7 +688,7 @@ void layer_norm_backward(const Tensor& dy, const Tensor& dy_low, const Tensor& x
       if (grad_x.defined())
         launch(ctx, ln_backward_input_kernel<T, L>, dim3(ln_blocks(rows)), dim3(32, kLnRows), 0, d, d_low,
                ptr<const T>(x), ptr_or_null<T>(weight), ptr<const T>(mean), ptr<const T>(rstd), ptr<T>(grad_x),
-               accumulate, gx_low, rows, n);
+               accumulate, dsum, gx_low, rows, n);
       if (params) {
         const int64_t chunks = (rows + kLnChunk - 1) / kLnChunk;
         Tensor part = empty({chunks * n * 2}, mean.options());

@@ -120,6 +120,10 @@ LayerNorm::LayerNorm(Shape shape, double eps, TensorOptions o) : Module("LayerNo
 
 Tensor LayerNorm::forward(const Tensor& x) { return layer_norm(x, shape_, weight, bias, eps_); }
 
+std::pair<Tensor, Tensor> LayerNorm::add_and_norm(const Tensor& x, const Tensor& residual) {
+  return add_layer_norm(x, residual, shape_, weight, bias, eps_);
+}
+
 Bilinear::Bilinear(int64_t in1, int64_t in2, int64_t out, LinearOptions o) : Module("Bilinear") {
   AG_CHECK(in1 > 0 && in2 > 0 && out > 0, "Bilinear: features must be positive, got {}, {} and {}", in1, in2, out);
   weight = register_parameter("weight", empty({out, in1, in2}, o.options));

@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include <ampgrad/nn/conv.h>  // Conv1d, Conv2d, Conv3d, ConvTranspose1d/2d/3d
 #include <ampgrad/nn/module.h>
@@ -159,6 +160,9 @@ class LayerNorm : public Module {
  public:
   explicit LayerNorm(Shape normalized_shape, double eps = 1e-5, TensorOptions o = {});
   Tensor forward(const Tensor& x) override;
+  // {this(x + residual), x + residual} in one op (add_layer_norm): a pre-norm transformer's
+  // residual add and the norm after it.
+  std::pair<Tensor, Tensor> add_and_norm(const Tensor& x, const Tensor& residual);
   Tensor weight, bias;
 
  private:

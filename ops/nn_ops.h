@@ -4,6 +4,7 @@
 #include <array>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include <ampgrad/core/conv_params.h>
 #include <ampgrad/core/tensor.h>
@@ -54,6 +55,15 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
                   const Tensor& bias, bool training, double momentum = 0.1, double eps = 1e-5);
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = Tensor(),
                   const Tensor& bias = Tensor(), double eps = 1e-5);
+// A pre-norm transformer's residual add and the next layer norm in one op (Note [Add and
+// layer norm] in ops/norm.cpp): returns {layer_norm(x + residual), x + residual}, the values
+// and gradients of `s = x + residual; layer_norm(s, ...)` (under autocast too: the add
+// promotes, layer_norm computes in float32). x and residual have one shape. On CUDA, a
+// float32 sum (x and residual float32, or one of them float16/bfloat16) takes one kernel
+// forward where the pair took two; elsewhere it is that pair of ops.
+std::pair<Tensor, Tensor> add_layer_norm(const Tensor& x, const Tensor& residual, const Shape& normalized_shape,
+                                         const Tensor& weight = Tensor(), const Tensor& bias = Tensor(),
+                                         double eps = 1e-5);
 // x [N, C, *]: each sample's C channels in num_groups groups, each normalized over its
 // channels and positions; weight and bias [C] (optional).
 Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight = Tensor(), const Tensor& bias = Tensor(),

@@ -18,6 +18,12 @@ namespace {
 const OpInfo kBatchNorm{"batch_norm", Category::passthrough, true,
                         "statistics computed in float32 inside; output in the input's dtype (as cuDNN)"};
 const OpInfo kLayerNorm{"layer_norm", Category::fp32, true, "accumulation: mean and variance over a row"};
+// fp32 as layer_norm, reading 16-bit inputs as they are: the add promotes, as add's category
+// (a float16 branch joins the float32 stream uncast), and the sum is normalized in float32.
+const OpInfo kAddLayerNorm{"add_layer_norm", Category::fp32, true,
+                           "not a PyTorch op: its pair add (promote) then layer_norm (fp32, accumulation: mean "
+                           "and variance over a row); 16-bit inputs are read as they are",
+                           {}, /*reads_16bit=*/true};
 const OpInfo kGroupNorm{"group_norm", Category::fp32, true, "accumulation: mean and variance over a group"};
 const OpInfo kDropout{"dropout", Category::passthrough, true, "a mask multiply: exact in any dtype"};
 
@@ -98,9 +104,27 @@ Tensor batch_norm_fused(const Tensor& x, const BnGeometry& geo, const Tensor& ru
 // no atomics. Under autocast the forward also writes the output in the autocast dtype for the
 // next lower op, and the backward takes that copy's gradient (Note [Ready casts] in
 // amp/autocast.h). Everything else (the CPU, 16-bit parameters) takes the composite.
-Tensor layer_norm_fused(const Tensor& x, const Shape& normalized_shape, int64_t rows, const Tensor& weight,
-                        const Tensor& bias, double eps) {
-  const Tensor xc = contiguous(x);
+//
+// Note [Add and layer norm]
+// A pre-norm transformer adds each sublayer's output into the residual stream and normalizes
+// the sum for the next sublayer: s = x + branch; h = layer_norm(s). As two ops on CUDA that
+// is two launches (the add, then the layer norm reading s back); add_layer_norm is one: the
+// forward kernel reads x and residual, writes s and the normalized row (and its 16-bit copy),
+// so the small GPT's step loses 9 launches. Backward, s's gradient (the residual stream's,
+// from the ops above) is added to layer_norm's input gradient in the same kernel, where the
+// unfused graph's engine had added it (Note [Accumulating formulas] in autograd/engine.cpp):
+// the same adds in the same order, so the values and gradients are the pair's bit for bit;
+// the residual's gradient is that sum, rounded in the same pass where the residual is 16-bit
+// (the float32 stream plus a float16 branch under autocast). The fused path takes a float32
+// (or float64) sum of tensors of one shape on CUDA; anything else runs the pair of ops.
+//
+// The fused kernels' path of layer_norm(x) and, with `residual`, add_layer_norm(x, residual)
+// (x then of the sum's dtype; sum_out gets x + residual).
+Tensor layer_norm_fused(const Tensor& x, const Tensor& residual, Tensor* sum_out, const Shape& normalized_shape,
+                        int64_t rows, const Tensor& weight, const Tensor& bias, double eps) {
+  const bool add = residual.defined();
+  const Tensor xc = contiguous(x), rc = add ? contiguous(residual) : Tensor();
+  const Tensor sum = add ? empty(x.shape(), x.options()) : Tensor();
   Tensor y = empty(x.shape(), x.options());
   Tensor mu = empty_as({rows}, x.dtype(), x), rstd = empty_as({rows}, x.dtype(), x);
   // Under autocast, y in its dtype too, for the next lower op (Note [Ready casts]).
@@ -108,41 +132,98 @@ Tensor layer_norm_fused(const Tensor& x, const Shape& normalized_shape, int64_t 
   if (x.dtype() == kFloat32)
     if (const std::optional<DType> low = amp::detail::ready_cast_dtype(x.device()); low && is_reduced_float(*low))
       y_low = empty(x.shape(), x.options().dtype(*low));
-  kernel::layer_norm_forward(x.device(), xc, weight, bias, eps, y, mu, rstd, y_low);
-  if (autograd::any_requires_grad({&x, &weight, &bias})) {
+  kernel::layer_norm_forward(x.device(), xc, rc, weight, bias, eps, sum, y, mu, rstd, y_low);
+  const Tensor& normalized = add ? sum : xc;  // the rows the backward differentiates
+  if (add ? autograd::any_requires_grad({&x, &residual, &weight, &bias})
+          : autograd::any_requires_grad({&x, &weight, &bias})) {
     // The autocast dtype of the forward: the input gradient's rounding the node below may want.
     const std::optional<DType> low = y_low.defined() ? std::optional<DType>(y_low.dtype()) : std::nullopt;
-    autograd::MultiBackwardFn fn = [normalized_shape, low, need_x = x.requires_grad(),
+    // add_layer_norm: the residual's dtype where its gradient is the float32 one rounded.
+    const std::optional<DType> res_low =
+        add && residual.dtype() != x.dtype() ? std::optional<DType>(residual.dtype()) : std::nullopt;
+    const size_t w_at = add ? 2 : 1;  // the weight's input index
+    const bool has_low = y_low.defined();
+    autograd::MultiBackwardFn fn = [normalized_shape, low, res_low, add, has_low, w_at, need_x = x.requires_grad(),
+                                    need_r = add && residual.requires_grad(),
                                     need_w = weight.defined() && weight.requires_grad(),
                                     need_b = bias.defined() && bias.requires_grad()](const std::vector<Tensor>& g,
                                                                                      const std::vector<Tensor>& s) {
+      // g: y's gradient, then y_low's (has_low), then the sum's (add).
       const Tensor dy = g[0].defined() ? contiguous(g[0]) : Tensor();
-      const Tensor dy_low = g.size() > 1 && g[1].defined() ? contiguous(g[1]) : Tensor();
-      if (!dy.defined() && !dy_low.defined()) return autograd::Grads{Tensor(), Tensor(), Tensor()};
+      const Tensor dy_low = has_low && g[1].defined() ? contiguous(g[1]) : Tensor();
+      const Tensor dsum = add && g.back().defined() ? contiguous(g.back()) : Tensor();
+      autograd::Grads out(w_at + 2);
+      if (!dy.defined() && !dy_low.defined()) {  // only the sum's gradient, passed on as add's backward would
+        if (dsum.defined()) {
+          if (need_x) out[0] = dsum;
+          if (need_r) out[1] = dsum;
+        }
+        return out;
+      }
       // The input gradient added into the engine's sum so far (Note [Accumulating formulas] in
       // autograd/engine.cpp), and then rounded for the node below (Note [Gradient copies]).
       Tensor gx = need_x ? autograd::detail::pending_gradient(0, s[0].shape(), s[0].dtype()) : Tensor();
       const bool accumulate = gx.defined();
-      if (need_x && !accumulate) gx = empty(s[0].shape(), s[0].options());
-      const Tensor gx_low = need_x && low && autograd::detail::wants_gradient_copy(0, *low)
-                                ? empty(s[0].shape(), s[0].options().dtype(*low))
-                                : Tensor();
+      if ((need_x || need_r) && !accumulate) gx = empty(s[0].shape(), s[0].options());
+      // The 16-bit rounding of the final gradient: the residual's (add_layer_norm), or for the
+      // node below x (layer_norm). One copy per kernel, of the autocast dtype where there is one.
+      Tensor gx_low;
+      if (need_r && res_low && (!dy_low.defined() || *res_low == dy_low.dtype()))
+        gx_low = empty(s[0].shape(), s[0].options().dtype(*res_low));
+      else if (!add && need_x && low && autograd::detail::wants_gradient_copy(0, *low))
+        gx_low = empty(s[0].shape(), s[0].options().dtype(*low));
       const Tensor gw = need_w ? empty(normalized_shape, s[0].options()) : Tensor();
       const Tensor gb = need_b ? empty(normalized_shape, s[0].options()) : Tensor();
-      kernel::layer_norm_backward(s[0].device(), dy, dy_low, s[0], s[1], s[2], s[3], gx, accumulate, gx_low, gw, gb);
+      kernel::layer_norm_backward(s[0].device(), dy, dy_low, s[0], s[1], s[2], s[3], dsum, gx, accumulate, gx_low,
+                                  gw, gb);
       if (accumulate) gx.bump_version();  // written in place, as the engine's add_ would
-      if (gx_low.defined()) autograd::detail::offer_gradient_copy(gx, gx_low);
-      return autograd::Grads{gx, gw, gb};
+      if (!add && gx_low.defined()) autograd::detail::offer_gradient_copy(gx, gx_low);
+      if (need_x) out[0] = gx;
+      if (need_r) out[1] = gx_low.defined() ? gx_low : gx;
+      out[w_at] = gw;
+      out[w_at + 1] = gb;
+      return out;
     };
-    if (y_low.defined()) {
-      autograd::record_outputs(kLayerNorm, {y, y_low}, {x, weight, bias}, {xc, weight, mu, rstd}, std::move(fn));
+    std::vector<Tensor> outs{y};
+    if (has_low) outs.push_back(y_low);
+    if (add) outs.push_back(sum);
+    std::vector<Tensor> inputs = add ? std::vector<Tensor>{x, residual, weight, bias} : std::vector<Tensor>{x, weight, bias};
+    const OpInfo& op = add ? kAddLayerNorm : kLayerNorm;
+    if (outs.size() > 1) {
+      autograd::record_outputs(op, outs, inputs, {normalized, weight, mu, rstd}, std::move(fn));
     } else {
-      autograd::record(kLayerNorm, y, {x, weight, bias}, {xc, weight, mu, rstd},
+      autograd::record(op, y, inputs, {normalized, weight, mu, rstd},
                        [fn = std::move(fn)](const Tensor& g, const std::vector<Tensor>& s) { return fn({g}, s); });
     }
   }
   if (y_low.defined()) amp::detail::offer_cast(y, y_low);
+  if (sum_out) *sum_out = sum;
   return y;
+}
+
+// layer_norm's checks of normalized_shape against x, weight and bias (`op` names the caller).
+// Returns n, the normalized elements of a row.
+int64_t check_layer_norm(const OpInfo& op, const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
+                         const Tensor& bias) {
+  const int64_t k = static_cast<int64_t>(normalized_shape.size());
+  AG_CHECK(k >= 1 && x.dim() >= k && Shape(x.shape().end() - k, x.shape().end()) == normalized_shape,
+           "{}: normalized_shape {} does not match the last dims of input {}", op.name, shape_str(normalized_shape),
+           x.desc());
+  for (const Tensor* t : std::initializer_list<const Tensor*>{&weight, &bias})
+    if (t->defined())
+      AG_CHECK(t->shape() == normalized_shape, "{}: weight and bias must be {}, got {}", op.name,
+               shape_str(normalized_shape), t->desc());
+  return shape_numel(normalized_shape);
+}
+
+// Whether the fused kernels take a row of x (x's dtype, rows of n) with this weight and bias.
+bool layer_norm_fusable(const Tensor& x, int64_t n, const Tensor& weight, const Tensor& bias) {
+  const int64_t rows = n > 0 ? x.numel() / n : 0;
+  bool fusable = kernel::layer_norm_forward.has(x.device()) && (x.dtype() == kFloat32 || x.dtype() == kFloat64) &&
+                 rows > 0 && n > 0 && rows <= int64_t{65535} * 64;
+  for (const Tensor* t : std::initializer_list<const Tensor*>{&weight, &bias})
+    fusable = fusable && (!t->defined() || (t->dtype() == x.dtype() && t->is_contiguous() && t->device() == x.device()));
+  return fusable;
 }
 }  // namespace
 
@@ -203,21 +284,10 @@ Tensor layer_norm(const Tensor& x0, const Shape& normalized_shape, const Tensor&
   Tensor x = x0, weight = weight0, bias = bias0;
   OpScope scope(kLayerNorm, x, weight, bias);
   check_defined(kLayerNorm, x, "input");
+  const int64_t n = check_layer_norm(kLayerNorm, x, normalized_shape, weight, bias);
+  if (layer_norm_fusable(x, n, weight, bias))
+    return scope.finish(layer_norm_fused(x, Tensor(), nullptr, normalized_shape, x.numel() / n, weight, bias, eps));
   const int64_t k = static_cast<int64_t>(normalized_shape.size());
-  AG_CHECK(k >= 1 && x.dim() >= k &&
-               Shape(x.shape().end() - k, x.shape().end()) == normalized_shape,
-           "layer_norm: normalized_shape {} does not match the last dims of input {}", shape_str(normalized_shape),
-           x.desc());
-  for (const Tensor* t : std::initializer_list<const Tensor*>{&weight, &bias})
-    if (t->defined())
-      AG_CHECK(t->shape() == normalized_shape, "layer_norm: weight and bias must be {}, got {}",
-               shape_str(normalized_shape), t->desc());
-  const int64_t n = shape_numel(normalized_shape), rows = n > 0 ? x.numel() / n : 0;
-  bool fusable = kernel::layer_norm_forward.has(x.device()) && (x.dtype() == kFloat32 || x.dtype() == kFloat64) &&
-                 rows > 0 && n > 0 && rows <= int64_t{65535} * 64;
-  for (const Tensor* t : std::initializer_list<const Tensor*>{&weight, &bias})
-    fusable = fusable && (!t->defined() || (t->dtype() == x.dtype() && t->is_contiguous() && t->device() == x.device()));
-  if (fusable) return scope.finish(layer_norm_fused(x, normalized_shape, rows, weight, bias, eps));
   Shape dims;
   for (int64_t d = x.dim() - k; d < x.dim(); ++d) dims.push_back(d);
   Tensor mu = mean(x, dims, true);
@@ -226,6 +296,47 @@ Tensor layer_norm(const Tensor& x0, const Shape& normalized_shape, const Tensor&
   if (weight.defined()) y = y * weight;
   if (bias.defined()) y = y + bias;
   return scope.finish(y);
+}
+
+std::pair<Tensor, Tensor> add_layer_norm(const Tensor& x0, const Tensor& residual0, const Shape& normalized_shape,
+                                         const Tensor& weight0, const Tensor& bias0, double eps) {
+  Tensor x = x0, residual = residual0, weight = weight0, bias = bias0;
+  OpScope scope(kAddLayerNorm, x, residual, weight, bias);
+  check_defined(kAddLayerNorm, x, "input");
+  check_defined(kAddLayerNorm, residual, "residual");
+  check_same_device(kAddLayerNorm, x, residual);
+  AG_CHECK(is_floating(x.dtype()) && is_floating(residual.dtype()),
+           "add_layer_norm: expected floating input and residual, got {} and {}", x.desc(), residual.desc());
+  AG_CHECK(x.shape() == residual.shape(), "add_layer_norm: input {} and residual {} must have the same shape",
+           x.desc(), residual.desc());
+  const int64_t n = check_layer_norm(kAddLayerNorm, x, normalized_shape, weight, bias);
+  // The sum's dtype is add's (promotion); the wide operand is the one of that dtype (x + r and
+  // r + x are the same bits), the other its residual (Note [Add and layer norm]).
+  const DType sum_dtype = promote_types(x.dtype(), residual.dtype());
+  const bool x_wide = x.dtype() == sum_dtype;
+  const Tensor& wide = x_wide ? x : residual;
+  const Tensor& other = x_wide ? residual : x;
+  const bool other_ok = other.dtype() == sum_dtype || (sum_dtype == kFloat32 && is_reduced_float(other.dtype()));
+  if (other_ok && layer_norm_fusable(wide, n, weight, bias)) {
+    scope.note_path([] { return std::string("fused (the add in the layer norm's kernel)"); });
+    Tensor sum;
+    Tensor y = layer_norm_fused(wide, other, &sum, normalized_shape, wide.numel() / n, weight, bias, eps);
+    scope.finish(y);
+    return {y, sum};
+  }
+  scope.note_path([] { return std::string("add, then layer_norm"); });
+  Tensor sum = add(x, residual);
+  // Inside this op's scope the policy acted once, for both (fp32, 16-bit inputs read as they
+  // are); layer_norm's own casts (an fp32 op) are made here.
+  Tensor s = sum;
+  if (scope.autocast_dtype()) {
+    s = as_float32(s);
+    weight = as_float32(weight);
+    bias = as_float32(bias);
+  }
+  Tensor y = layer_norm(s, normalized_shape, weight, bias, eps);
+  scope.finish(y);
+  return {y, sum};
 }
 
 Tensor group_norm(const Tensor& x0, int64_t num_groups, const Tensor& weight0, const Tensor& bias0, double eps) {

@@ -501,6 +501,17 @@ const std::vector<Row>& rows() {
       row("layer_norm", "last two dims of a transpose, no affine", {nrm({2, 3, 4})},
           [](const V& v) { return ag::layer_norm(v[0].transpose(1, 2), {4, 3}); })
           .tolerance(Tol::normalized),
+      // Both outputs reach the loss: the norm's and the sum's gradients meet in the backward.
+      row("add_layer_norm", "last dim, affine, both outputs", {nrm({N, 6}), nrm({N, 6}), pos({6}), sy({6})},
+          [](const V& v) {
+            const auto [y, s] = ag::add_layer_norm(v[0], v[1], {6}, v[2], v[3]);
+            return y + s * 0.75;
+          })
+          .tolerance(Tol::normalized),
+      // A float32 residual (constant) with 16-bit x: the sum is float32 (add's promotion).
+      row("add_layer_norm", "rows of N, a float32 constant residual, no affine", {nrm({3, N}), fixed(nrm({3, N}))},
+          [](const V& v) { return ag::add_layer_norm(v[0], v[1], {v[0].size(1)}).first; })
+          .tolerance(Tol::normalized),
       // The same mask on every evaluation: the generator is reseeded before each draw.
       row("dropout", "p 0.3, fixed mask", {nrm({3, N})},
           [](const V& v) {
