@@ -9,6 +9,7 @@
 #include <fstream>
 #include <iterator>
 #include <random>
+#include <tuple>
 
 #include <ampgrad/ampgrad.h>
 #include <ampgrad/core/device_hooks.h>
@@ -29,10 +30,15 @@ class Block : public nn::Module {
     mlp->push_back(std::make_shared<nn::GELU>("tanh"));
     mlp->push_back(std::make_shared<nn::Linear>(4 * c.width, c.width));
   }
-  Tensor run(const Tensor& x, const Tensor& causal) {
-    const Tensor h = (*ln1)(x);
-    const Tensor a = x + (*attn)(h, h, h, Tensor(), /*need_weights=*/false, causal, true, /*is_causal=*/true).first;
-    return a + (*mlp)((*ln2)(a));
+  // Pre-norm: x + attn(ln1(x)), then that + mlp(ln2(that)). Each sublayer's output joins the
+  // residual stream in the norm after it (add_layer_norm: one kernel for the add and the norm,
+  // Note [Add and layer norm]): given the stream x and h = ln1(x), returns the next stream and
+  // `next`'s norm of it (the next block's ln1, or the final ln).
+  std::pair<Tensor, Tensor> run(const Tensor& x, const Tensor& h, const Tensor& causal, nn::LayerNorm& next) {
+    const Tensor att = (*attn)(h, h, h, Tensor(), /*need_weights=*/false, causal, true, /*is_causal=*/true).first;
+    const auto [h2, a] = ln2->add_and_norm(x, att);
+    const auto [hn, xn] = next.add_and_norm(a, (*mlp)(h2));
+    return {xn, hn};
   }
   std::shared_ptr<nn::LayerNorm> ln1, ln2;
   std::shared_ptr<nn::MultiheadAttention> attn;
@@ -65,9 +71,13 @@ Tensor Gpt::forward(const Tensor& idx) {
   }
   // The positions 0..T-1 pick the table's first T rows: a view of them (pos(arange(T)) copied
   // them in a gather and scattered their gradient back, the same values in two launches more).
+  // (The positions broadcast over the batch: this add stays apart.)
   Tensor x = (*tok_)(idx) + narrow(pos_->weight, 0, 0, t);
-  for (size_t i = 0; i < blocks_->size(); ++i) x = std::static_pointer_cast<Block>((*blocks_)[i])->run(x, causal);
-  return (*head_)((*ln_)(x));
+  auto block = [&](size_t i) { return std::static_pointer_cast<Block>((*blocks_)[i]); };
+  Tensor h = (*block(0)->ln1)(x);
+  for (size_t i = 0; i < blocks_->size(); ++i)
+    std::tie(x, h) = block(i)->run(x, h, causal, i + 1 < blocks_->size() ? *block(i + 1)->ln1 : *ln_);
+  return (*head_)(h);
 }
 
 optim::AdamWOptions gpt_adamw(double lr) { return optim::AdamWOptions(lr).weight_decay(0.1).betas({0.9, 0.95}); }
