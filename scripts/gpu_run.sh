@@ -17,7 +17,12 @@
 # bench attention beside PyTorch (the short rows: the GPTs' attention, with and without the
 # kernel), the GPTs' steps with AMPGRAD_TILE_SDP=0 and =1, and ncu tables of the small and
 # tiny GPT's graphed step with it on ($OUT/ncu_gpt*_tile.txt).
-# Usage: bash dist/gpu/gpu_run.sh [tests|memcheck|bench|train|profile|gpt|tile|hostprof|all]  (default: all)
+# "step" runs the [cuda] cases of what the small GPT's step may take by default next (matmul
+# tuning, add_layer_norm: test_cuda's and test_norm's, where carried), times the GPTs' steps
+# with each of AMPGRAD_TILE_SDP and AMPGRAD_MATMUL_TUNING off and on (four runs), logs every
+# cuBLASLt candidate the small GPT's AMP step times ($OUT/tuning_gpt.log) and writes ncu
+# tables of both GPTs' graphed steps with both on ($OUT/ncu_gpt*_step.txt).
+# Usage: bash dist/gpu/gpu_run.sh [tests|memcheck|bench|train|profile|gpt|tile|step|hostprof|all]  (default: all)
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 out="${OUT:-/tmp}"
@@ -103,6 +108,35 @@ if [ "$what" = tile ]; then
       "$here/profile_step" $1 $2 amp graph > "$out/ncu_$1_tile.csv" 2> "$out/ncu_$1_tile.err"
     python3 "$repo/benchmarks/ncu_summary.py" "$out/ncu_$1_tile.csv" --launches > "$out/ncu_$1_tile.txt"
     grep -A 14 "kernels," "$out/ncu_$1_tile.txt"
+  done
+fi
+if [ "$what" = step ]; then
+  repo="$(cd "$here/../.." && pwd)"
+  "$here/test_cuda" "cuda: matmul tuning*" 2>&1 | tail -n 3
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+  if [ -x "$here/test_norm" ]; then
+    "$here/test_norm" 2>&1 | tail -n 3
+    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+  fi
+  for tile in 0 1; do
+    for tune in 0 1; do
+      echo "=== AMPGRAD_TILE_SDP=$tile AMPGRAD_MATMUL_TUNING=$tune bench step"
+      AMPGRAD_TILE_SDP=$tile AMPGRAD_MATMUL_TUNING=$tune "$here/ampgrad" bench step --device cuda --models gpt gpt_tiny \
+        --reps 15 --json "$out/step_tile${tile}_tune${tune}.json" 2>&1 | grep "^|"
+    done
+  done
+  python3 "$repo/benchmarks/compare_torch.py" "$out/step_tile1_tune1.json" --suites step --reps 15 2>&1 | grep "^|"
+  AMPGRAD_MATMUL_TUNING=1 AMPGRAD_MATMUL_TUNING_LOG=1 "$here/profile_step" gpt 32 amp graph > /dev/null \
+    2> "$out/tuning_gpt.log"
+  grep -c "candidate" "$out/tuning_gpt.log"
+  grep "chose" "$out/tuning_gpt.log" | sort | uniq -c
+  for c in "gpt 32" "gpt_tiny 8"; do
+    set -- $c
+    AMPGRAD_TILE_SDP=1 AMPGRAD_MATMUL_TUNING=1 ncu --profile-from-start off --graph-profiling node \
+      --metrics gpu__time_duration.sum --csv "$here/profile_step" $1 $2 amp graph > "$out/ncu_$1_step.csv" \
+      2> "$out/ncu_$1_step.err"
+    python3 "$repo/benchmarks/ncu_summary.py" "$out/ncu_$1_step.csv" --launches > "$out/ncu_$1_step.txt"
+    grep -A 14 "kernels," "$out/ncu_$1_step.txt"
   done
 fi
 if [ "$what" = profile ]; then
