@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
-# Builds ampgrad with CUDA here and packs what the GPU machine needs into dist/gpu and
-# dist/gpu2: libampgrad.so, the test binaries, the benchmarks and the ampgrad command (sm_90).
+# Builds ampgrad with CUDA here and packs what the GPU machine needs into dist/gpu, dist/gpu2
+# and dist/gpu3: libampgrad.so, the test binaries, the benchmarks and the ampgrad command (sm_90).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh -DAMPGRAD_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90
 # The device tool carries at most 64 MiB with the working tree, and libampgrad.so alone is
-# about 46 MB: the binaries go in two folders, each with the library, run one after the other.
-# dist/gpu: the CUDA-heavy suites, the benchmarks and the ampgrad command; dist/gpu2: the
-# other suites (gpu_run.sh runs the test_* beside it).
-rm -rf dist/gpu dist/gpu2 && mkdir -p dist/gpu dist/gpu2
-first=(test_cuda test_nn test_attention test_gpt test_optim test_conv_cuda test_call_graphs test_faults test_amp
-       test_fp8 test_float8)
-for d in dist/gpu dist/gpu2; do
+# about 49 MB: the binaries go in three folders, each with the library, run one after another.
+# dist/gpu: the CUDA-heavy suites, the benchmarks and the ampgrad command; dist/gpu3: the
+# autocast and float8 suites; dist/gpu2: the other suites (gpu_run.sh runs the test_* beside
+# it). With the tree (about 6 MB) each stays under the carry's 64 MiB.
+rm -rf dist/gpu dist/gpu2 dist/gpu3 && mkdir -p dist/gpu dist/gpu2 dist/gpu3
+first=(test_cuda test_nn test_attention test_gpt test_optim test_conv_cuda test_call_graphs test_faults test_norm)
+third=(test_amp test_fp8 test_float8)
+for d in dist/gpu dist/gpu2 dist/gpu3; do
   cp build/bin/libampgrad.so* "$d/"
   # libampgrad needs libgomp (the fast CPU kernels' OpenMP team); the GPU machine may lack
   # it, and the binaries find it beside them ($ORIGIN).
@@ -23,14 +24,16 @@ cpu_only=(test_autograd test_core test_cpu_fast test_half test_inplace test_view
 for f in build/bin/test_*; do
   n=$(basename "$f")
   if [[ " ${cpu_only[*]} " == *" $n "* ]]; then continue; fi
-  if [[ " ${first[*]} " == *" $n "* ]]; then cp "$f" dist/gpu/; else cp "$f" dist/gpu2/; fi
+  if [[ " ${first[*]} " == *" $n "* ]]; then cp "$f" dist/gpu/;
+  elif [[ " ${third[*]} " == *" $n "* ]]; then cp "$f" dist/gpu3/;
+  else cp "$f" dist/gpu2/; fi
 done
 for f in build/bin/bench_* build/bin/profile_* build/bin/ampgrad build/bin/ampgrad-run; do
   [ -f "$f" ] && cp "$f" dist/gpu/
 done
 cp build/bin/ampgrad dist/gpu2/  # test_cli runs it
-strip --strip-unneeded dist/gpu/* dist/gpu2/* 2>/dev/null || true
-chmod -x dist/gpu/libgomp.so.1 dist/gpu2/libgomp.so.1
+strip --strip-unneeded dist/gpu/* dist/gpu2/* dist/gpu3/* 2>/dev/null || true
+chmod -x dist/gpu/libgomp.so.1 dist/gpu2/libgomp.so.1 dist/gpu3/libgomp.so.1
 # The Fashion-MNIST files for the training run (30 MB), when the Debian package is here.
 if [ -d /usr/share/datasets/fashion-mnist ]; then
   mkdir -p dist/data && cp /usr/share/datasets/fashion-mnist/*.gz dist/data/
@@ -42,7 +45,7 @@ rm -rf dist/gpu_min && mkdir -p dist/gpu_min
 for f in libampgrad.so libgomp.so.1 ampgrad ampgrad-run gpu_run.sh; do cp dist/gpu/$f dist/gpu_min/; done
 for f in test_cli test_distributed; do cp dist/gpu2/$f dist/gpu_min/; done
 tree=$(git ls-files -z | xargs -0 du -cb 2>/dev/null | tail -n 1 | cut -f1)
-for d in dist/gpu dist/gpu2 dist/gpu_min dist/data; do
+for d in dist/gpu dist/gpu2 dist/gpu3 dist/gpu_min dist/data; do
   [ -d "$d" ] || continue
   size=$(du -sb "$d" | cut -f1)
   fits=$(( size + tree <= 64 * 1024 * 1024 ))
@@ -51,6 +54,7 @@ done
 echo "packed; run them there with the device tool:"
 echo '  run(command="bash dist/gpu/gpu_run.sh tests", carry=["dist/gpu"], timeout_s=600)'
 echo '  run(command="bash dist/gpu2/gpu_run.sh tests", carry=["dist/gpu2"], timeout_s=600)'
+echo '  run(command="bash dist/gpu3/gpu_run.sh tests", carry=["dist/gpu3"], timeout_s=600)'
 echo '  run(command="bash dist/gpu/gpu_run.sh memcheck", carry=["dist/gpu"], timeout_s=600)  (and dist/gpu2)'
 echo '  run(command="bash dist/gpu/gpu_run.sh bench", carry=["dist/gpu"], timeout_s=600)'
 echo '  run(command="true", carry=["dist/data"]), then at once:'

@@ -21,7 +21,8 @@
 # tuning, add_layer_norm: test_cuda's and test_norm's, where carried), times the GPTs' steps
 # with each of AMPGRAD_TILE_SDP and AMPGRAD_MATMUL_TUNING off and on (four runs), logs every
 # cuBLASLt candidate the small GPT's AMP step times ($OUT/tuning_gpt.log) and writes ncu
-# tables of both GPTs' graphed steps with both on ($OUT/ncu_gpt*_step.txt).
+# tables of both GPTs' graphed steps with both on ($OUT/ncu_gpt*_step.txt; four files in $OUT
+# in all: the device tool brings back at most eight).
 # Usage: bash dist/gpu/gpu_run.sh [tests|memcheck|bench|train|profile|gpt|tile|step|hostprof|all]  (default: all)
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -122,20 +123,21 @@ if [ "$what" = step ]; then
     for tune in 0 1; do
       echo "=== AMPGRAD_TILE_SDP=$tile AMPGRAD_MATMUL_TUNING=$tune bench step"
       AMPGRAD_TILE_SDP=$tile AMPGRAD_MATMUL_TUNING=$tune "$here/ampgrad" bench step --device cuda --models gpt gpt_tiny \
-        --reps 15 --json "$out/step_tile${tile}_tune${tune}.json" 2>&1 | grep "^|"
+        --reps 15 --json "/tmp/step_tile${tile}_tune${tune}.json" 2>&1 | grep "^|"
     done
   done
-  python3 "$repo/benchmarks/compare_torch.py" "$out/step_tile1_tune1.json" --suites step --reps 15 2>&1 | grep "^|"
+  cp /tmp/step_tile1_tune1.json "$out/step.json"
+  python3 "$repo/benchmarks/compare_torch.py" "$out/step.json" --suites step --reps 15 2>&1 | grep "^|"
   AMPGRAD_MATMUL_TUNING=1 AMPGRAD_MATMUL_TUNING_LOG=1 "$here/profile_step" gpt 32 amp graph > /dev/null \
     2> "$out/tuning_gpt.log"
-  grep -c "candidate" "$out/tuning_gpt.log"
+  echo "tuning: $(grep -c "candidate" "$out/tuning_gpt.log") candidates timed; choices:"
   grep "chose" "$out/tuning_gpt.log" | sort | uniq -c
   for c in "gpt 32" "gpt_tiny 8"; do
     set -- $c
     AMPGRAD_TILE_SDP=1 AMPGRAD_MATMUL_TUNING=1 ncu --profile-from-start off --graph-profiling node \
-      --metrics gpu__time_duration.sum --csv "$here/profile_step" $1 $2 amp graph > "$out/ncu_$1_step.csv" \
-      2> "$out/ncu_$1_step.err"
-    python3 "$repo/benchmarks/ncu_summary.py" "$out/ncu_$1_step.csv" --launches > "$out/ncu_$1_step.txt"
+      --metrics gpu__time_duration.sum --csv "$here/profile_step" $1 $2 amp graph > "/tmp/ncu_$1_step.csv" \
+      2> "/tmp/ncu_$1_step.err" || tail -n 5 "/tmp/ncu_$1_step.err"
+    python3 "$repo/benchmarks/ncu_summary.py" "/tmp/ncu_$1_step.csv" --launches > "$out/ncu_$1_step.txt"
     grep -A 14 "kernels," "$out/ncu_$1_step.txt"
   done
 fi
