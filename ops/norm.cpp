@@ -174,8 +174,9 @@ Tensor layer_norm_fused(const Tensor& x, const Tensor& residual, Tensor* sum_out
         gx_low = empty(s[0].shape(), s[0].options().dtype(*low));
       const Tensor gw = need_w ? empty(normalized_shape, s[0].options()) : Tensor();
       const Tensor gb = need_b ? empty(normalized_shape, s[0].options()) : Tensor();
-      kernel::layer_norm_backward(s[0].device(), dy, dy_low, s[0], s[1], s[2], s[3], dsum, gx, accumulate, gx_low,
-                                  gw, gb);
+      // (The sum's gradient only matters for an input gradient: none is wanted without one.)
+      kernel::layer_norm_backward(s[0].device(), dy, dy_low, s[0], s[1], s[2], s[3], gx.defined() ? dsum : Tensor(),
+                                  gx, accumulate, gx_low, gw, gb);
       if (accumulate) gx.bump_version();  // written in place, as the engine's add_ would
       if (!add && gx_low.defined()) autograd::detail::offer_gradient_copy(gx, gx_low);
       if (need_x) out[0] = gx;

@@ -2,6 +2,7 @@
 // norm after it as one op, against the pair of ops it stands for: values, gradients and dtypes
 // on the CPU (where it is that pair), and the fused CUDA kernel's bits against the pair's.
 #include <optional>
+#include <tuple>
 
 #include "common.h"
 
@@ -158,4 +159,29 @@ TEST_CASE("add_layer_norm's one CUDA kernel gives the pair's values and gradient
       }
     }
   }
+}
+
+TEST_CASE("add_layer_norm on CUDA with only the norm's weight and bias requiring grad", "[nn][cuda]") {
+  if (skip_without_cuda()) return;
+  // The sum's gradient arrives but no input gradient is wanted: the kernel gets none of it.
+  ag::manual_seed(3);
+  const ag::Tensor x = (ag::randn({40, 64}) * 2.0).to(kGpu), r = ag::randn({40, 64}).to(kGpu).to(ag::kFloat16),
+                   g = ag::randn({40, 64}).to(kGpu);
+  auto run = [&](bool fused) {
+    const ag::Tensor w = ag::randn({64}).to(kGpu).requires_grad_(true), b = ag::zeros({64}).to(kGpu).requires_grad_(true);
+    ag::Tensor y, s;
+    if (fused) {
+      std::tie(y, s) = ag::add_layer_norm(x, r, {64}, w, b);
+    } else {
+      s = x + r;
+      y = ag::layer_norm(s, {64}, w, b);
+    }
+    ((y * g).sum() + (s * g).sum()).backward();
+    return std::vector<std::vector<double>>{values(w.grad()), values(b.grad())};
+  };
+  ag::manual_seed(4);
+  const auto f = run(true);
+  ag::manual_seed(4);
+  const auto p = run(false);
+  CHECK(f == p);
 }
