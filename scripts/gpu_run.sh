@@ -23,7 +23,10 @@
 # cuBLASLt candidate the small GPT's AMP step times ($OUT/tuning_gpt.log) and writes ncu
 # tables of both GPTs' graphed steps with both on ($OUT/ncu_gpt*_step.txt; four files in $OUT
 # in all: the device tool brings back at most eight).
-# Usage: bash dist/gpu/gpu_run.sh [tests|memcheck|bench|train|profile|gpt|tile|step|hostprof|all]  (default: all)
+# "suites" runs "tests" in dist/gpu, dist/gpu2 and dist/gpu3 at once (unpacked from
+# dist/all.tar.xz, one carry: scripts/gpu_pack.sh), prints each suite's summary and writes the
+# failing cases' output to $OUT/failures.txt.
+# Usage: bash dist/gpu/gpu_run.sh [tests|suites|memcheck|bench|train|profile|gpt|tile|step|hostprof|all]  (default: all)
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 out="${OUT:-/tmp}"
@@ -41,6 +44,18 @@ if [ -z "${AMPGRAD_NCCL_LIBRARY:-}" ] && ! ldconfig -p 2>/dev/null | grep -q lib
 fi
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
 status=0
+if [ "$what" = suites ]; then
+  for d in gpu gpu2 gpu3; do
+    [ -d "$here/../$d" ] || { echo "dist/$d is missing: unpack dist/all.tar.xz"; status=1; continue; }
+    (mkdir -p "/tmp/suites_$d" && OUT="/tmp/suites_$d" bash "$here/../$d/gpu_run.sh" tests > "/tmp/suites_$d.txt" 2>&1
+     echo "=== dist/$d: exit $?" >> "/tmp/suites_$d.txt") &
+  done
+  wait
+  for d in gpu gpu2 gpu3; do grep -v -e '^$' -e '^NCCL' "/tmp/suites_$d.txt"; done
+  grep -h -B 3 -A 15 "FAILED" /tmp/suites_gpu*/test_*.log > "$out/failures.txt" || true
+  grep -q ": exit [1-9]" /tmp/suites_gpu*.txt && status=1
+  exit $status
+fi
 if [ "$what" = all ] || [ "$what" = tests ]; then
   for t in "$here"/test_*; do
     echo "=== $(basename "$t")"
