@@ -115,7 +115,9 @@ Tensor batch_norm_fused(const Tensor& x, const BnGeometry& geo, const Tensor& ru
 // unfused graph's engine had added it (Note [Accumulating formulas] in autograd/engine.cpp):
 // the same adds in the same order, so the values and gradients are the pair's bit for bit;
 // the residual's gradient is that sum, rounded in the same pass where the residual is 16-bit
-// (the float32 stream plus a float16 branch under autocast). The fused path takes a float32
+// (the float32 stream plus a float16 branch under autocast). The kernel takes x's gradient
+// so far from the engine only where the residual wants none: both inputs get the kernel's one
+// gradient, and x's other uses' part of it is not the residual's. The fused path takes a float32
 // (or float64) sum of tensors of one shape on CUDA; anything else runs the pair of ops.
 //
 // The fused kernels' path of layer_norm(x) and, with `residual`, add_layer_norm(x, residual)
@@ -161,8 +163,10 @@ Tensor layer_norm_fused(const Tensor& x, const Tensor& residual, Tensor* sum_out
         return out;
       }
       // The input gradient added into the engine's sum so far (Note [Accumulating formulas] in
-      // autograd/engine.cpp), and then rounded for the node below (Note [Gradient copies]).
-      Tensor gx = need_x ? autograd::detail::pending_gradient(0, s[0].shape(), s[0].dtype()) : Tensor();
+      // autograd/engine.cpp), and then rounded for the node below (Note [Gradient copies]). Not
+      // where the residual wants a gradient: the kernel's one gx is both inputs' gradient, and
+      // x's sum so far (its other uses' gradients) is not the residual's; the engine adds it.
+      Tensor gx = need_x && !need_r ? autograd::detail::pending_gradient(0, s[0].shape(), s[0].dtype()) : Tensor();
       const bool accumulate = gx.defined();
       if ((need_x || need_r) && !accumulate) gx = empty(s[0].shape(), s[0].options());
       // The 16-bit rounding of the final gradient: the residual's (add_layer_norm), or for the

@@ -12,6 +12,14 @@ const ag::Device kGpu(ag::kCUDA);
 
 std::vector<double> values(const ag::Tensor& t) { return t.to(ag::kCPU).to_vector<double>(); }
 
+// max |a - b| over max |b| (1 where the sizes differ or b is all zeros).
+double max_rel_error(const std::vector<double>& a, const std::vector<double>& b) {
+  if (a.size() != b.size() || b.empty()) return 1.0;
+  double err = 0, scale = 0;
+  for (size_t i = 0; i < a.size(); ++i) err = std::max(err, std::abs(a[i] - b[i])), scale = std::max(scale, std::abs(b[i]));
+  return scale > 0 ? err / scale : 1.0;
+}
+
 }  // namespace
 
 TEST_CASE("add_layer_norm is the residual add and layer_norm: values, gradients, dtypes", "[nn]") {
@@ -184,4 +192,40 @@ TEST_CASE("add_layer_norm on CUDA with only the norm's weight and bias requiring
   ag::manual_seed(4);
   const auto p = run(false);
   CHECK(f == p);
+}
+
+TEST_CASE("add_layer_norm on CUDA where x has other uses, and as add_layer_norm(x, x)", "[nn][cuda]") {
+  if (skip_without_cuda()) return;
+  // x's other uses run their backward first, so the engine holds a sum for x when the node
+  // runs: it is x's gradient, not the residual's (the kernel's one gx is both inputs'). The
+  // pair of ops is the reference; the adds may come in another order, so within 1e-6.
+  for (std::optional<ag::DType> low : {std::optional<ag::DType>(ag::kFloat16), std::optional<ag::DType>()}) {
+    for (bool same : {false, true}) {
+      CAPTURE(low ? ag::dtype_name(*low) : "fp32", same);
+      ag::manual_seed(21);
+      const ag::DType bt = low ? *low : ag::kFloat32;
+      const ag::Tensor x0 = (ag::randn({6, 96}) * 2.0 + 0.5).to(kGpu), r0 = ag::randn({6, 96}).to(kGpu).to(bt);
+      const ag::Tensor w = (ag::randn({96}) * 0.3 + 1.0).to(kGpu), b = (ag::randn({96}) * 0.3).to(kGpu);
+      const ag::Tensor g1 = ag::randn({6, 96}).to(kGpu), g2 = ag::randn({6, 96}).to(kGpu),
+                       g3 = ag::randn({6, 96}).to(kGpu);
+      auto run = [&](bool fused) {
+        ag::Tensor xl = x0.clone().requires_grad_(), rl = r0.clone().requires_grad_();
+        const ag::Tensor x = xl * 1.5;  // not a leaf: its node gets the sums
+        const ag::Tensor r = same ? x : rl;
+        ag::Tensor y, s;
+        if (fused) {
+          std::tie(y, s) = ag::add_layer_norm(x, r, {96}, w, b);
+        } else {
+          s = x + r;
+          y = ag::layer_norm(s, {96}, w, b);
+        }
+        const ag::Tensor z = x * 3.0;  // recorded after, so its backward runs first
+        ((y * g1).sum() + (s * g2).sum() + (z * g3).sum()).backward();
+        return std::pair{values(xl.grad()), same ? std::vector<double>{} : values(rl.grad())};
+      };
+      const auto f = run(true), p = run(false);
+      CHECK(max_rel_error(f.first, p.first) < 1e-6);
+      if (!same) CHECK(max_rel_error(f.second, p.second) < (low ? 1e-3 : 1e-6));
+    }
+  }
 }
