@@ -44,20 +44,18 @@ fi
 rm -rf dist/gpu_min && mkdir -p dist/gpu_min
 for f in libampgrad.so libgomp.so.1 ampgrad ampgrad-run gpu_run.sh; do cp dist/gpu/$f dist/gpu_min/; done
 for f in test_cli test_distributed; do cp dist/gpu2/$f dist/gpu_min/; done
+# One carry for all three folders: the library's three copies and the binaries, xz-compressed
+# (about 39 MB; the folders alone are 55-62 MB each, and with the tree two of them passed the
+# carry's 64 MiB once the library grew to 51.6 MB). gpu_run.sh suites unpacks nothing itself:
+# the command printed below does, then runs every folder's tests at once.
+tar -C dist -cf - gpu gpu2 gpu3 | xz -T"$(nproc)" -6 > dist/all.tar.xz
 tree=$(git ls-files -z | xargs -0 du -cb 2>/dev/null | tail -n 1 | cut -f1)
-for d in dist/gpu dist/gpu2 dist/gpu3 dist/gpu_min dist/data; do
-  [ -d "$d" ] || continue
+for d in dist/gpu dist/gpu2 dist/gpu3 dist/all.tar.xz dist/gpu_min dist/data; do
+  [ -e "$d" ] || continue
   size=$(du -sb "$d" | cut -f1)
   fits=$(( size + tree <= 64 * 1024 * 1024 ))
   echo "$d: $((size / 1000000)) MB, with the tree's $((tree / 1000000)) MB $([ $fits = 1 ] && echo "fits" || echo "DOES NOT FIT") in one carry"
 done
-# One carry for all three folders: the library's three copies and the binaries, xz-compressed
-# (about 39 MB; the folders alone are 55-62 MB each, and with the tree two of them passed the
-# carry's 64 MiB once the library grew to 51.6 MB). gpu_run.sh suites unpacks nothing itself:
-# the command below does, then runs every folder's tests at once.
-tar -C dist -cf - gpu gpu2 gpu3 | xz -T"$(nproc)" -6 > dist/all.tar.xz
-size=$(du -sb dist/all.tar.xz | cut -f1)
-echo "dist/all.tar.xz: $((size / 1000000)) MB, with the tree's $((tree / 1000000)) MB $([ $(( size + tree <= 64 * 1024 * 1024 )) = 1 ] && echo "fits" || echo "DOES NOT FIT") in one carry"
 echo "packed; all suites in one call (each folder's tests at once, failures in \$OUT/failures.txt):"
 echo '  run(command="mkdir -p dist && tar -xJf dist/all.tar.xz -C dist && bash dist/gpu/gpu_run.sh suites", carry=["dist/all.tar.xz"], timeout_s=600)'
 echo "  (then dist/gpu is unpacked there while the machine stays warm: gpu_run.sh step, tile, gpt ... with carry=[])"
