@@ -40,10 +40,10 @@ struct Fp8Quantize {
   // int64 [2] or undefined: += the count of values saturated (|x * scale| past the largest
   // finite value, infinities included) and flushed (x non-zero, quantized to zero).
   Tensor counts;
-  // bfloat16 [R, C] (any strides) or undefined: x is quantized where mask > 0 and is zero
-  // elsewhere, a NaN mask included (as ampgrad's relu backward; PyTorch's threshold_backward
-  // passes the gradient where the output is NaN), amax and counts taken after masking. FP8 autocast's linear_relu passes its output, so the relu's backward
-  // rides on the gradient's quantization.
+  // bfloat16 [R, C] (any strides) or undefined: x is zero where mask <= 0 and quantized
+  // elsewhere, a NaN mask included (relu's backward, as PyTorch's threshold_backward), amax and
+  // counts taken after masking. FP8 autocast's linear_relu passes its output, so the relu's
+  // backward rides on the gradient's quantization.
   Tensor mask;
   // float32 [C] or undefined: written, the column sums of (masked) x, unquantized, summed in
   // float32 in a fixed order (deterministic): linear's bias gradient, in the same pass.

@@ -67,11 +67,12 @@ template <class A> AG_HOST_DEVICE inline GruGrads<A> gru_backward(A ghy, A r, A 
 }
 
 // Elman cells: tanh or relu of the summed pre-activation, and its gradient from the output.
+// The relu is relu's (Relu in core/elementwise_kinds.def): a NaN stays, and its gradient passes.
 template <class A> AG_HOST_DEVICE inline A rnn_forward(bool relu, A pre) {
-  return relu ? (pre > A(0) ? pre : A(0)) : math::tanh(pre);
+  return relu ? (pre <= A(0) ? A(0) : pre) : math::tanh(pre);
 }
 template <class A> AG_HOST_DEVICE inline A rnn_backward(bool relu, A ghy, A hy) {
-  return relu ? (hy > A(0) ? ghy : A(0)) : ghy * (A(1) - hy * hy);
+  return relu ? (hy <= A(0) ? A(0) : ghy) : ghy * (A(1) - hy * hy);
 }
 
 }  // namespace ampgrad::formulas

@@ -31,7 +31,7 @@ template <class I> __device__ __forceinline__ I warp_sum(I v) {
 }
 
 // max |x| of the [rows, cols] view into amax (zeroed before), for current scaling.
-// A mask (Fp8Quantize::mask) zeroes x where it is not > 0.
+// A mask (Fp8Quantize::mask) zeroes x where it is <= 0 (relu's backward: a NaN mask passes x).
 template <class T>
 __global__ void amax_kernel(const T* x, int64_t rows, int64_t cols, int64_t sr, int64_t sc,
                             const __nv_bfloat16* mask, int64_t msr, int64_t msc, float* amax) {
@@ -42,7 +42,7 @@ __global__ void amax_kernel(const T* x, int64_t rows, int64_t cols, int64_t sr, 
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t r = i / cols, c = i - r * cols;
     float v = fabsf(static_cast<float>(to_acc(x[r * sr + c * sc])));
-    if (mask && !(__bfloat162float(mask[r * msr + c * msc]) > 0.0f)) v = 0.0f;
+    if (mask && __bfloat162float(mask[r * msr + c * msc]) <= 0.0f) v = 0.0f;
     nan |= isnan(v);
     m = fmaxf(m, v);
   }
@@ -82,7 +82,7 @@ __device__ __forceinline__ void load_rows(const E* __restrict__ p, int64_t r, in
 // A block quantizes a 64 x 64 tile with 16 x 16 threads: thread (tx, ty) reads 4 adjacent
 // values of rows ty, ty + 16, ... (one 8- or 16-byte load where the row is contiguous and
 // aligned), and writes 4 bytes of out's rows and 4 of out_t's (the tile transposed through
-// shared memory). With a mask, the values where it is not > 0 are zeros; with partials, the
+// shared memory). With a mask, the values where it is <= 0 are zeros; with partials, the
 // block writes its tile's column sums to row blockIdx.y of partials [row tiles, cols]
 // (colsum_kernel adds the rows up, in order).
 // kAligned: every tile whole, rows contiguous and 4-aligned, x's and the mask's (a separate
@@ -124,7 +124,7 @@ __global__ void __launch_bounds__(256)
     for (int i = 0; i < kRows; ++i)
 #pragma unroll
       for (int j = 0; j < 4; ++j)
-        if (!(mk[i][j] > 0.0f)) v[i][j] = 0.0f;
+        if (mk[i][j] <= 0.0f) v[i][j] = 0.0f;
   }
 #pragma unroll
   for (int i = 0; i < kRows; ++i) {

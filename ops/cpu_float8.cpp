@@ -29,12 +29,12 @@ template <class Format> void quantize_as(const Tensor& x, const kernel::Fp8Quant
     using T = decltype(tag);
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
       const T* xp = static_cast<const T*>(detail::address(x));
-      // x's value at (r, c), zero where a mask is not > 0.
+      // x's value at (r, c), zero where a mask is <= 0 (a NaN mask passes it, as relu's backward).
       const BFloat16* mp = q.mask.defined() ? static_cast<const BFloat16*>(detail::address(q.mask)) : nullptr;
       const int64_t msr = mp ? q.mask.stride(0) : 0, msc = mp ? q.mask.stride(1) : 0;
       auto value = [&](int64_t r, int64_t c) {
         const float v = static_cast<float>(xp[r * sr + c * sc]);
-        return mp && !(static_cast<float>(mp[r * msr + c * msc]) > 0) ? 0.0f : v;
+        return mp && static_cast<float>(mp[r * msr + c * msc]) <= 0 ? 0.0f : v;
       };
       float amax = 0;
       for (int64_t r = 0; r < rows; ++r)

@@ -108,14 +108,14 @@ std::string refusal(const Tensor& x, const Tensor& w_src, const Tensor& b, int64
 // linear_relu under FP8 autocast is one node, as in 16 bits (Note [Linear + ReLU] in
 // ops/linear.cpp): forward, the relu in the FP8 GEMM's epilogue (EPILOGUE_RELU_BIAS); backward,
 // the gradient's quantization reads the saved output as relu's mask and zeroes the gradient
-// where it is not > 0, and writes the bias gradient (the masked gradient's column sums,
+// where it is <= 0, and writes the bias gradient (the masked gradient's column sums,
 // float32, from the unquantized values) in the same pass. So relu's forward and backward
 // kernels and the bias gradient's reduction are gone: each a pass over an [M, N] tensor (on
 // the H200, 4 x Linear(4096) at batch 4096 spent 17, 24 and 31 us per layer on them).
 // The bias gradient of a plain linear comes from the same pass, unmasked. As in 16 bits, the
-// epilogue's relu may turn a NaN into 0 where relu keeps it (cuBLASLt documents max(x, 0)),
-// and the mask passes the gradient only where the output is > 0, as ampgrad's relu backward
-// (PyTorch's threshold_backward also passes it where the output is NaN).
+// epilogue's relu may turn a NaN into 0 where relu keeps it (cuBLASLt documents max(x, 0));
+// the mask passes the gradient where the output is NaN, as relu's backward (PyTorch's
+// threshold_backward).
 
 // The GEMMs of y = x2 @ w^T + bias [then relu], x2 [M, K] and w [N, K] (w_src itself, or for
 // mm_form w_src = b [K, N] and w = b^T), forward and backward.

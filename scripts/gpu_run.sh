@@ -27,10 +27,11 @@
 # dist/all.tar.xz, one carry: scripts/gpu_pack.sh), prints each suite's summary and writes the
 # failing cases' output to $OUT/failures.txt.
 # "verify" is the first call of a session that has code not yet run on a GPU: "suites", then the
-# one-tile attention kernel under memcheck and racecheck, the suites that reach attention again
-# with AMPGRAD_TILE_SDP=1, the GPTs' steps with each of AMPGRAD_TILE_SDP and AMPGRAD_MATMUL_TUNING
-# off and on beside PyTorch's, and bench attention beside PyTorch's; each stage says when it
-# began and has a time limit of its own, so the whole ends inside the device tool's 600 s.
+# suites that reach attention again with AMPGRAD_TILE_SDP=1, the GPTs' steps with each of
+# AMPGRAD_TILE_SDP and AMPGRAD_MATMUL_TUNING off and on beside PyTorch's, the GPT's training run
+# with the kernel on (when dist/fortunes was carried), the one-tile kernel under memcheck and
+# racecheck, and bench attention beside PyTorch's; each stage says when it began and has a
+# time limit of its own, the most needed first.
 # Usage: bash dist/gpu/gpu_run.sh [tests|suites|verify|memcheck|bench|train|profile|gpt|tile|step|hostprof|all]  (default: all)
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -66,29 +67,37 @@ if [ "$what" = verify ]; then
   stage() { echo "=== [${SECONDS} s] $*"; }
   stage "suites"
   timeout 300 bash "$here/gpu_run.sh" suites || status=1
+  for t in test_attention test_gpt; do
+    stage "AMPGRAD_TILE_SDP=1 $t"
+    AMPGRAD_TILE_SDP=1 timeout 60 "$here/$t" 2>&1 | tail -n 2
+    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+  done
+  stage "AMPGRAD_TILE_SDP=1 test_cuda's and test_amp's op table rows"
+  AMPGRAD_TILE_SDP=1 timeout 90 "$here/test_cuda" "cuda: every row of the op table*" 2>&1 | tail -n 2
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+  AMPGRAD_TILE_SDP=1 timeout 60 "$here/../gpu3/test_amp" "each row of the op table under autocast*" 2>&1 | tail -n 2
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+  for tile in 0 1; do
+    for tune in 0 1; do
+      stage "AMPGRAD_TILE_SDP=$tile AMPGRAD_MATMUL_TUNING=$tune bench step"
+      AMPGRAD_TILE_SDP=$tile AMPGRAD_MATMUL_TUNING=$tune timeout 45 "$here/ampgrad" bench step --device cuda \
+        --models gpt gpt_tiny --reps 15 --json "$out/step_tile${tile}_tune${tune}.json" 2>&1 | grep "^|"
+    done
+  done
+  stage "PyTorch's GPT steps"
+  timeout 90 python3 "$repo/benchmarks/compare_torch.py" "$out/step_tile1_tune0.json" --suites step --reps 15 2>&1 | grep "^|"
+  # The GPT's main job with the kernel on (the text carried as dist/fortunes, when it was).
+  if [ -d "$here/../fortunes" ]; then
+    stage "AMPGRAD_TILE_SDP=1 ampgrad train --model gpt"
+    AMPGRAD_TILE_SDP=1 timeout 60 "$here/ampgrad" train --model gpt --data "$here/../fortunes" 2>&1 | grep -v " step " \
+      | tee "$out/train_gpt.log" | tail -n 8
+  fi
   case='attention: the one-tile kernel*'
   for tool in memcheck racecheck; do
     stage "$tool: $case"
     timeout 60 compute-sanitizer --tool $tool --error-exitcode 9 "$here/test_attention" "$case" 2>&1 | tail -n 3
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
   done
-  for t in test_attention test_gpt; do
-    stage "AMPGRAD_TILE_SDP=1 $t"
-    AMPGRAD_TILE_SDP=1 timeout 60 "$here/$t" 2>&1 | tail -n 2
-    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
-  done
-  stage "AMPGRAD_TILE_SDP=1 test_cuda's op table rows"
-  AMPGRAD_TILE_SDP=1 timeout 90 "$here/test_cuda" "cuda: every row of the op table*" 2>&1 | tail -n 2
-  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
-  for tile in 0 1; do
-    for tune in 0 1; do
-      stage "AMPGRAD_TILE_SDP=$tile AMPGRAD_MATMUL_TUNING=$tune bench step"
-      AMPGRAD_TILE_SDP=$tile AMPGRAD_MATMUL_TUNING=$tune timeout 45 "$here/ampgrad" bench step --device cuda \
-        --models gpt gpt_tiny --reps 15 --json "/tmp/step_tile${tile}_tune${tune}.json" 2>&1 | grep "^|"
-    done
-  done
-  stage "PyTorch's GPT steps"
-  timeout 90 python3 "$repo/benchmarks/compare_torch.py" /tmp/step_tile1_tune0.json --suites step --reps 15 2>&1 | grep "^|"
   stage "bench attention, AMPGRAD_TILE_SDP=1, beside PyTorch"
   AMPGRAD_TILE_SDP=1 timeout 45 "$here/ampgrad" bench attention --device cuda --reps 15 --json /tmp/attention.json 2>&1 | grep "^|"
   timeout 60 python3 "$repo/benchmarks/compare_torch.py" /tmp/attention.json --suites attention --reps 15 2>&1 | grep "^|"

@@ -195,12 +195,12 @@ TEST_CASE("fp8 quantization: a relu mask and the column sums in the same pass", 
     INFO(rows << " x " << cols);
     const ag::Tensor g = ag::randn({rows, cols}) * 5.0;
     ag::Tensor mask = ag::randn({rows, cols});
-    mask.select(0, 2).select(0, 3).fill_(NAN);  // NaN is not > 0: masked, as ampgrad's relu backward
-    mask.select(0, 4).fill_(0.0);                 // 0 is not > 0 either
+    mask.select(0, 2).select(0, 3).fill_(NAN);  // NaN is not <= 0: passed, as relu's backward
+    mask.select(0, 4).fill_(0.0);                 // 0 is masked
     const ag::Tensor mb = mask.to(ag::kBFloat16);
     const std::vector<double> gv = g.to_vector<double>(), mv = mb.to_vector<double>();
     std::vector<double> masked(gv.size());
-    for (size_t i = 0; i < gv.size(); ++i) masked[i] = mv[i] > 0 ? gv[i] : 0.0;
+    for (size_t i = 0; i < gv.size(); ++i) masked[i] = mv[i] <= 0 ? 0.0 : gv[i];
     std::vector<double> sums(cols, 0.0);
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t c = 0; c < cols; ++c) sums[c] += masked[r * cols + c];

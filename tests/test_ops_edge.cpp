@@ -29,6 +29,33 @@ TEST_CASE("ops: NaN propagates through elementwise ops and reductions", "[ops][n
   }
 }
 
+TEST_CASE("ops: relu's gradient passes where its input is NaN, as PyTorch's threshold_backward", "[ops][nan]") {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  std::vector<ag::Device> devices{ag::kCPU};
+  if (cuda_available()) devices.push_back(ag::kCUDA);
+  for (ag::Device dev : devices) {
+    for (ag::DType d : kFloatTypes) {
+      INFO(dev.str() << " " << ag::dtype_name(d));
+      // relu(x) for x = -1.5, NaN, 0, 2.5: zero where x <= 0, g elsewhere, NaN included.
+      ag::Tensor x = ag::tensor(std::vector<double>{-1.5, nan, 0.0, 2.5}, {4}, ag::kFloat64).to(d).to(dev);
+      x.requires_grad_();
+      const ag::Tensor g = ag::tensor(std::vector<double>{3.0, 5.0, 7.0, 11.0}, {4}, ag::kFloat64).to(d).to(dev);
+      ag::relu(x).backward(g);
+      check_close(x.grad(), {0, 5, 0, 11}, 0, 0);
+    }
+    // The recurrent cell's relu is the same relu: a NaN stays, and its gradient passes (the
+    // pre-activation is the bias alone, so the NaN reaches no other unit).
+    const auto o64 = ag::TensorOptions(ag::kFloat64).device(dev);
+    ag::Tensor b_ih = ag::tensor(std::vector<double>{-1.5, nan, 2.5}, {3}, ag::kFloat64).to(dev);
+    b_ih.requires_grad_();
+    const ag::Tensor h = ag::rnn_relu_cell(ag::zeros({1, 2}, o64), ag::zeros({1, 3}, o64), ag::zeros({3, 2}, o64),
+                                           ag::zeros({3, 3}, o64), b_ih);
+    check_close(h, {0, nan, 2.5}, 0, 0);
+    h.backward(ag::ones({1, 3}, o64));
+    check_close(b_ih.grad(), {0, 1, 1}, 0, 0);
+  }
+}
+
 TEST_CASE("ops: empty tensors, size-1 dims and 0-dim tensors", "[ops][edge]") {
   ag::Tensor e = ag::zeros({2, 0});
   CHECK(e.numel() == 0);
