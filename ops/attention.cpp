@@ -36,9 +36,8 @@ namespace ampgrad {
 // Note [Attention paths]
 // On CUDA, float16 and bfloat16 attention takes the fused path. Without a mask tensor or
 // dropout, E 16, 32 or 64 and L and S at most 128, that is the one-tile kernel (Note
-// [Attention in one tile] in cuda/attention_tile.cu), when enable_tile_sdp(true) or
-// AMPGRAD_TILE_SDP=1 has turned it on: it is off by default until it has run on the H200.
-// Otherwise it is cuDNN's (Note [Fused attention] in
+// [Attention in one tile] in cuda/attention_tile.cu), unless enable_tile_sdp(false) or
+// AMPGRAD_TILE_SDP=0 has turned it off. Otherwise it is cuDNN's (Note [Fused attention] in
 // cuda/attention.cpp), when cuDNN can: q [B, H, L, E], k and v [B, H, S, E] (4-D, no
 // broadcasting, Ev == E), E a multiple of 8 up to 128, and, when a gradient is wanted, a
 // backward plan too (checked before the forward runs; with cuDNN
@@ -79,11 +78,11 @@ namespace ampgrad {
 // that tensor rather than stacking copies (ops/unbind.cpp): three copies fewer per layer.
 
 namespace {
-// Off until its first run on the H200 (it was written in a session without one; Note
-// [Attention in one tile]): AMPGRAD_TILE_SDP=1 at start, or enable_tile_sdp(true), turns it on.
+// On by default (Note [Attention in one tile]): AMPGRAD_TILE_SDP=0 at start, or
+// enable_tile_sdp(false), turns it off.
 bool tile_sdp_from_env() {
   const char* env = std::getenv("AMPGRAD_TILE_SDP");
-  return env != nullptr && std::string(env) == "1";
+  return env == nullptr || std::string(env) != "0";
 }
 std::atomic<bool> g_tile_sdp{tile_sdp_from_env()};
 }  // namespace

@@ -92,9 +92,9 @@ Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, cons
 
 // Whether the fused CUDA path may take its one-tile kernel for short sequences (L and S at
 // most 128: Note [Attention in one tile] in cuda/attention_tile.cu), as
-// torch.backends.cuda.enable_flash_sdp switches a backend; process-wide. Off (the default until
-// the kernel's first run on the H200; AMPGRAD_TILE_SDP=1 at start turns it on), those calls
-// go to cuDNN's flash attention.
+// torch.backends.cuda.enable_flash_sdp switches a backend; process-wide. On by default; off
+// (enable_tile_sdp(false), or AMPGRAD_TILE_SDP=0 at start), those calls go to cuDNN's flash
+// attention.
 void enable_tile_sdp(bool enabled);
 bool tile_sdp_enabled();
 

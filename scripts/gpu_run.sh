@@ -23,15 +23,15 @@
 # cuBLASLt candidate the small GPT's AMP step times ($OUT/tuning_gpt.log) and writes ncu
 # tables of both GPTs' graphed steps with both on ($OUT/ncu_gpt*_step.txt; four files in $OUT
 # in all: the device tool brings back at most eight).
-# "suites" runs "tests" in dist/gpu, dist/gpu2 and dist/gpu3 at once (unpacked from
+# "suites" runs "tests" in dist/gpu, dist/gpu2 and dist/gpu3, one after another (unpacked from
 # dist/all.tar.xz, one carry: scripts/gpu_pack.sh), prints each suite's summary and writes the
 # failing cases' output to $OUT/failures.txt.
-# "verify" is the first call of a session that has code not yet run on a GPU: "suites", then the
-# suites that reach attention again with AMPGRAD_TILE_SDP=1, the GPTs' steps with each of
-# AMPGRAD_TILE_SDP and AMPGRAD_MATMUL_TUNING off and on beside PyTorch's, the GPT's training run
-# with the kernel on (when dist/fortunes was carried), the one-tile kernel under memcheck and
-# racecheck, and bench attention beside PyTorch's; each stage says when it began and has a
-# time limit of its own, the most needed first.
+# "verify" is the first call of a session that has code not yet run on a GPU: "suites", the
+# attention suites again with the one-tile kernel off (AMPGRAD_TILE_SDP=0), its test case under
+# memcheck and racecheck (what they report counted by kernel: cuDNN's flash kernels show
+# racecheck hazards of their own, ours must show none), the GPTs' steps, bench attention --quick
+# beside PyTorch (the GPTs' attention with the one-tile kernel and with cuDNN's) and an ncu
+# table of the small GPT's graphed step; each stage says when it began and has a time limit.
 # Usage: bash dist/gpu/gpu_run.sh [tests|suites|verify|memcheck|bench|train|profile|gpt|tile|step|hostprof|all]  (default: all)
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -51,13 +51,14 @@ fi
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
 status=0
 if [ "$what" = suites ]; then
+  # One folder after another: at once, the three processes' caching allocators shared one
+  # GPU, and on an H100 (80 GB) test_cuda's graph launch once found no memory left.
   for d in gpu gpu2 gpu3; do
     [ -d "$here/../$d" ] || { echo "dist/$d is missing: unpack dist/all.tar.xz"; status=1; continue; }
-    (mkdir -p "/tmp/suites_$d" && OUT="/tmp/suites_$d" bash "$here/../$d/gpu_run.sh" tests > "/tmp/suites_$d.txt" 2>&1
-     echo "=== dist/$d: exit $?" >> "/tmp/suites_$d.txt") &
+    mkdir -p "/tmp/suites_$d" && OUT="/tmp/suites_$d" bash "$here/../$d/gpu_run.sh" tests > "/tmp/suites_$d.txt" 2>&1
+    echo "=== dist/$d: exit $?" >> "/tmp/suites_$d.txt"
+    grep -v -e '^$' -e '^NCCL' "/tmp/suites_$d.txt"
   done
-  wait
-  for d in gpu gpu2 gpu3; do grep -v -e '^$' -e '^NCCL' "/tmp/suites_$d.txt"; done
   grep -h -B 3 -A 15 "FAILED" /tmp/suites_gpu*/test_*.log > "$out/failures.txt" || true
   grep -q ": exit [1-9]" /tmp/suites_gpu*.txt && status=1
   exit $status
@@ -66,41 +67,32 @@ if [ "$what" = verify ]; then
   repo="$(cd "$here/../.." && pwd)"
   stage() { echo "=== [${SECONDS} s] $*"; }
   stage "suites"
-  timeout 300 bash "$here/gpu_run.sh" suites || status=1
+  timeout 330 bash "$here/gpu_run.sh" suites || status=1
+  # The one-tile kernel is on by default: the suites that reach attention again with it off.
   for t in test_attention test_gpt; do
-    stage "AMPGRAD_TILE_SDP=1 $t"
-    AMPGRAD_TILE_SDP=1 timeout 60 "$here/$t" 2>&1 | tail -n 2
+    stage "AMPGRAD_TILE_SDP=0 $t"
+    AMPGRAD_TILE_SDP=0 timeout 60 "$here/$t" 2>&1 | tail -n 2
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
   done
-  stage "AMPGRAD_TILE_SDP=1 test_cuda's and test_amp's op table rows"
-  AMPGRAD_TILE_SDP=1 timeout 90 "$here/test_cuda" "cuda: every row of the op table*" 2>&1 | tail -n 2
-  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
-  AMPGRAD_TILE_SDP=1 timeout 60 "$here/../gpu3/test_amp" "each row of the op table under autocast*" 2>&1 | tail -n 2
-  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
-  for tile in 0 1; do
-    for tune in 0 1; do
-      stage "AMPGRAD_TILE_SDP=$tile AMPGRAD_MATMUL_TUNING=$tune bench step"
-      AMPGRAD_TILE_SDP=$tile AMPGRAD_MATMUL_TUNING=$tune timeout 45 "$here/ampgrad" bench step --device cuda \
-        --models gpt gpt_tiny --reps 15 --json "$out/step_tile${tile}_tune${tune}.json" 2>&1 | grep "^|"
-    done
-  done
-  stage "PyTorch's GPT steps"
-  timeout 90 python3 "$repo/benchmarks/compare_torch.py" "$out/step_tile1_tune0.json" --suites step --reps 15 2>&1 | grep "^|"
-  # The GPT's main job with the kernel on (the text carried as dist/fortunes, when it was).
-  if [ -d "$here/../fortunes" ]; then
-    stage "AMPGRAD_TILE_SDP=1 ampgrad train --model gpt"
-    AMPGRAD_TILE_SDP=1 timeout 60 "$here/ampgrad" train --model gpt --data "$here/../fortunes" 2>&1 | grep -v " step " \
-      | tee "$out/train_gpt.log" | tail -n 8
-  fi
   case='attention: the one-tile kernel*'
   for tool in memcheck racecheck; do
-    stage "$tool: $case"
-    timeout 60 compute-sanitizer --tool $tool --error-exitcode 9 "$here/test_attention" "$case" 2>&1 | tail -n 3
-    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+    stage "$tool: $case (hazards and errors counted by kernel)"
+    timeout 60 compute-sanitizer --tool $tool --print-limit 10000 "$here/test_attention" "$case" > "/tmp/$tool.txt" 2>&1
+    tail -n 2 "/tmp/$tool.txt"
+    grep -o -E "(Thread|thread) \([0-9,]+\) (in block \([0-9,]+\) )?at [A-Za-z_][A-Za-z_0-9]*" "/tmp/$tool.txt" \
+      | awk '{print $NF}' | sort | uniq -c
+    grep -E " at sdpa_tile" "/tmp/$tool.txt" && status=1
   done
-  stage "bench attention, AMPGRAD_TILE_SDP=1, beside PyTorch"
-  AMPGRAD_TILE_SDP=1 timeout 45 "$here/ampgrad" bench attention --device cuda --reps 15 --json /tmp/attention.json 2>&1 | grep "^|"
-  timeout 60 python3 "$repo/benchmarks/compare_torch.py" /tmp/attention.json --suites attention --reps 15 2>&1 | grep "^|"
+  stage "bench step, the GPTs"
+  timeout 45 "$here/ampgrad" bench step --device cuda --models gpt gpt_tiny --reps 15 --json "$out/step.json" 2>&1 | grep "^|"
+  stage "bench attention --quick (the GPTs' rows: the one-tile kernel and cuDNN's), beside PyTorch"
+  timeout 90 "$here/ampgrad" bench attention --device cuda --quick --reps 15 --json "$out/attention.json" 2>&1 | grep "^|"
+  timeout 90 python3 "$repo/benchmarks/compare_torch.py" "$out/attention.json" --suites attention --reps 15 2>&1 | grep "^|"
+  stage "ncu: the small GPT's graphed AMP step"
+  timeout 90 ncu --profile-from-start off --graph-profiling node --metrics gpu__time_duration.sum --csv \
+    "$here/profile_step" gpt 32 amp graph > /tmp/ncu_gpt.csv 2> /tmp/ncu_gpt.err || tail -n 5 /tmp/ncu_gpt.err
+  python3 "$repo/benchmarks/ncu_summary.py" /tmp/ncu_gpt.csv --launches > "$out/ncu_gpt.txt"
+  grep -A 16 "kernels," "$out/ncu_gpt.txt"
   stage "done"
   exit $status
 fi
