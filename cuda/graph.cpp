@@ -136,7 +136,18 @@ void CudaGraph::replay() {
   DeviceGuard guard(device_);
   for (const auto& a : attachments_) a->before_replay();  // may queue eager work first
   g_replays.fetch_add(1, std::memory_order_relaxed);
-  AG_CUDA_CHECK(cudaGraphLaunch(exec_, current_stream(device_)));
+  // Note [Graph launch memory]: a capture's allocations become the graph's allocation nodes,
+  // whose memory the driver finds at launch, outside our pool; what the pool keeps cached
+  // (Note [CUDA allocator]) can leave it none. On an H100 (80 GB) test_cuda's full run once
+  // failed a replay so, after its out-of-memory case and the cases that filled the pool again.
+  // As the allocator does for its own requests: empty the cache and try once more.
+  cudaError_t err = cudaGraphLaunch(exec_, current_stream(device_));
+  if (err == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();  // not sticky
+    empty_cache(device_);
+    err = cudaGraphLaunch(exec_, current_stream(device_));
+  }
+  AG_CUDA_CHECK(err);
 }
 
 }  // namespace ampgrad::cuda
