@@ -47,7 +47,7 @@ for f in test_cli test_distributed; do cp dist/gpu2/$f dist/gpu_min/; done
 # One carry for all three folders: the library's three copies and the binaries, xz-compressed
 # (about 39 MB; the folders alone are 55-62 MB each, and with the tree two of them passed the
 # carry's 64 MiB once the library grew to 51.6 MB). gpu_run.sh suites unpacks nothing itself:
-# the command printed below does, then runs every folder's tests at once.
+# the command printed below does, then runs every folder's tests, one folder after another.
 tar -C dist -cf - gpu gpu2 gpu3 | xz -T"$(nproc)" -6 > dist/all.tar.xz
 tree=$(git ls-files -z | xargs -0 du -cb 2>/dev/null | tail -n 1 | cut -f1)
 for d in dist/gpu dist/gpu2 dist/gpu3 dist/all.tar.xz dist/gpu_min dist/data; do
@@ -56,8 +56,9 @@ for d in dist/gpu dist/gpu2 dist/gpu3 dist/all.tar.xz dist/gpu_min dist/data; do
   fits=$(( size + tree <= 64 * 1024 * 1024 ))
   echo "$d: $((size / 1000000)) MB, with the tree's $((tree / 1000000)) MB $([ $fits = 1 ] && echo "fits" || echo "DOES NOT FIT") in one carry"
 done
-echo "packed; all suites in one call (each folder's tests at once, failures in \$OUT/failures.txt):"
+echo "packed; all suites in one call (one folder after another, failures in \$OUT/failures.txt):"
 echo '  run(command="mkdir -p dist && tar -xJf dist/all.tar.xz -C dist && bash dist/gpu/gpu_run.sh suites", carry=["dist/all.tar.xz"], timeout_s=600)'
+echo '  (code never run on a GPU: gpu_run.sh verify in place of suites, the suites and then the checks and timings it adds)'
 echo "  (then dist/gpu is unpacked there while the machine stays warm: gpu_run.sh step, tile, gpt ... with carry=[])"
 echo "or one folder at a time, with the device tool:"
 echo '  run(command="bash dist/gpu/gpu_run.sh tests", carry=["dist/gpu"], timeout_s=600)'
