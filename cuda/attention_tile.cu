@@ -46,10 +46,10 @@ namespace ampgrad::cuda {
 // most shared; at E 64, 141 KB, one block per SM). Causal work is uneven across the warps
 // (the last query strip sees 8 key blocks, the first 1; phase 2 the reverse), and the
 // gradients are stored 4 bytes a lane: the first things to look at under ncu.
-// Written in session 29, which had no GPU; first run in session 34 (an H100): its tests,
-// memcheck and racecheck clean, and the small GPT's graphed AMP step 0.963 -> 0.894 ms, the
-// tiny one's 0.185 -> 0.160 (docs/benchmarks.md). On by default since; enable_tile_sdp(false)
-// or AMPGRAD_TILE_SDP=0 sends these calls to cuDNN.
+// Written in session 29, which had no GPU; first run in session 34 (an H100): its tests and
+// memcheck clean (racecheck's reports not yet all attributed: docs/benchmarks.md), and the
+// small GPT's graphed AMP step 0.963 -> 0.894 ms, the tiny one's 0.185 -> 0.160. On by
+// default since; enable_tile_sdp(false) or AMPGRAD_TILE_SDP=0 sends these calls to cuDNN.
 
 namespace {
 

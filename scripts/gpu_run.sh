@@ -79,9 +79,11 @@ if [ "$what" = verify ]; then
     stage "$tool: $case (hazards and errors counted by kernel)"
     timeout 60 compute-sanitizer --tool $tool --print-limit 10000 "$here/test_attention" "$case" > "/tmp/$tool.txt" 2>&1
     tail -n 2 "/tmp/$tool.txt"
-    grep -o -E "(Thread|thread) \([0-9,]+\) (in block \([0-9,]+\) )?at [A-Za-z_][A-Za-z_0-9]*" "/tmp/$tool.txt" \
-      | awk '{print $NF}' | sort | uniq -c
-    grep -E " at sdpa_tile" "/tmp/$tool.txt" && status=1
+    # Device code is named "at KERNEL+0xOFFSET" (demangled: ours as ampgrad::cuda::(anonymous
+    # namespace)::sdpa_tile_..._kernel(...)); host frames name the launching functions.
+    grep -v "Host Frame" "/tmp/$tool.txt" | grep -E " at .*\+0x[0-9a-f]+" \
+      | sed -E 's/.* at (.*)\+0x[0-9a-f]+.*/\1/' | sort | uniq -c
+    grep -v "Host Frame" "/tmp/$tool.txt" | grep -E "sdpa_tile_(forward|backward)_kernel" && status=1
   done
   stage "bench step, the GPTs"
   timeout 45 "$here/ampgrad" bench step --device cuda --models gpt gpt_tiny --reps 15 --json "$out/step.json" 2>&1 | grep "^|"
