@@ -92,6 +92,16 @@ Tensor pending_gradient(size_t input, const Shape& shape, DType dtype) {
 
 int64_t formula_sums() { return t_formula_sums; }
 
+bool gradient_taken_over(size_t input, const Shape& shape, DType dtype) {
+  const Running* r = t_running;
+  if (!r || anomaly_guarded() || input >= r->node->next.size() || !r->node->next[input].valid()) return false;
+  Node* child = r->node->next[input].node.get();
+  const auto* acc = dynamic_cast<const AccumulateGrad*>(child);
+  if (!acc || !acc->takes_over(shape, dtype)) return false;
+  const auto d = r->deps->find(child);
+  return d != r->deps->end() && d->second == 1 && r->pending->find(child) == r->pending->end();
+}
+
 bool wants_gradient_copy(size_t input, DType dtype) {
   const Running* r = t_running;
   if (!r || anomaly_guarded() || input >= r->node->next.size() || !r->node->next[input].valid()) return false;
@@ -213,6 +223,11 @@ void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph) {
   // The forward's calls go to the device now, while the host works out the backward's (Note
   // [Device hooks] in core/device_hooks.h).
   end_phase(root.device());
+  // Work a formula queued beside the device's stream is waited for when the backward ends,
+  // however it ends (Note [Weight gradients beside the stream] in cuda/side_stream.h).
+  struct JoinSide {
+    ~JoinSide() { join_side_work(); }
+  } join_side;
 
   Edge start = gradient_edge(root);
   quiet.reset();
@@ -311,6 +326,7 @@ void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph) {
     if (kept.keep) kept.nodes.push_back(n);
     else n->release();
   }
+  join_side_work();  // before the callbacks (DistributedDataParallel's) read the gradients
   if (anomaly) detail::anomaly_end_backward();
   t_callbacks = outer;
   for (auto& fn : callbacks) fn();

@@ -3,6 +3,7 @@
 
 #include <ampgrad/autograd/anomaly.h>
 
+#include <ampgrad/core/device_hooks.h>
 #include <ampgrad/core/dispatch.h>
 #include <ampgrad/ops/op.h>
 #include <ampgrad/ops/ops.h>
@@ -172,12 +173,23 @@ Tensor AccumulateGrad::sum_incoming(const Tensor& a, const Tensor& b) const {
 
 bool AccumulateGrad::sum_keeps_dtype(DType a, DType b) const { return a == leaf_->dtype && takes_grad_dtype(b); }
 
+bool AccumulateGrad::takes_over(const Shape& shape, DType dtype) const {
+  const Tensor leaf(leaf_);
+  return leaf_->grad == nullptr && leaf_->post_accumulate_grad_hooks.empty() && leaf_->dtype == dtype &&
+         leaf.shape() == shape && leaf.strides() == contiguous_strides(shape) && leaf.storage_offset() == 0;
+}
+
 Grads AccumulateGrad::apply(const Tensor& grad) {
   TensorImpl& leaf = *leaf_;
   const Tensor leaf_view(leaf_);
   NoGradGuard no_grad;
+  const bool steal = leaf.grad == nullptr && can_steal(grad, leaf_view);
+  // A gradient computed beside the device's stream is finished before a kernel or a hook reads
+  // it here (Note [Weight gradients beside the stream] in cuda/side_stream.h); one taken over
+  // as it is waits for the end of backward.
+  if ((!steal || !leaf.post_accumulate_grad_hooks.empty()) && !grad.device().is_cpu()) join_side_work();
   if (leaf.grad == nullptr) {
-    if (can_steal(grad, leaf_view)) {
+    if (steal) {
       leaf.grad = grad.impl_ptr();
     } else if (!leaf_view.is_contiguous() && grad.shape() == leaf_view.shape() &&
                is_non_overlapping_and_dense(leaf_view)) {

@@ -124,6 +124,9 @@ class AccumulateGrad final : public Node {
   bool takes_grad_dtype(DType d) const override;
   Tensor sum_incoming(const Tensor& a, const Tensor& b) const override;
   bool sum_keeps_dtype(DType a, DType b) const override;
+  // Whether apply() would make a contiguous gradient of `shape` and `dtype` (that nobody else
+  // holds) the leaf's .grad as it is, with no kernel and no hook reading it.
+  bool takes_over(const Shape& shape, DType dtype) const;
 
  private:
   std::shared_ptr<TensorImpl> leaf_;
@@ -179,6 +182,13 @@ int64_t formula_sums();
 // to reach the node there (its sum is final) and that node has an input of dtype `dtype`, to
 // whose dtype its formula's gradient may be rounded.
 bool wants_gradient_copy(size_t input, DType dtype);
+// While a formula runs (Note [Weight gradients beside the stream] in cuda/side_stream.h):
+// whether its gradient for `input`, of `shape` and `dtype` and contiguous, becomes a leaf's .grad
+// as it is, read by nothing before the backward ends: the formula's next node there is the
+// leaf's accumulator, this is the only gradient it gets, and it will take the tensor over (the
+// leaf's .grad is empty, the leaf has no post-accumulate hooks, and its shape, dtype and layout
+// are the gradient's). Not under anomaly detection (it reads each gradient).
+bool gradient_taken_over(size_t input, const Shape& shape, DType dtype);
 // `low` is `grad` rounded to low's dtype: FunctionNode::apply hands it out instead of casting
 // `grad` while both are unchanged, in this backward.
 void offer_gradient_copy(const Tensor& grad, const Tensor& low);

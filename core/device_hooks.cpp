@@ -1,6 +1,8 @@
 // The table of device hooks (Note [Device hooks] in core/device_hooks.h).
 #include <ampgrad/core/device_hooks.h>
 
+#include <initializer_list>
+
 namespace ampgrad {
 
 namespace {
@@ -28,6 +30,11 @@ bool graph_capturing(Device device) {
 uint64_t graph_replays(DeviceType type) {
   auto* f = hooks_of(type).graph_replays;
   return f != nullptr ? f() : 0;
+}
+
+void join_side_work() noexcept {
+  for (DeviceType type : {DeviceType::CPU, DeviceType::CUDA})
+    if (auto* f = hooks_of(type).join_side_work) f();
 }
 
 }  // namespace ampgrad

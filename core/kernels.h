@@ -106,13 +106,17 @@ AG_DECLARE_KERNEL(gemm, void(const Tensor& a, const Tensor& bm, const Tensor& ou
 // GEMM epilogues (CUDA only: ops check has(device) first). gemm_bias: out[0] = act(alpha *
 // a[0] @ bm[0] + bias) (bias [N] added to every row; with an activation it may be undefined);
 // with gelu_tanh, pre_act (out's shape and dtype, contiguous, or undefined) receives what the
-// activation was applied to, for its backward. gemm_bias_grad: out[0] = a[0] @ bm[0] and
-// bias_grad[i] = sum over k of a[0][i, k] in one call. Both return false when they cannot
-// (float64, batch > 1, unaligned operands, no such epilogue): nothing ran, use gemm.
+// activation was applied to, for its backward. gemm_bias_grad: out[0] = a[0] @ bm[0] and, when
+// bias_grad is defined, bias_grad[i] = sum over k of a[0][i, k] in one call; `beside`: out and
+// bias_grad are a weight gradient nothing reads before backward ends, which may run beside the
+// device's stream (Note [Weight gradients beside the stream] in cuda/side_stream.h). Both return
+// false when they cannot (float64, batch > 1, unaligned operands, no such epilogue, and beside
+// the stream any GEMM cuBLASLt declines): nothing ran, use gemm.
 enum class GemmActivation : uint8_t { none, relu, gelu_tanh };
 AG_DECLARE_KERNEL(gemm_bias, bool(const Tensor& a, const Tensor& bm, const Tensor& bias, const Tensor& out, double alpha,
                                   GemmActivation act, const Tensor& pre_act));
-AG_DECLARE_KERNEL(gemm_bias_grad, bool(const Tensor& a, const Tensor& bm, const Tensor& out, const Tensor& bias_grad));
+AG_DECLARE_KERNEL(gemm_bias_grad,
+                  bool(const Tensor& a, const Tensor& bm, const Tensor& out, const Tensor& bias_grad, bool beside));
 
 // ---- Attention ---------------------------------------------------------------------------
 

@@ -425,7 +425,7 @@ bool lt_gemm(const LtGemm& g, void* workspace, size_t workspace_bytes) {
     if (!plan->tuned) tune(*plan, g, h, workspace);
   }
   const void* vec = g.bias ? g.bias : g.bias_grad;
-  cudaStream_t stream = launch_stream(g.device);
+  cudaStream_t stream = g.stream ? g.stream : launch_stream(g.device);
   // Everything the call below depends on besides the plan's fixed descriptors (Note [Call graphs]).
   CallKey call;
   call.add(uint64_t{1})  // cuBLASLt

@@ -4,11 +4,16 @@
 
 #include <cublas_v2.h>
 
+#include <cstddef>
 #include <cstdint>
 
 #include <ampgrad/core/dtype.h>
 
 namespace ampgrad::cuda {
+
+// The workspace each stream's GEMMs get (the library stream's, the side stream's): cuBLAS asks
+// for 32 MiB on Hopper; with less it may pick slower split-k kernels. Plans are made for it.
+constexpr size_t kLtWorkspaceBytes = size_t{32} << 20;
 
 // Column-major D = alpha * op(A) op(B) + beta * C with C == D, strided batches: cuBLAS's
 // cublasGemmStridedBatchedEx arguments. A is m x k after op, B k x n, C m x n.
@@ -52,10 +57,13 @@ struct LtGemm {
   const float* d_scale = nullptr;
   float* amax_d = nullptr;
   bool fast_accum = false;
+  // Null: the device's library stream; else the side stream (Note [Weight gradients beside the
+  // stream] in cuda/side_stream.h), with the workspace that goes with it.
+  CUstream_st* stream = nullptr;
 };
 
-// Runs the GEMM on the device's library stream; false when cuBLASLt proposes no algorithm
-// (the caller then takes cublasGemmStridedBatchedEx).
+// Runs the GEMM on g.stream (by default the device's library stream); false when cuBLASLt
+// proposes no algorithm (the caller then takes cublasGemmStridedBatchedEx).
 bool lt_gemm(const LtGemm& g, void* workspace, size_t workspace_bytes);
 
 }  // namespace ampgrad::cuda

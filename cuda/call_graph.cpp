@@ -20,6 +20,7 @@
 #include <ampgrad/cuda/check.h>
 #include <ampgrad/cuda/device_error.h>
 #include <ampgrad/cuda/graph.h>
+#include <ampgrad/cuda/runtime.h>
 
 namespace ampgrad::cuda {
 
@@ -570,8 +571,10 @@ void run_call(int device, CUstream_st* stream, const CallKey& key, void (*enqueu
     e->device = device;
     ++t.stats.captured;
   }
+  // Only the library stream's calls are held (the side stream's go at once: Note [Weight
+  // gradients beside the stream] in cuda/side_stream.h).
   if (e->launched && t.batching.load(std::memory_order_relaxed) && device >= 0 && device < kMaxDevices &&
-      kernels_as_graphs_now(t, device, stream, probed)) {
+      stream == launch_stream(device) && kernels_as_graphs_now(t, device, stream, probed)) {
     hold(t, device, stream, *e);
     ++t.stats.launched;
     return;

@@ -46,15 +46,18 @@ Grads linear_grads(const Tensor& g2, const Tensor& x, const Tensor& w, bool has_
   if (need_w) {
     const Tensor g2t = transposed(g2);
     // Devices with GEMM epilogues (CUDA's cuBLASLt) also take 16-bit A and B with a float32 D.
-    if (kernel::gemm_bias_grad.has(g2.device()) && g2.dtype() == x2.dtype() && g2.size(0) > 0 && (has_bias || wide)) {
+    if (kernel::gemm_bias_grad.has(g2.device()) && g2.dtype() == x2.dtype() && g2.size(0) > 0) {
       const TensorOptions wo = TensorOptions(wide ? kFloat32 : g2.dtype()).device(g2.device());
       gw = empty({g2t.size(0), x2.size(1)}, wo);
-      if (has_bias) {
-        // The bias gradient from the weight gradient's GEMM epilogue (Note [cuBLASLt GEMM]).
-        gb = empty({g2t.size(0)}, wo);
-        if (!kernel::gemm_bias_grad(gw.device(), batch1(g2t), batch1(x2), batch1(gw), gb)) gw = gb = Tensor();
-      } else {
-        kernel::gemm(gw.device(), batch1(g2t), batch1(x2), batch1(gw), 1, 0);
+      // The bias gradient from the weight gradient's GEMM epilogue (Note [cuBLASLt GEMM]).
+      if (has_bias) gb = empty({g2t.size(0)}, wo);
+      // Nothing reads them before backward ends: they may run beside the device's stream
+      // (Note [Weight gradients beside the stream] in cuda/side_stream.h).
+      const bool beside = autograd::detail::gradient_taken_over(1, gw.shape(), gw.dtype()) &&
+                          (!has_bias || autograd::detail::gradient_taken_over(2, gb.shape(), gb.dtype()));
+      if (!kernel::gemm_bias_grad(gw.device(), batch1(g2t), batch1(x2), batch1(gw), gb, beside)) {
+        if (has_bias || !wide) gw = gb = Tensor();
+        else kernel::gemm(gw.device(), batch1(g2t), batch1(x2), batch1(gw), 1, 0);
       }
     }
     if (!gw.defined()) gw = mm(g2t, x2);
