@@ -805,7 +805,8 @@ TEST_CASE("weight gradients beside the stream: the stream's bits, joined before 
     for (ag::Tensor& p : ps) p.set_grad({});
   };
   struct Restore {
-    ~Restore() { ag::cuda::set_overlap_weight_grads(true); }
+    bool on = ag::cuda::overlap_weight_grads();
+    ~Restore() { ag::cuda::set_overlap_weight_grads(on); }
   } restore;
   for (bool amp : {true, false}) {
     INFO("autocast " << amp);

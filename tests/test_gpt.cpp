@@ -123,6 +123,11 @@ void check_graphed_gpt_step(bool set_to_none, bool amp, bool wide = false) {
   // a capture] in cuda/runtime.cpp).
   const ag::Device cuda(ag::kCUDA);
   const ag::cli::GptConfig c = wide ? ag::cli::GptConfig{64, 128, 256, 2, 4} : ag::cli::GptConfig{64, 32, 64, 2, 4};
+  struct Overlap {  // on for this check (the default), as it was after
+    bool was = ag::cuda::overlap_weight_grads();
+    Overlap() { ag::cuda::set_overlap_weight_grads(true); }
+    ~Overlap() { ag::cuda::set_overlap_weight_grads(was); }
+  } overlap;
   ag::manual_seed(21);
   ag::cli::Gpt eager(c), graphed(c);
   graphed.load_state_dict(eager.state_dict());
