@@ -131,7 +131,7 @@ bool Node::sum_takes_in_place(const Tensor& sum, const Shape& shape, Device devi
 }
 
 void Node::accumulate_incoming(Tensor& sum, const Tensor& b) const {
-  if (sum_takes_in_place(sum, b.shape(), b.device(), b.dtype())) {
+  if (sum_takes_in_place_after_side_work(sum, b.shape(), b.device(), b.dtype())) {
     sum.add_(b);
     return;
   }
@@ -139,6 +139,17 @@ void Node::accumulate_incoming(Tensor& sum, const Tensor& b) const {
 }
 
 bool Node::sum_keeps_dtype(DType a, DType b) const { return promote_types(a, b) == a; }
+
+bool Node::sum_takes_in_place_after_side_work(const Tensor& sum, const Shape& shape, Device device,
+                                              DType dtype) const {
+  if (sum_takes_in_place(sum, shape, device, dtype)) return true;
+  // A weight-gradient GEMM beside the stream may still read the sum, and holds it until the
+  // stream has waited for it (Note [Weight gradients beside the stream] in cuda/side_stream.h):
+  // wait now and look again (a float32 model's residual gradient is also a linear layer's).
+  if (sum.device().is_cpu()) return false;
+  join_side_work();
+  return sum_takes_in_place(sum, shape, device, dtype);
+}
 
 // Note [Gradient accumulation]
 // The gradient reaching a leaf may still be in a narrower dtype than the leaf's (float16 for

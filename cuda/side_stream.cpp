@@ -44,7 +44,7 @@ std::atomic<int> g_pending{0};  // devices with pending side work: join_side_wor
 std::atomic<bool>& overlap_flag() {
   static std::atomic<bool> on{[] {
     const char* v = std::getenv("AMPGRAD_OVERLAP_WGRAD");
-    return v == nullptr || std::string(v) != "0";
+    return v != nullptr && *v != 0 && std::string(v) != "0";
   }()};
   return on;
 }
