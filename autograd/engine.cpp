@@ -84,7 +84,7 @@ Tensor pending_gradient(size_t input, const Shape& shape, DType dtype) {
   const Tensor& sum = it->second;
   // The engine's own rule for adding in place, and the layout the formula's kernel writes.
   if (sum.dtype() != dtype || !sum.is_contiguous() || sum.storage_offset() != 0 ||
-      !child->sum_takes_in_place_after_side_work(sum, shape, sum.device(), dtype))
+      !child->sum_takes_in_place(sum, shape, sum.device(), dtype))
     return Tensor();
   r->handed.emplace_back(input, sum.unsafe_impl());
   return sum;

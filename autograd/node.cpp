@@ -124,14 +124,23 @@ Tensor Node::sum_incoming(const Tensor& a, const Tensor& b) const { return add(a
 // accumulation], as add() would widen it), without a new tensor per arrival; the
 // caching allocator's free and the next malloc of the same size cost more host time than the
 // add's launch. Where the sum's dtype would change, or the sum is shared, add() makes a new one.
+// A weight-gradient GEMM beside the device's stream may still read the sum, and holds it until
+// the stream has waited for it (Note [Weight gradients beside the stream] in
+// cuda/side_stream.h): where that is all that shares it, the stream waits now (a float32
+// model's residual gradient is also a linear layer's incoming one).
 bool Node::sum_takes_in_place(const Tensor& sum, const Shape& shape, Device device, DType dtype) const {
-  return sum.impl_ptr().use_count() == 1 && sum.storage().use_count() == 1 && sum.shape() == shape &&
-         sum.device() == device && !sum.requires_grad() && sum_keeps_dtype(sum.dtype(), dtype) &&
-         is_non_overlapping_and_dense(sum);
+  if (sum.shape() != shape || sum.device() != device || sum.requires_grad() || !sum_keeps_dtype(sum.dtype(), dtype) ||
+      !is_non_overlapping_and_dense(sum))
+    return false;
+  auto alone = [&] { return sum.impl_ptr().use_count() == 1 && sum.storage().use_count() == 1; };
+  if (alone()) return true;
+  if (sum.device().is_cpu()) return false;
+  join_side_work();
+  return alone();
 }
 
 void Node::accumulate_incoming(Tensor& sum, const Tensor& b) const {
-  if (sum_takes_in_place_after_side_work(sum, b.shape(), b.device(), b.dtype())) {
+  if (sum_takes_in_place(sum, b.shape(), b.device(), b.dtype())) {
     sum.add_(b);
     return;
   }
@@ -140,16 +149,6 @@ void Node::accumulate_incoming(Tensor& sum, const Tensor& b) const {
 
 bool Node::sum_keeps_dtype(DType a, DType b) const { return promote_types(a, b) == a; }
 
-bool Node::sum_takes_in_place_after_side_work(const Tensor& sum, const Shape& shape, Device device,
-                                              DType dtype) const {
-  if (sum_takes_in_place(sum, shape, device, dtype)) return true;
-  // A weight-gradient GEMM beside the stream may still read the sum, and holds it until the
-  // stream has waited for it (Note [Weight gradients beside the stream] in cuda/side_stream.h):
-  // wait now and look again (a float32 model's residual gradient is also a linear layer's).
-  if (sum.device().is_cpu()) return false;
-  join_side_work();
-  return sum_takes_in_place(sum, shape, device, dtype);
-}
 
 // Note [Gradient accumulation]
 // The gradient reaching a leaf may still be in a narrower dtype than the leaf's (float16 for

@@ -67,11 +67,9 @@ class Node {
   void accumulate_incoming(Tensor& sum, const Tensor& b) const;
   // Whether a gradient of `shape`, `device` and `dtype` may be added into `sum`, the gradient
   // summed so far for this node, in place: the engine alone holds it, no stride repeats an
-  // element, and the sum keeps its dtype (Note [Summing incoming gradients]).
+  // element, and the sum keeps its dtype (Note [Summing incoming gradients]); where work beside
+  // the device's stream is all that shares the sum, the stream waits for it first.
   bool sum_takes_in_place(const Tensor& sum, const Shape& shape, Device device, DType dtype) const;
-  // The same, after waiting for work beside the device's stream that may still hold the sum
-  // (Note [Weight gradients beside the stream] in cuda/side_stream.h) where that decides it.
-  bool sum_takes_in_place_after_side_work(const Tensor& sum, const Shape& shape, Device device, DType dtype) const;
   // Whether sum_incoming's result keeps the dtype `a` of the sum so far, given b's.
   virtual bool sum_keeps_dtype(DType a, DType b) const;
 
