@@ -40,7 +40,9 @@ struct Tol {
 };
 using Kind = op_table::Tol;
 // elementwise: one rounding each side. sum: float32 accumulation of n terms of size ~1 on
-// CUDA against the CPU's. normalized: a result divided by such a sum (relative error).
+// CUDA against the CPU's. normalized: a result divided by such a sum (relative error). chain:
+// a sum whose intermediates of size ~sqrt(n) were rounded to d (an ulp there, carried through
+// the rest of the chain: a few terms of size ~1).
 Tol tolerance(Kind k, ag::DType d, int64_t n) {
   const double e = eps_of(d);
   switch (k) {
@@ -48,6 +50,10 @@ Tol tolerance(Kind k, ag::DType d, int64_t n) {
     case Kind::normalized: {
       const double r = 4 * e + 4 * kEps32 * std::sqrt(static_cast<double>(n));
       return {r, r};
+    }
+    case Kind::chain: {
+      const double n_ = static_cast<double>(n);
+      return {4 * e + 4 * kEps32 * n_ + 8 * e * std::sqrt(n_), 4 * e};
     }
     default: return {4 * e, 4 * e};
   }
