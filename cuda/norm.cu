@@ -7,6 +7,7 @@
 // 2-D inputs (outer N*H*W, inner 1). Sums run in the accumulation type A (float, double for
 // float64) in a fixed order, so results are deterministic.
 #include <algorithm>
+#include <iterator>
 #include <type_traits>
 
 #include <ampgrad/cuda/common.cuh>
@@ -411,12 +412,14 @@ __global__ void ln_params_finish_kernel(const T* part, T* gw, T* gb, int64_t n, 
 // the results are theirs bit for bit) and writes y (and y_low). The backward reads dy (and
 // dy_low) and x once, writes the input gradient, and keeps per-lane column sums of dy * xhat
 // and dy over the rows its warp takes (two blocks per SM at most, the warps striding over the
-// rows: with one, 8 warps an SM waited on memory, row after row); each block adds its warps' sums in shared memory, in warp order, into part[block] =
-// {dw[n], db[n]}, and a second kernel adds the blocks' rows in block order, 32 warps to a
-// column strip. Deterministic for a given device, and two launches where the loop kernels took
-// three (their weight gradient ran a block per 256 rows and 32 columns: 2 blocks for a
-// [256, 64] input, 10 us on the H200). Longer rows (and float64 rows over 512) take the loop
-// kernels.
+// rows: with one, 8 warps an SM waited on memory, row after row; a lane holds its elements in
+// groups of 4 adjacent columns where the rows are aligned for them, each array's loads of a row
+// issued before any is used: ln_col); each block adds its warps' sums in shared memory, in warp
+// order, into part[block] = {dw[n], db[n]}, and a second kernel adds the blocks' rows in block
+// order, 32 warps to a column strip. Deterministic for a given device, and two launches where
+// the loop kernels took three (their weight gradient ran a block per 256 rows and 32 columns:
+// 2 blocks for a [256, 64] input, 10 us on the H200). Longer rows (and float64 rows over 512)
+// take the loop kernels.
 constexpr int kLnMaxV = 32;
 
 // With res (add_layer_norm), the row is x + res, also written to sum.
@@ -467,36 +470,109 @@ __global__ void ln_forward_reg_kernel(const T* x, const R* res, T* sum, const T*
   }
 }
 
+// Lane `lane`'s element i of a row on the register kernels' backward: columns in groups of G
+// (1 or 4), group k of the row at 32 * G * k, lane's G of them at lane * G within it. With G 4
+// a lane moves its group with one 16-byte (float32) or 8-byte (16-bit) access.
+template <int G> __device__ __forceinline__ int ln_col(int i, int lane) {
+  return (i / G) * 32 * G + lane * G + i % G;
+}
+
+// Loads or stores lane's V elements of a row (ln_col<G>'s columns under n; n a multiple of G
+// and the row aligned for G elements where G is 4): a group at a time.
+template <int V, int G, class S, class D>
+__device__ __forceinline__ void ln_load_row(const S* row, D (&out)[V], int lane, int n) {
+#pragma unroll
+  for (int k = 0; k < V / G; ++k) {
+    const int c = ln_col<G>(k * G, lane);
+    if (c < n) {
+      const Vec<S, G> v = *reinterpret_cast<const Vec<S, G>*>(row + c);
+#pragma unroll
+      for (int e = 0; e < G; ++e) out[k * G + e] = static_cast<D>(to_acc(v.v[e]));
+    }
+  }
+}
+template <int V, int G, class S, class D>
+__device__ __forceinline__ void ln_store_row(D* row, const S (&in)[V], int lane, int n) {
+#pragma unroll
+  for (int k = 0; k < V / G; ++k) {
+    const int c = ln_col<G>(k * G, lane);
+    if (c < n) {
+      Vec<D, G> v;
+#pragma unroll
+      for (int e = 0; e < G; ++e) v.v[e] = from_acc<D>(in[k * G + e]);
+      *reinterpret_cast<Vec<D, G>*>(row + c) = v;
+    }
+  }
+}
+
 // gx may be null (no input gradient), part too (no weight or bias gradient); dynamic shared
-// memory kLnRows * 32 * V elements when part is not null.
-template <class T, int V, class L>
+// memory kLnRows * 32 * V elements when part is not null. Each lane holds V elements of a row
+// in groups of G (ln_col): every array's loads of a row are issued before any is used, one
+// access per group (one element at a time, 32 apart, the warps waited on memory 18 of every 25
+// cycles: 21 us for the small GPT's [4096, 256] rows on an H100, 15 % of its bandwidth).
+template <class T, int V, int G, class L>
 __global__ void ln_backward_reg_kernel(const T* dy, const L* dy_low, const T* x, const T* w, const T* mean,
                                        const T* rstd, T* gx, bool acc, const T* dsum, L* gx_low, T* part,
                                        int64_t rows, int n) {
-  T sw[V], sb[V], wv[V];
+  static_assert(V % G == 0, "a lane's elements are whole groups");
+  const int lane = threadIdx.x;
+  // The weight in registers for short rows; longer ones (float32 rows over 512, float64 over
+  // 256) read it from the cache at each row, or their row's loads, all in flight, spilled.
+  constexpr bool kWeightKept = V * sizeof(T) <= 64;
+  T sw[V], sb[V], wv[kWeightKept ? V : 1];
 #pragma unroll
-  for (int i = 0; i < V; ++i) {
-    const int col = threadIdx.x + 32 * i;
-    sw[i] = sb[i] = T(0);
-    wv[i] = w && col < n ? w[col] : T(1);
+  for (int i = 0; i < V; ++i) sw[i] = sb[i] = T(0);
+  if constexpr (kWeightKept) {
+#pragma unroll
+    for (int i = 0; i < V; ++i) wv[i] = T(1);
+    if (w) ln_load_row<V, G>(w, wv, lane, n);
   }
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kLnRows;
   for (int64_t r = static_cast<int64_t>(blockIdx.x) * kLnRows + threadIdx.y; r < rows; r += stride) {
-    const T* xr = x + r * n;
+    const int64_t at = r * n;
     const T mu = mean[r], inv = rstd[r];
-    T xh[V], g[V], prev[V];  // prev: what the gradient is added to (ln_prev), loaded with the row
+    // d: the output's gradient (ln_dy's sum); prev: what the input gradient is added to
+    // (ln_prev's), each an add of its own as there, loaded with the row.
+    T xv[V], d[V], prev[V];
+#pragma unroll
+    for (int i = 0; i < V; ++i) xv[i] = d[i] = prev[i] = T(0);
+    ln_load_row<V, G>(x + at, xv, lane, n);
+    if (dy) ln_load_row<V, G>(dy + at, d, lane, n);
+    if (dy_low) {
+      if (!dy) {
+        ln_load_row<V, G>(dy_low + at, d, lane, n);
+      } else {
+        T t[V];
+        ln_load_row<V, G>(dy_low + at, t, lane, n);
+#pragma unroll
+        for (int i = 0; i < V; ++i) d[i] += t[i];
+      }
+    }
+    if (acc) ln_load_row<V, G>(gx + at, prev, lane, n);
+    if (dsum) {
+      if (!acc) {
+        ln_load_row<V, G>(dsum + at, prev, lane, n);
+      } else {
+        T t[V];
+        ln_load_row<V, G>(dsum + at, t, lane, n);
+#pragma unroll
+        for (int i = 0; i < V; ++i) {
+          if constexpr (std::is_same_v<T, double>) prev[i] = __dadd_rn(prev[i], t[i]);
+          else prev[i] = __fadd_rn(prev[i], t[i]);
+        }
+      }
+    }
+    T xh[V], g[V];
     T a = 0, c = 0;
 #pragma unroll
     for (int i = 0; i < V; ++i) {
-      const int col = threadIdx.x + 32 * i;
-      xh[i] = g[i] = prev[i] = T(0);
-      if (col < n) {
-        if (acc || dsum) prev[i] = ln_prev(gx, acc, dsum, r * n + col);
-        const T d = ln_dy(dy, dy_low, r * n + col);
-        xh[i] = (xr[col] - mu) * inv;
-        g[i] = w ? d * wv[i] : d;
-        sw[i] += d * xh[i];
-        sb[i] += d;
+      xh[i] = g[i] = T(0);
+      if (ln_col<G>(i, lane) < n) {
+        xh[i] = (xv[i] - mu) * inv;
+        if constexpr (kWeightKept) g[i] = w ? d[i] * wv[i] : d[i];
+        else g[i] = w ? d[i] * w[ln_col<G>(i, lane)] : d[i];
+        sw[i] += d[i] * xh[i];
+        sb[i] += d[i];
       }
       a += g[i];
       c += g[i] * xh[i];
@@ -504,21 +580,27 @@ __global__ void ln_backward_reg_kernel(const T* dy, const L* dy_low, const T* x,
     a = ln_warp_sum(a) / static_cast<T>(n);
     c = ln_warp_sum(c) / static_cast<T>(n);
     if (gx) {
+      T o[V];
 #pragma unroll
       for (int i = 0; i < V; ++i) {
-        const int col = threadIdx.x + 32 * i;
-        if (col < n) ln_store_gx(gx, gx_low, acc || dsum, r * n + col, inv * (g[i] - a - xh[i] * c), prev[i]);
+        o[i] = inv * (g[i] - a - xh[i] * c);
+        if (acc || dsum) {  // an add of its own (ln_store_gx)
+          if constexpr (std::is_same_v<T, double>) o[i] = __dadd_rn(prev[i], o[i]);
+          else o[i] = __fadd_rn(prev[i], o[i]);
+        }
       }
+      ln_store_row<V, G>(gx + at, o, lane, n);
+      if (gx_low) ln_store_row<V, G>(gx_low + at, o, lane, n);
     }
   }
   if (!part) return;
   extern __shared__ unsigned char ln_smem[];
-  T* sh = reinterpret_cast<T*>(ln_smem);  // [kLnRows][32 * V]
-  const int tid = threadIdx.y * 32 + threadIdx.x;
+  T* sh = reinterpret_cast<T*>(ln_smem);  // [kLnRows][32 * V], by column
+  const int tid = threadIdx.y * 32 + lane;
   T* out = part + static_cast<int64_t>(blockIdx.x) * 2 * n;
   for (int which = 0; which < 2; ++which) {
 #pragma unroll
-    for (int i = 0; i < V; ++i) sh[threadIdx.y * 32 * V + threadIdx.x + 32 * i] = which == 0 ? sw[i] : sb[i];
+    for (int i = 0; i < V; ++i) sh[threadIdx.y * 32 * V + ln_col<G>(i, lane)] = which == 0 ? sw[i] : sb[i];
     __syncthreads();
     for (int col = tid; col < n; col += 32 * kLnRows) {
       T t = 0;
@@ -672,12 +754,25 @@ void layer_norm_backward(const Tensor& dy, const Tensor& dy_low, const Tensor& x
         const int per_sm = lanes >= 32 ? 1 : 2;
         const int blocks = static_cast<int>(std::min<int64_t>(ln_blocks(rows), per_sm * ctx.sm_count));
         Tensor part = params ? empty({static_cast<int64_t>(blocks) * 2 * n}, mean.options()) : Tensor();
+        // Groups of 4 columns a lane (ln_col) where every row of every array is aligned for them.
+        const Tensor* arrays[] = {&dy, &dy_low, &x, &weight, &grad_sum, &grad_x, &grad_x_low};
+        const bool grouped = lanes >= 4 && n % 4 == 0 && std::all_of(std::begin(arrays), std::end(arrays), [](const Tensor* t) {
+                               return !t->defined() || is_aligned(ampgrad::detail::address(*t), 4 * t->element_size());
+                             });
         with_lanes(lanes, [&](auto v) {
           constexpr int V = decltype(v)::value;
-          launch(ctx, ln_backward_reg_kernel<T, V, L>, dim3(static_cast<unsigned>(blocks)), dim3(32, kLnRows),
-                 params ? kLnRows * 32 * V * sizeof(T) : 0, d, d_low, ptr<const T>(x), ptr_or_null<T>(weight),
-                 ptr<const T>(mean), ptr<const T>(rstd), mut_or_null<T>(grad_x), accumulate, dsum, gx_low,
-                 mut_or_null<T>(part), rows, static_cast<int>(n));
+          auto go = [&](auto kernel) {
+            launch(ctx, kernel, dim3(static_cast<unsigned>(blocks)), dim3(32, kLnRows),
+                   params ? kLnRows * 32 * V * sizeof(T) : 0, d, d_low, ptr<const T>(x), ptr_or_null<T>(weight),
+                   ptr<const T>(mean), ptr<const T>(rstd), mut_or_null<T>(grad_x), accumulate, dsum, gx_low,
+                   mut_or_null<T>(part), rows, static_cast<int>(n));
+          };
+          // (Ungrouped, rows over 512 float32 elements spill 100 bytes a thread: only where a
+          // row is misaligned or n is not a multiple of 4.)
+          if constexpr (V >= 4) {
+            if (grouped) return go(ln_backward_reg_kernel<T, V, 4, L>);
+          }
+          go(ln_backward_reg_kernel<T, V, 1, L>);
         });
         if (params)
           launch(ctx, ln_reg_params_finish_kernel<T>, dim3(static_cast<unsigned>((n + 31) / 32)),

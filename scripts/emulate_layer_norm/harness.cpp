@@ -52,6 +52,10 @@ template <class T, class A> T from_acc(A v) {
   else return static_cast<T>(v);
 }
 
+template <class T, int N> struct alignas(sizeof(T) * N) Vec {
+  T v[N];
+};
+
 #include "kernel_body.inc"
 
 // Runs kernel(args...) over grid (gx, gy) of (32, 8) blocks, one block at a time; dynamic
@@ -162,7 +166,10 @@ template <class R> void run_case(int rows, int n) {
   // (pending) a sum the engine already held for x.
   const std::vector<float> dy = randn(N), dsum = randn(N), pending = randn(N);
   const std::vector<__half> dy_low = low_of<__half>(randn(N));
+  // The register kernels in groups of 4 columns (ln_col) and of 1.
+  for (int G : reg ? std::vector<int>{1, 4} : std::vector<int>{1})
   for (bool acc : {false, true}) {
+    const int V = n <= 128 ? 4 : 32;
     auto backward = [&](bool accumulate, const float* ds, std::vector<float>& gx, std::vector<__half>& gx_low,
                         std::vector<float>& gw, std::vector<float>& gb) {
       gx_low.assign(N, __half());
@@ -170,9 +177,9 @@ template <class R> void run_case(int rows, int n) {
       gb.assign(n, 0);
       if (reg) {
         const unsigned blocks = std::min<unsigned>(fgrid, 3);  // each warp takes several rows
-        const int V = n <= 128 ? 4 : 32;
         std::vector<float> part(static_cast<size_t>(blocks) * 2 * n, -9);
-        auto k = V == 4 ? ln_backward_reg_kernel<float, 4, __half> : ln_backward_reg_kernel<float, 32, __half>;
+        auto k = V == 4 ? (G == 4 ? ln_backward_reg_kernel<float, 4, 4, __half> : ln_backward_reg_kernel<float, 4, 1, __half>)
+                        : (G == 4 ? ln_backward_reg_kernel<float, 32, 4, __half> : ln_backward_reg_kernel<float, 32, 1, __half>);
         launch(k, blocks, 1, static_cast<size_t>(8 * 32 * V) * sizeof(float), dy.data(),
                static_cast<const __half*>(dy_low.data()), s_pair.data(), w.data(), m2.data(), r2.data(), gx.data(),
                accumulate, ds, gx_low.data(), part.data(), static_cast<int64_t>(rows), n);
@@ -218,8 +225,8 @@ template <class R> void run_case(int rows, int n) {
     const double be = rel(gx1, gref);
     expect(be < 1e-6, "backward: against float64", rows, n);
     std::printf("rows %4d n %4d %s residual %s%s: forward rel %.2e, backward rel %.2e\n", rows, n,
-                reg ? "register" : "loop    ", is_half_v<R> ? "float16" : (is_bf16_v<R> ? "bfloat16" : "float32"),
-                acc ? ", pending" : "", fe, be);
+                reg ? (G == 4 ? "register, groups of 4" : "register, groups of 1") : "loop                 ",
+                is_half_v<R> ? "float16" : (is_bf16_v<R> ? "bfloat16" : "float32"), acc ? ", pending" : "", fe, be);
   }
 }
 
