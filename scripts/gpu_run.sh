@@ -34,7 +34,8 @@
 # table of the small GPT's graphed step; each stage says when it began and has a time limit.
 # The GPTs' steps run with the weight gradients beside the stream on, then off (the default),
 # and beside PyTorch's.
-# Usage: bash dist/gpu/gpu_run.sh [tests|suites|verify|memcheck|bench|train|profile|gpt|tile|step|hostprof|all]  (default: all)
+# "measure": where the small GPT's step stands, in a short call (its comment below).
+# Usage: bash dist/gpu/gpu_run.sh [tests|suites|verify|measure|memcheck|bench|train|profile|gpt|tile|step|hostprof|all]  (default: all)
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 out="${OUT:-/tmp}"
@@ -102,6 +103,48 @@ if [ "$what" = verify ]; then
     "$here/profile_step" gpt 32 amp graph > /tmp/ncu_gpt.csv 2> /tmp/ncu_gpt.err || tail -n 5 /tmp/ncu_gpt.err
   python3 "$repo/benchmarks/ncu_summary.py" /tmp/ncu_gpt.csv --launches > "$out/ncu_gpt.txt"
   grep -A 16 "kernels," "$out/ncu_gpt.txt"
+  stage "done"
+  exit $status
+fi
+if [ "$what" = measure ]; then
+  # Where the small GPT's graphed step stands, without the whole suites: the suites of what
+  # changed last (side stream, autocast, the GPT), the GPTs' steps with the weight gradients
+  # beside the stream on and off, beside PyTorch's, the ncu table of the small GPT's graphed
+  # AMP step, test_norm's [cuda] cases under memcheck and racecheck, and with
+  # AMPGRAD_MEASURE_DETAIL=1 ncu's sections (speed of light, occupancy, warp states, memory) of
+  # its memory-bound kernels ($OUT/ncu_detail.txt).
+  repo="$(cd "$here/../.." && pwd)"
+  stage() { echo "=== [${SECONDS} s] $*"; }
+  for t in gpu2/test_side_stream gpu/test_gpt gpu/test_norm gpu3/test_amp; do
+    stage "$t"
+    LD_LIBRARY_PATH="$here/../${t%%/*}:$LD_LIBRARY_PATH" timeout 90 "$here/../$t" > "$out/$(basename "$t").log" 2>&1
+    rc=$?; tail -n 2 "$out/$(basename "$t").log"; [ $rc -eq 0 ] || status=1
+  done
+  for o in 1 0; do
+    stage "bench step, the GPTs, AMPGRAD_OVERLAP_WGRAD=$o"
+    AMPGRAD_OVERLAP_WGRAD=$o timeout 45 "$here/ampgrad" bench step --device cuda --models gpt gpt_tiny --reps 15 --json "$out/step$o.json" 2>&1 | grep "^|"
+  done
+  timeout 90 python3 "$repo/benchmarks/compare_torch.py" "$out/step0.json" --suites step --reps 15 2>&1 | grep "^|" \
+    | tee "$out/compare_step.md"
+  for tool in memcheck racecheck; do
+    stage "$tool: test_norm [cuda]"
+    LD_LIBRARY_PATH="$here:$LD_LIBRARY_PATH" AMPGRAD_TEST_QUICK=1 timeout 120 compute-sanitizer --tool $tool \
+      --error-exitcode 9 "$here/test_norm" "[cuda]" > "/tmp/$tool.txt" 2>&1
+    rc=$?; tail -n 3 "/tmp/$tool.txt"; [ $rc -eq 0 ] || status=1
+  done
+  stage "ncu: the small GPT's graphed AMP step"
+  timeout 90 ncu --profile-from-start off --graph-profiling node --metrics gpu__time_duration.sum --csv \
+    "$here/profile_step" gpt 32 amp graph > /tmp/ncu_gpt.csv 2> /tmp/ncu_gpt.err || tail -n 5 /tmp/ncu_gpt.err
+  python3 "$repo/benchmarks/ncu_summary.py" /tmp/ncu_gpt.csv --launches > "$out/ncu_gpt.txt"
+  cat "$out/ncu_gpt.txt" | head -n 60
+  [ -n "${AMPGRAD_MEASURE_DETAIL:-}" ] || { stage "done"; exit $status; }
+  stage "ncu sections: the step's memory-bound kernels"
+  timeout 120 ncu --profile-from-start off --graph-profiling node \
+    --kernel-name "regex:adam|ln_backward|ln_reg|unary_backward|check_unscale|binary|accumulate|embedding" \
+    --launch-count 14 --section SpeedOfLight --section Occupancy --section WarpStateStats \
+    --section MemoryWorkloadAnalysis --section LaunchStats "$here/profile_step" gpt 32 amp graph \
+    > "$out/ncu_detail.txt" 2>&1 || tail -n 5 "$out/ncu_detail.txt"
+  grep -E "^  [a-z_:<>(), 0-9A-Z]+\(|Duration|Memory Throughput|DRAM Throughput|Achieved Occupancy|Theoretical Occupancy|Registers Per|Grid Size|Block Size|Stall" "$out/ncu_detail.txt" | head -n 150
   stage "done"
   exit $status
 fi
