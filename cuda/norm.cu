@@ -407,70 +407,25 @@ __global__ void ln_params_finish_kernel(const T* part, T* gw, T* gb, int64_t n, 
 
 // Note [Layer norm kernels]
 // A warp per row. A row of up to 32 * V elements (V per lane, V a power of two up to 32) lives
-// in registers: the forward reads x once (mean, then the variance about it, from registers:
-// no E[x^2] - E[x]^2 cancellation; each lane sums its elements in the loop kernels' order, so
-// the results are theirs bit for bit) and writes y (and y_low). The backward reads dy (and
-// dy_low) and x once, writes the input gradient, and keeps per-lane column sums of dy * xhat
-// and dy over the rows its warp takes (two blocks per SM at most, the warps striding over the
-// rows: with one, 8 warps an SM waited on memory, row after row; a lane holds its elements in
-// groups of 4 adjacent columns where the rows are aligned for them, each array's loads of a row
-// issued before any is used: ln_col); each block adds its warps' sums in shared memory, in warp
-// order, into part[block] = {dw[n], db[n]}, and a second kernel adds the blocks' rows in block
-// order, 32 warps to a column strip. Deterministic for a given device, and two launches where
-// the loop kernels took three (their weight gradient ran a block per 256 rows and 32 columns:
-// 2 blocks for a [256, 64] input, 10 us on the H200). Longer rows (and float64 rows over 512)
-// take the loop kernels.
+// in registers, in groups of 4 adjacent columns where the rows are aligned for them (one
+// 16-byte or 8-byte access a group: ln_col), else one by one, 32 apart; every array's loads of
+// a row are issued before any is used. The forward reads x once (mean, then the variance about
+// it, from registers: no E[x^2] - E[x]^2 cancellation; one by one, each lane sums its elements
+// in the loop kernels' order, so the results are theirs bit for bit; in groups they may differ
+// in the last bit) and writes y (and y_low). The backward reads dy (and dy_low) and x once,
+// writes the input gradient, and keeps per-lane column sums of dy * xhat and dy over the rows
+// its warp takes (two blocks per SM at most, the warps striding over the rows: with one, 8
+// warps an SM waited on memory, row after row); each block adds its warps' sums in shared
+// memory, in warp order, into part[block] = {dw[n], db[n]}, and a second kernel adds the
+// blocks' rows in block order, 32 warps to a column strip. Deterministic for a given device,
+// and two launches where the loop kernels took three (their weight gradient ran a block per 256
+// rows and 32 columns: 2 blocks for a [256, 64] input, 10 us on the H200). Longer rows (and
+// float64 rows over 512) take the loop kernels. (One by one, the backward's warps waited on
+// memory 18 of every 25 cycles: 21 us for the small GPT's [4096, 256] rows on an H100, 15 % of
+// its bandwidth; in groups, 9 us.)
 constexpr int kLnMaxV = 32;
 
-// With res (add_layer_norm), the row is x + res, also written to sum.
-template <class T, int V, class L, class R>
-__global__ void ln_forward_reg_kernel(const T* x, const R* res, T* sum, const T* w, const T* b, T* y, L* y_low,
-                                      T* mean, T* rstd, int64_t rows, int n, double eps) {
-  const int64_t r = static_cast<int64_t>(blockIdx.x) * kLnRows + threadIdx.y;
-  if (r >= rows) return;
-  T v[V], wv[V], bv[V];
-#pragma unroll
-  for (int i = 0; i < V; ++i) {  // every load first: the weight's and bias's overlap x's
-    const int c = threadIdx.x + 32 * i;
-    v[i] = c < n ? ln_in(x, res, r * n + c) : T(0);
-    wv[i] = w && c < n ? w[c] : T(1);
-    bv[i] = b && c < n ? b[c] : T(0);
-  }
-  if (sum) {
-#pragma unroll
-    for (int i = 0; i < V; ++i)
-      if (threadIdx.x + 32 * i < n) sum[r * n + threadIdx.x + 32 * i] = v[i];
-  }
-  T s = 0;
-#pragma unroll
-  for (int i = 0; i < V; ++i) s += v[i];
-  const T mu = ln_warp_sum(s) / static_cast<T>(n);
-  T q = 0;
-#pragma unroll
-  for (int i = 0; i < V; ++i) {
-    const T d = threadIdx.x + 32 * i < n ? v[i] - mu : T(0);
-    q += d * d;
-  }
-  const T inv = T(1) / sqrt(ln_warp_sum(q) / static_cast<T>(n) + static_cast<T>(eps));
-  T* yr = y + r * n;
-#pragma unroll
-  for (int i = 0; i < V; ++i) {
-    const int c = threadIdx.x + 32 * i;
-    if (c < n) {
-      T o = (v[i] - mu) * inv;
-      if (w) o *= wv[i];
-      if (b) o += bv[i];
-      yr[c] = o;
-      if (y_low) y_low[r * n + c] = from_acc<L>(o);
-    }
-  }
-  if (threadIdx.x == 0) {
-    mean[r] = mu;
-    rstd[r] = inv;
-  }
-}
-
-// Lane `lane`'s element i of a row on the register kernels' backward: columns in groups of G
+// Lane `lane`'s element i of a row on the register kernels: columns in groups of G
 // (1 or 4), group k of the row at 32 * G * k, lane's G of them at lane * G within it. With G 4
 // a lane moves its group with one 16-byte (float32) or 8-byte (16-bit) access.
 template <int G> __device__ __forceinline__ int ln_col(int i, int lane) {
@@ -505,11 +460,66 @@ __device__ __forceinline__ void ln_store_row(D* row, const S (&in)[V], int lane,
   }
 }
 
+// With res (add_layer_norm), the row is x + res, also written to sum. Elements in groups of G
+// (ln_col), as the backward's.
+template <class T, int V, int G, class L, class R>
+__global__ void ln_forward_reg_kernel(const T* x, const R* res, T* sum, const T* w, const T* b, T* y, L* y_low,
+                                      T* mean, T* rstd, int64_t rows, int n, double eps) {
+  static_assert(V % G == 0, "a lane's elements are whole groups");
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * kLnRows + threadIdx.y;
+  if (r >= rows) return;
+  const int lane = threadIdx.x;
+  const int64_t at = r * n;
+  T v[V], wv[V], bv[V];
+#pragma unroll
+  for (int i = 0; i < V; ++i) {
+    v[i] = bv[i] = T(0);
+    wv[i] = T(1);
+  }
+  // Every load first: the weight's and bias's overlap x's.
+  ln_load_row<V, G>(x + at, v, lane, n);
+  if (w) ln_load_row<V, G>(w, wv, lane, n);
+  if (b) ln_load_row<V, G>(b, bv, lane, n);
+  if (res) {  // ln_in's add
+    T t[V];
+    ln_load_row<V, G>(res + at, t, lane, n);
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+      if (ln_col<G>(i, lane) < n) {
+        if constexpr (std::is_same_v<T, double>) v[i] = __dadd_rn(v[i], t[i]);
+        else v[i] = __fadd_rn(v[i], t[i]);
+      }
+    }
+  }
+  if (sum) ln_store_row<V, G>(sum + at, v, lane, n);
+  T s = 0;
+#pragma unroll
+  for (int i = 0; i < V; ++i) s += v[i];
+  const T mu = ln_warp_sum(s) / static_cast<T>(n);
+  T q = 0;
+#pragma unroll
+  for (int i = 0; i < V; ++i) {
+    const T d = ln_col<G>(i, lane) < n ? v[i] - mu : T(0);
+    q += d * d;
+  }
+  const T inv = T(1) / sqrt(ln_warp_sum(q) / static_cast<T>(n) + static_cast<T>(eps));
+#pragma unroll
+  for (int i = 0; i < V; ++i) {
+    T o = (v[i] - mu) * inv;
+    if (w) o *= wv[i];
+    if (b) o += bv[i];
+    v[i] = o;
+  }
+  ln_store_row<V, G>(y + at, v, lane, n);
+  if (y_low) ln_store_row<V, G>(y_low + at, v, lane, n);
+  if (lane == 0) {
+    mean[r] = mu;
+    rstd[r] = inv;
+  }
+}
+
 // gx may be null (no input gradient), part too (no weight or bias gradient); dynamic shared
-// memory kLnRows * 32 * V elements when part is not null. Each lane holds V elements of a row
-// in groups of G (ln_col): every array's loads of a row are issued before any is used, one
-// access per group (one element at a time, 32 apart, the warps waited on memory 18 of every 25
-// cycles: 21 us for the small GPT's [4096, 256] rows on an H100, 15 % of its bandwidth).
+// memory kLnRows * 32 * V elements when part is not null. Elements in groups of G (ln_col).
 template <class T, int V, int G, class L>
 __global__ void ln_backward_reg_kernel(const T* dy, const L* dy_low, const T* x, const T* w, const T* mean,
                                        const T* rstd, T* gx, bool acc, const T* dsum, L* gx_low, T* part,
@@ -527,13 +537,12 @@ __global__ void ln_backward_reg_kernel(const T* dy, const L* dy_low, const T* x,
     for (int i = 0; i < V; ++i) wv[i] = T(1);
     if (w) ln_load_row<V, G>(w, wv, lane, n);
   }
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * kLnRows;
-  for (int64_t r = static_cast<int64_t>(blockIdx.x) * kLnRows + threadIdx.y; r < rows; r += stride) {
+  // Row r's loads: x, d (the output's gradient: ln_dy's sum) and prev (what the input gradient
+  // is added to: ln_prev's), each an add of its own as there, and the row's mean and rstd.
+  auto load = [&](int64_t r, T(&xv)[V], T(&d)[V], T(&prev)[V], T& mu, T& inv) {
     const int64_t at = r * n;
-    const T mu = mean[r], inv = rstd[r];
-    // d: the output's gradient (ln_dy's sum); prev: what the input gradient is added to
-    // (ln_prev's), each an add of its own as there, loaded with the row.
-    T xv[V], d[V], prev[V];
+    mu = mean[r];
+    inv = rstd[r];
 #pragma unroll
     for (int i = 0; i < V; ++i) xv[i] = d[i] = prev[i] = T(0);
     ln_load_row<V, G>(x + at, xv, lane, n);
@@ -561,6 +570,20 @@ __global__ void ln_backward_reg_kernel(const T* dy, const L* dy_low, const T* x,
           else prev[i] = __fadd_rn(prev[i], t[i]);
         }
       }
+    }
+  };
+  // Short rows load the warp's next row before working on this one: its loads wait while this
+  // row computes and stores (each warp takes about two of the small GPT's rows).
+  constexpr bool kAhead = V * sizeof(T) <= 64;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kLnRows;
+  int64_t r = static_cast<int64_t>(blockIdx.x) * kLnRows + threadIdx.y;
+  T xv[V], d[V], prev[V], mu = 0, inv = 0;
+  if (r < rows) load(r, xv, d, prev, mu, inv);
+  for (; r < rows; r += stride) {
+    const int64_t at = r * n, next = r + stride;
+    T nx[kAhead ? V : 1], nd[kAhead ? V : 1], np[kAhead ? V : 1], nmu = 0, ninv = 0;
+    if constexpr (kAhead) {
+      if (next < rows) load(next, nx, nd, np, nmu, ninv);
     }
     T xh[V], g[V];
     T a = 0, c = 0;
@@ -591,6 +614,19 @@ __global__ void ln_backward_reg_kernel(const T* dy, const L* dy_low, const T* x,
       }
       ln_store_row<V, G>(gx + at, o, lane, n);
       if (gx_low) ln_store_row<V, G>(gx_low + at, o, lane, n);
+    }
+    if (next >= rows) break;
+    if constexpr (kAhead) {
+#pragma unroll
+      for (int i = 0; i < V; ++i) {
+        xv[i] = nx[i];
+        d[i] = nd[i];
+        prev[i] = np[i];
+      }
+      mu = nmu;
+      inv = ninv;
+    } else {
+      load(next, xv, d, prev, mu, inv);
     }
   }
   if (!part) return;
@@ -676,6 +712,14 @@ template <class F> void dispatch_ln_low(const Tensor& x, const Tensor& low, F&& 
   else f(TypeTag<__half>{});
 }
 
+// Whether the register kernels take a row of n (`lanes` elements a lane) in groups of 4
+// columns (ln_col): every row of every defined array aligned for them.
+template <size_t N> bool ln_grouped(int lanes, int64_t n, const Tensor* const (&arrays)[N]) {
+  return lanes >= 4 && n % 4 == 0 && std::all_of(std::begin(arrays), std::end(arrays), [](const Tensor* t) {
+           return !t->defined() || is_aligned(ampgrad::detail::address(*t), 4 * t->element_size());
+         });
+}
+
 unsigned ln_blocks(int64_t rows) { return static_cast<unsigned>((rows + kLnRows - 1) / kLnRows); }
 
 }  // namespace
@@ -710,10 +754,19 @@ void layer_norm_forward(const Tensor& x, const Tensor& residual, const Tensor& w
         using L = typename decltype(low_tag)::type;
         L* low = y_low.defined() ? ptr<L>(y_low) : nullptr;
         if (const int lanes = ln_lanes<T>(n)) {
+          const Tensor* arrays[] = {&x, &residual, &sum, &weight, &bias, &y, &y_low};
+          const bool grouped = ln_grouped(lanes, n, arrays);
           with_lanes(lanes, [&](auto v) {
-            launch(ctx, ln_forward_reg_kernel<T, decltype(v)::value, L, R>, dim3(ln_blocks(rows)), dim3(32, kLnRows),
-                   0, ptr<const T>(x), res, s, ptr_or_null<T>(weight), ptr_or_null<T>(bias), ptr<T>(y), low,
-                   ptr<T>(mean), ptr<T>(rstd), rows, static_cast<int>(n), eps);
+            constexpr int V = decltype(v)::value;
+            auto go = [&](auto kernel) {
+              launch(ctx, kernel, dim3(ln_blocks(rows)), dim3(32, kLnRows), 0, ptr<const T>(x), res, s,
+                     ptr_or_null<T>(weight), ptr_or_null<T>(bias), ptr<T>(y), low, ptr<T>(mean), ptr<T>(rstd), rows,
+                     static_cast<int>(n), eps);
+            };
+            if constexpr (V >= 4) {
+              if (grouped) return go(ln_forward_reg_kernel<T, V, 4, L, R>);
+            }
+            go(ln_forward_reg_kernel<T, V, 1, L, R>);
           });
           return;
         }
@@ -754,11 +807,8 @@ void layer_norm_backward(const Tensor& dy, const Tensor& dy_low, const Tensor& x
         const int per_sm = lanes >= 32 ? 1 : 2;
         const int blocks = static_cast<int>(std::min<int64_t>(ln_blocks(rows), per_sm * ctx.sm_count));
         Tensor part = params ? empty({static_cast<int64_t>(blocks) * 2 * n}, mean.options()) : Tensor();
-        // Groups of 4 columns a lane (ln_col) where every row of every array is aligned for them.
         const Tensor* arrays[] = {&dy, &dy_low, &x, &weight, &grad_sum, &grad_x, &grad_x_low};
-        const bool grouped = lanes >= 4 && n % 4 == 0 && std::all_of(std::begin(arrays), std::end(arrays), [](const Tensor* t) {
-                               return !t->defined() || is_aligned(ampgrad::detail::address(*t), 4 * t->element_size());
-                             });
+        const bool grouped = ln_grouped(lanes, n, arrays);
         with_lanes(lanes, [&](auto v) {
           constexpr int V = decltype(v)::value;
           auto go = [&](auto kernel) {

@@ -114,7 +114,8 @@ void expect(bool ok, const char* what, int rows, int n) {
 }
 
 // One case: rows x n, a float32 stream x and a 16-bit residual of type R (or float).
-template <class R> void run_case(int rows, int n) {
+// G: the register kernels' groups of columns (ln_col), 1 or 4.
+template <class R> void run_case(int rows, int n, int G) {
   const bool reg = n <= 1024;
   const size_t N = static_cast<size_t>(rows) * n;
   const std::vector<float> x = randn(N, 2, 0.5f), w = randn(n, 0.3f, 1), b = randn(n, 0.3f);
@@ -134,7 +135,8 @@ template <class R> void run_case(int rows, int n) {
     mean.assign(rows, 0);
     rstd.assign(rows, 0);
     if (reg) {
-      auto k = n <= 128 ? ln_forward_reg_kernel<float, 4, __half, R> : ln_forward_reg_kernel<float, 32, __half, R>;
+      auto k = n <= 128 ? (G == 4 ? ln_forward_reg_kernel<float, 4, 4, __half, R> : ln_forward_reg_kernel<float, 4, 1, __half, R>)
+                        : (G == 4 ? ln_forward_reg_kernel<float, 32, 4, __half, R> : ln_forward_reg_kernel<float, 32, 1, __half, R>);
       launch(k, fgrid, 1, 0, xin, r, sum, w.data(), b.data(), y.data(), y_low.data(), mean.data(), rstd.data(),
              static_cast<int64_t>(rows), n, 1e-5);
     } else {
@@ -166,8 +168,6 @@ template <class R> void run_case(int rows, int n) {
   // (pending) a sum the engine already held for x.
   const std::vector<float> dy = randn(N), dsum = randn(N), pending = randn(N);
   const std::vector<__half> dy_low = low_of<__half>(randn(N));
-  // The register kernels in groups of 4 columns (ln_col) and of 1.
-  for (int G : reg ? std::vector<int>{1, 4} : std::vector<int>{1})
   for (bool acc : {false, true}) {
     const int V = n <= 128 ? 4 : 32;
     auto backward = [&](bool accumulate, const float* ds, std::vector<float>& gx, std::vector<__half>& gx_low,
@@ -231,11 +231,13 @@ template <class R> void run_case(int rows, int n) {
 }
 
 int main() {
-  run_case<__half>(37, 96);
-  run_case<__nv_bfloat16>(21, 1000);
-  run_case<float>(9, 100);
-  run_case<__half>(11, 1500);
-  run_case<__nv_bfloat16>(5, 1100);
+  for (int G : {1, 4}) {  // the register kernels one by one and in groups of 4 columns
+    run_case<__half>(37, 96, G);
+    run_case<__nv_bfloat16>(21, 1000, G);
+    run_case<float>(9, 100, G);
+  }
+  run_case<__half>(11, 1500, 1);
+  run_case<__nv_bfloat16>(5, 1100, 1);
   if (failures) {
     std::printf("%d check(s) failed\n", failures);
     return 1;

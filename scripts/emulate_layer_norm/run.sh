@@ -4,7 +4,8 @@
 # add_layer_norm's claim (Note [Add and layer norm] in ops/norm.cpp): the kernels given the
 # residual (forward) and the sum's gradient (backward) write the same bits as the pair of ops,
 # the add done first and the sum's gradient preloaded as the engine's pending sum (`acc`), in
-# the register kernels and the loop kernels; and both against float64. Not the hardware's
+# the register kernels (their columns one by one and in groups of 4, each warp of the backward
+# taking several rows) and the loop kernels; and both against float64. Not the hardware's
 # rounding (the host compiles the same arithmetic, without nvcc's contractions), nor speed.
 # The kernel bodies are taken from the .cu file as they are.
 # Usage: bash scripts/emulate_layer_norm/run.sh [CUDA_INCLUDE_DIR]   (default /usr/local/cuda/include;
