@@ -149,7 +149,6 @@ void Node::accumulate_incoming(Tensor& sum, const Tensor& b) const {
 
 bool Node::sum_keeps_dtype(DType a, DType b) const { return promote_types(a, b) == a; }
 
-
 // Note [Gradient accumulation]
 // The gradient reaching a leaf may still be in a narrower dtype than the leaf's (float16 for
 // an autocast weight of float32); it is widened here, where the leaf's dtype is known, and

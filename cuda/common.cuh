@@ -185,6 +185,9 @@ class KernelContext {
 };
 
 template <class T> T* ptr(const Tensor& t) { return static_cast<T*>(ampgrad::detail::address(t)); }
+// ptr for an optional operand: null where `t` is undefined.
+template <class T> const T* ptr_or_null(const Tensor& t) { return t.defined() ? ptr<const T>(t) : nullptr; }
+template <class T> T* mut_or_null(const Tensor& t) { return t.defined() ? ptr<T>(t) : nullptr; }
 
 // Note [Dense fast path]
 // Tensors of one shape and identical strides that are non-overlapping and dense (contiguous,

@@ -111,10 +111,6 @@ static_assert(sizeof(SgdHyper) == 4 * 8 + 2 + 6 && sizeof(AdamHyper) == 5 * 8 + 
 static_assert(sizeof(ScaleRule) == 6 * 8 && sizeof(ScaleUpdateArgs) == 9 * 8 + 1 + 7 + sizeof(ScaleRule));
 static_assert(sizeof(TensorLists<4>) == 4 * 64 * 8 + 64 * 8 * 2 + 65 * 8 + 2 * 4);
 
-template <class T>
-T* ptr_or_null(const Tensor& t) {
-  return t.defined() ? static_cast<T*>(ampgrad::detail::address(t)) : nullptr;
-}
 
 ScaleUpdateArgs update_args(const ScaleUpdate& u) {
   ScaleUpdateArgs a;
@@ -124,9 +120,9 @@ ScaleUpdateArgs update_args(const ScaleUpdate& u) {
   a.inv_scale = ptr<float>(u.rec.inv_scale);
   a.last_scale = ptr<float>(u.rec.last_scale);
   a.last_found = ptr<float>(u.rec.last_found);
-  a.last_inv = ptr_or_null<float>(u.rec.last_inv_scale);
-  a.last_growth = ptr_or_null<int32_t>(u.rec.last_growth);
-  a.last_hyst = ptr_or_null<int32_t>(u.rec.last_hysteresis);
+  a.last_inv = mut_or_null<float>(u.rec.last_inv_scale);
+  a.last_growth = mut_or_null<int32_t>(u.rec.last_growth);
+  a.last_hyst = mut_or_null<int32_t>(u.rec.last_hysteresis);
   a.clear_found = u.rec.clear_found;
   a.rule = u.rule;
   return a;
@@ -384,10 +380,6 @@ __global__ void adam_kernel(TensorLists<6> lists, float* found_inf, const float*
   const bool skipped = step_skipped<G, kCheck>(lists, vec4, found_inf);
   if (!skipped) adam_update<P, G, W>(lists, inv_scale, h, vec4);
   finish_step(lists, skipped, found_inf, up);
-}
-
-const float* f32_or_null(const Tensor& t) {
-  return t.defined() ? static_cast<const float*>(ampgrad::detail::address(t)) : nullptr;
 }
 
 // Launches `launch(lists, count, max_numel)` for each run of up to kMaxTensors tensors; a run of
@@ -687,7 +679,7 @@ void fused_step(const FusedStep& s, const char* op, Fill&& fill, Kernels&& kerne
   const bool check_inside = fold && s.check_grads && numel <= kCheckInsideMaxNumel;
   if (s.check_grads && !check_inside) amp_check_and_unscale(s.grads, s.found_inf, Tensor(), /*write_back=*/false);
   const ScaleUpdateArgs up = fold ? update_args(*s.update) : ScaleUpdateArgs{};
-  float* found_inf = ptr_or_null<float>(s.found_inf);
+  float* found_inf = mut_or_null<float>(s.found_inf);
   for (const Run& r : runs) {
     const std::vector<size_t>& run = r.tensors;
     dispatch_step(r.dtypes[0], r.dtypes[1], r.dtypes[2], op,
@@ -698,7 +690,7 @@ void fused_step(const FusedStep& s, const char* op, Fill&& fill, Kernels&& kerne
           [&](TensorLists<L>& l, int, int64_t) {
             const bool vec4 = lists_vec4(l, l.count);
             launch_step(ctx, s, check_inside, chunk_grid(ctx, reinterpret_cast<const void*>(plain), l, vec4),
-                        checking, plain, l, found_inf, f32_or_null(s.inv_scale), h, vec4, up);
+                        checking, plain, l, found_inf, ptr_or_null<float>(s.inv_scale), h, vec4, up);
           },
           /*launch_empty=*/true);
     });

@@ -96,11 +96,11 @@ Tensor batch_norm_fused(const Tensor& x, const BnGeometry& geo, const Tensor& ru
 // cost about eight kernels forward and fifteen backward, a GPT's largest share of launches
 // after its GEMMs. On CUDA, for float32 and float64 inputs whose weight and bias (when given)
 // have the input's dtype (under autocast layer_norm is an fp32 op, so its inputs arrive as
-// float32), it runs as kernels of its own (cuda/norm.cu): a warp per row computes the mean,
+// float32), it runs as kernels of its own (cuda/layer_norm.cu): a warp per row computes the mean,
 // then the variance of the deviations (two passes over the row, so it does not cancel), and
 // writes the output and the row's mean and rstd; backward, the input gradient and each
 // block's column sums for the weight and bias gradients in one launch, those sums added in
-// block order by a second (Note [Layer norm kernels] in cuda/norm.cu): deterministic,
+// block order by a second (Note [Layer norm kernels] in cuda/layer_norm.cu): deterministic,
 // no atomics. Under autocast the forward also writes the output in the autocast dtype for the
 // next lower op, and the backward takes that copy's gradient (Note [Ready casts] in
 // amp/autocast.h). Everything else (the CPU, 16-bit parameters) takes the composite.

@@ -694,7 +694,7 @@ TEST_CASE("nn: PReLU initializes as PyTorch's and learns its slope", "[nn][prelu
 TEST_CASE("layer_norm's fused CUDA kernels match the float64 composite, forward and backward", "[nn][cuda]") {
   if (skip_without_cuda()) return;
   // Note [Fused layer norm] in ops/norm.cpp: float32 and float64 on CUDA, against the CPU's
-  // composite in float64. Note [Layer norm kernels] in cuda/norm.cu: rows of 7 to 1000 take
+  // composite in float64. Note [Layer norm kernels] in cuda/layer_norm.cu: rows of 7 to 1000 take
   // the register kernels (1, 2, 4, 8, 16 and 32 elements a lane; float64 up to 512), 1500 the
   // loop kernels; 4100 rows make each warp of the register backward take several rows and the
   // loop backward several 256-row chunks and a partial one. x_grad false: the weight's

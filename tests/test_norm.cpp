@@ -85,7 +85,7 @@ TEST_CASE("add_layer_norm names what is wrong with its inputs", "[nn]") {
 TEST_CASE("add_layer_norm's one CUDA kernel gives the pair's values and gradients bit for bit", "[nn][cuda]") {
   if (skip_without_cuda()) return;
   // Rows of 96 take the register kernels, 1500 the loop kernels (Note [Layer norm kernels] in
-  // cuda/norm.cu). The stream x is float32 and the branch b float16, bfloat16 (autocast) or
+  // cuda/layer_norm.cu). The stream x is float32 and the branch b float16, bfloat16 (autocast) or
   // float32; `swap` passes them the other way round. `use`: 0 both outputs, 1 only the norm,
   // 2 only the sum.
   for (int64_t e : {int64_t{96}, int64_t{1500}}) {

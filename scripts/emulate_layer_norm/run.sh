@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the layer norm kernels (cuda/norm.cu, Note [Layer norm kernels]) on the CPU: a
+# Runs the layer norm kernels (cuda/layer_norm.cu, Note [Layer norm kernels]) on the CPU: a
 # std::thread per CUDA thread, barriers for __syncthreads and the warp shuffles. It checks
 # add_layer_norm's claim (Note [Add and layer norm] in ops/norm.cpp): the kernels given the
 # residual (forward) and the sum's gradient (backward) write the same bits as the pair of ops,
@@ -15,7 +15,7 @@ here="$(cd "$(dirname "$0")" && pwd)"
 inc="${1:-/usr/local/cuda/include}"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
-python3 - "$here/../../cuda/norm.cu" "$work/kernel_body.inc" <<'PY'
+python3 - "$here/../../cuda/layer_norm.cu" "$work/kernel_body.inc" <<'PY'
 import sys
 s = open(sys.argv[1]).read()
 body = s[s.index('// ---- Layer norm ----'):s.index('// Elements per lane for a row')]
