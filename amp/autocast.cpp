@@ -4,13 +4,11 @@
 
 #include <unordered_map>
 
+#include <ampgrad/amp/cast_reuse.h>
 #include <ampgrad/amp/fp8.h>
 #include <ampgrad/amp/trace.h>
-#include <ampgrad/amp/working_copy_detail.h>
 #include <ampgrad/core/device_hooks.h>
-#include <ampgrad/core/offered_copies.h>
 #include <ampgrad/ops/op.h>
-#include <ampgrad/ops/internal.h>
 #include <ampgrad/ops/ops.h>
 
 namespace ampgrad::amp {
@@ -40,54 +38,45 @@ thread_local State t_state;
 
 int idx(DeviceType t) { return static_cast<int>(t); }
 
-// Note [Ready casts]: this thread's offers. One lives while its source does (a layer_norm's
-// output: about one block of a network), so a few are open at a time.
-thread_local ::ampgrad::detail::OfferedCopies t_ready(16);
-
-Tensor cast(Tensor& t, DType dtype, OpRecord* rec) {
+// Note [Cast cache]
+// As PyTorch's cached_cast: inside the outermost enabled region, a float32 leaf that requires
+// grad (a parameter) is cast once per dtype and that cast is reused by every op of the region
+// (a weight used twice, an RNN's weights at every time step); anything else is cast at each use.
+// The region's end empties the cache. Before casting, a cast made outside the region may serve
+// (Note [Cast reuse] in amp/cast_reuse.h: a parameter's copy the optimizer wrote, an op's ready
+// cast). While a CUDA graph captures, the cache is neither read nor written: a cast made before
+// the capture may be freed under the graph, and one made in it holds nothing until it replays.
+Tensor cached_cast(const Tensor& t, DType dtype, OpRecord* rec) {
   State& s = t_state;
-  if (!t_ready.empty()) {
-    if (Tensor ready = t_ready.find(t, dtype); ready.defined()) {
-      ++s.stats.hits;
-      ++s.stats.ready_hits;
-      if (rec) ++rec->cache_hits;
-      return ready;
-    }
-  }
-  const bool cacheable = t.is_leaf() && t.requires_grad() && t.dtype() == DType::Float32 && s.depth > 0;
+  const bool cacheable = t.is_leaf() && t.requires_grad() && t.dtype() == DType::Float32 && s.depth > 0 &&
+                         !graph_capturing(t.device());
+  const State::Key key{t.unsafe_impl(), dtype};
   if (cacheable) {
-    // A capture that began inside this region looks past the region's cache, so that the copy
-    // its graph reads is recorded with the graph (Note [Working copies]).
-    auto it = s.cache.find({t.unsafe_impl(), dtype});
-    if (it != s.cache.end() && !graph_capturing(t.device())) {
+    if (auto it = s.cache.find(key); it != s.cache.end()) {
       ++s.stats.hits;
       if (rec) ++rec->cache_hits;
       return it->second.second;
     }
-    // A copy kept from an earlier region and refreshed by the optimizer (Note [Working copies]).
-    if (Tensor kept = detail::current_working_copy(t, dtype); kept.defined()) {
-      Tensor c = to_reusing(t, kept);
-      ++s.stats.hits;
-      ++s.stats.working_copy_hits;
-      if (rec) ++rec->cache_hits;
-      s.cache.emplace(State::Key{t.unsafe_impl(), dtype}, std::make_pair(t, c));
-      s.stats.entries = static_cast<int64_t>(s.cache.size());
-      return c;
+  }
+  Tensor c = reusable_cast(t, dtype);
+  if (c.defined()) {
+    ++s.stats.hits;
+    ++s.stats.reused;
+    if (rec) ++rec->cache_hits;
+  } else {
+    c = to(t, t.device(), dtype);
+    const int64_t bytes = static_cast<int64_t>(c.nbytes());
+    s.stats.bytes_converted += bytes;
+    if (rec) {
+      ++rec->casts;
+      rec->bytes_converted += bytes;
+    }
+    if (cacheable) {
+      ++s.stats.misses;
+      cast_made(t, c);
     }
   }
-  Tensor c = to(t, t.device(), dtype);
-  if (cacheable) detail::keep_working_copy(t, c.detach());
-  int64_t bytes = static_cast<int64_t>(c.nbytes());
-  s.stats.bytes_converted += bytes;
-  if (rec) {
-    ++rec->casts;
-    rec->bytes_converted += bytes;
-  }
-  if (cacheable) {
-    ++s.stats.misses;
-    s.cache.emplace(State::Key{t.unsafe_impl(), dtype}, std::make_pair(t, c));
-    s.stats.entries = static_cast<int64_t>(s.cache.size());
-  }
+  if (cacheable) s.cache.emplace(key, std::make_pair(t, c));
   return c;
 }
 
@@ -173,6 +162,37 @@ AutocastSuspend::~AutocastSuspend() {
   t_state.enabled[1] = prev_[1];
 }
 
+namespace {
+CastReuse* g_reuse = nullptr;
+}  // namespace
+
+void set_cast_reuse(CastReuse* reuse) { g_reuse = reuse; }
+
+Tensor reusable_cast(const Tensor& t, DType dtype) { return g_reuse ? g_reuse->find(t, dtype) : Tensor(); }
+
+void cast_made(const Tensor& t, const Tensor& cast) {
+  if (g_reuse) g_reuse->made(t, cast);
+}
+
+std::optional<DType> ready_cast_dtype(Device device) {
+  const int i = idx(device.type);
+  if (!g_reuse || !t_state.enabled[i] || !g_reuse->wants_ready_casts(device, t_state.dtype[i]))
+    return std::nullopt;
+  return t_state.dtype[i];
+}
+
+void offer_ready_cast(const Tensor& source, const Tensor& low) {
+  if (g_reuse) g_reuse->offer(source, low);
+}
+
+std::vector<Tensor> copies_to_write(const std::vector<Tensor>& params) {
+  return g_reuse ? g_reuse->copies_to_write(params) : std::vector<Tensor>(params.size());
+}
+
+void copies_written(const std::vector<Tensor>& params, const std::vector<Tensor>& copies) {
+  if (g_reuse) g_reuse->copies_written(params, copies);
+}
+
 CastCacheStats cast_cache_stats() {
   CastCacheStats s = t_state.stats;
   s.entries = static_cast<int64_t>(t_state.cache.size());
@@ -191,13 +211,6 @@ class TraceWriter {
 };
 
 namespace detail {
-
-std::optional<DType> ready_cast_dtype(Device device) {
-  if (!t_state.enabled[idx(device.type)]) return std::nullopt;
-  return t_state.dtype[idx(device.type)];
-}
-
-void offer_cast(const Tensor& source, const Tensor& low) { t_ready.offer(source, low); }
 
 bool policy_active() { return t_state.enabled[0] || t_state.enabled[1] || t_state.trace != nullptr; }
 bool tracing() { return t_state.trace != nullptr; }
@@ -264,7 +277,7 @@ std::optional<DType> apply_policy(const OpInfo& op, Tensor* const* inputs, size_
       if (rec) ++rec->read_16bit;
       continue;
     }
-    t = cast(t, *target, rec);
+    t = cached_cast(t, *target, rec);
   }
   return target;
 }
@@ -274,7 +287,7 @@ void cast_inputs(Tensor* const* inputs, size_t n, DType dtype, OpRecord* rec) {
   for (size_t i = 0; i < n; ++i) {
     Tensor& t = *inputs[i];
     if (!t.defined() || !is_floating(t.dtype()) || t.dtype() == DType::Float64 || t.dtype() == dtype) continue;
-    t = cast(t, dtype, rec);
+    t = cached_cast(t, dtype, rec);
   }
 }
 

@@ -29,23 +29,9 @@ namespace ampgrad::amp {
 //   banned      -> Error under fp16 autocast, naming the safe alternative
 // Casts are the differentiable `to` op, so gradients reach fp32 leaves in fp32. A float32
 // leaf that requires grad (a parameter) is cast once per outermost autocast region and the
-// copy is reused (the cast cache): that copy is the step's 16-bit working copy of the
-// fp32 master weight. The cache empties when the outermost enabled region exits; the copy
-// itself is kept, and reused by later regions while the parameter is unchanged or changed
-// only by a fused optimizer step, which refreshes it (Note [Working copies]).
-//
-// Note [Ready casts]
-// An fp32 op's float32 output is often the next `lower` op's input: a pre-norm transformer's
-// layer_norm feeds linear, whose input autocast casts to float16, one more launch forward and
-// its gradient's cast back one more backward, per norm. A fused fp32 op whose kernel can write
-// its output in the autocast dtype as well, in the same pass (layer_norm on CUDA), does so
-// while autocast is enabled and offers that copy (detail::offer_cast): it is a second output
-// of the op's autograd node, so its gradient goes straight into the op's backward (which
-// takes the two outputs' gradients in one kernel) with no cast either way. When a later op's
-// policy would cast that output, unchanged since (version), to that dtype, it gets the copy
-// instead (cast_cache_stats().ready_hits). The values are the cast's bit for bit: both round
-// the same float32 result once. The op's output itself stays float32, as PyTorch's; the copy
-// is kept only while the output lives, and costs a write of its bytes when nothing takes it.
+// copy is reused (Note [Cast cache] in amp/autocast.cpp): that copy is the step's 16-bit
+// working copy of the fp32 master weight. Where the cast is decided: detail::apply_policy in
+// amp/autocast.cpp; where it is made or found: cached_cast, beside it.
 
 bool is_autocast_enabled(DeviceType type);
 // The dtype `lower` ops run in: float16 or bfloat16 (bfloat16 under FP8 autocast).
@@ -117,8 +103,7 @@ struct CastCacheStats {
   int64_t hits = 0;
   int64_t misses = 0;
   int64_t bytes_converted = 0;  // bytes written by casts made under autocast
-  int64_t working_copy_hits = 0;  // of the hits, served by a kept copy (Note [Working copies])
-  int64_t ready_hits = 0;         // of the hits, an op's own 16-bit copy of its output (Note [Ready casts])
+  int64_t reused = 0;  // of the hits, casts made outside the region (Note [Cast reuse] in amp/cast_reuse.h)
 };
 CastCacheStats cast_cache_stats();  // this thread's, since the outermost region began
 void clear_cast_cache();

@@ -1,6 +1,6 @@
-// FP8 autocast's scaling recipes (issue #26): DelayedScaling and CurrentScaling, as
-// Transformer Engine's, and Fp8Recipe, which holds the per-tensor scales and amax histories on
-// the device (Note [FP8 scaling], Note [FP8 autocast]).
+// FP8 autocast's scaling recipes: DelayedScaling and CurrentScaling, as Transformer Engine's,
+// and Fp8Recipe, which holds the per-tensor scales and amax histories on the device
+// (Note [FP8 scaling], Note [FP8 autocast]).
 #pragma once
 
 #include <cstdint>

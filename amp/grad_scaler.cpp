@@ -23,14 +23,14 @@ GradScaler::GradScaler(GradScalerOptions options) : opt_(options) {
 // Note [Scaler launches]
 // A scaled step adds launches to every training step, and a small network's step is bound
 // by the host's launch time, so the scaler keeps them to three: the inf check (one launch
-// for all gradients), the gated optimizer step, and the update; and where one launch covers
-// the optimizer's step, to that one launch (Note [One-launch scaled step] in
+// for all gradients), the gated optimizer step, and the update; step_and_update makes them one
+// where one launch covers the optimizer's step (Note [One-launch scaled step] in
 // core/fused_kernels.h). Everything else rides in those kernels: the update also writes
 // 1 / scale (the next step's unscale factor, instead of a reciprocal launch per step),
 // copies the scale and the flag it decided on into last_scale_ and last_found_inf_ (instead
 // of two clones), and clears the found-inf flag for the next check (instead of a memset per
 // step). The flag is therefore zero whenever a step begins: created zero, and cleared by
-// every update (or put back by unfold(), to be cleared by the update that follows).
+// every update.
 void GradScaler::lazy_init(Device device) {
   if (scale_.defined()) return;
   // Made first, stored together: running out of memory halfway leaves the scaler unmade
@@ -71,9 +71,7 @@ Tensor GradScaler::scale(const Tensor& loss) {
     size_t i = 0;
     for (auto& [o, st] : per_opt_) st.found_inf = std::move(flags[i++]);
   }
-  // After a folded step (Note [One-launch scaled step]) scale_ already holds the next
-  // iteration's scale; a loss scaled now (another optimizer's) takes this iteration's.
-  return mul(loss, folded_ ? folded_->last_scale : scale_);
+  return mul(loss, scale_);
 }
 
 namespace {
@@ -111,6 +109,8 @@ std::vector<Tensor> GradScaler::grads_of(optim::Optimizer& opt) {
   return grads;
 }
 
+// The inf check (step_formulas::unscale on every element): sets st's flag if any gradient holds
+// an inf or NaN, and with write_back also divides them by the scale in place.
 void GradScaler::check(PerOptimizer& st, const std::vector<Tensor>& grads, const Tensor& inv_scale, bool write_back) {
   // found_inf is zero here (Note [Scaler launches]).
   if (!grads.empty()) kernel::amp_check_and_unscale(st.found_inf.device(), grads, st.found_inf, inv_scale, write_back);
@@ -120,9 +120,10 @@ void GradScaler::check(PerOptimizer& st, const std::vector<Tensor>& grads, const
 void GradScaler::unscale_(optim::Optimizer& opt) {
   if (!opt_.enabled_) return;
   PerOptimizer& st = state_of(opt);
+  AG_CHECK(st.stage != Stage::stepped,
+           "GradScaler.unscale_: unscale_() is being called after step() on this optimizer; call update() first");
   AG_CHECK(st.stage == Stage::ready,
            "GradScaler.unscale_: unscale_() has already been called on this optimizer since the last update()");
-  if (folded_) unfold();  // inv_scale_ must be this iteration's again, and this flag must count
   NoGradGuard no_grad;
   try {
     check(st, grads_of(opt), inv_scale_, /*write_back=*/true);
@@ -133,65 +134,6 @@ void GradScaler::unscale_(optim::Optimizer& opt) {
   st.stage = Stage::unscaled;
 }
 
-// Whether opt's step can run this iteration's update too (Note [One-launch scaled step]): the
-// last update() saw one optimizer's flag (a loop with several optimizers never folds, and
-// neither does the first iteration), nothing else was checked since, and opt has one
-// parameter group with a gradient.
-bool GradScaler::can_fold(optim::Optimizer& opt, bool has_grad) const {
-  if (!opt_.fold_into_step_ || last_update_optimizers_ != 1 || folded_ || !has_grad || opt.num_groups() != 1)
-    return false;
-  for (const auto& [o, st] : per_opt_)
-    if (o != &opt && st.stage != Stage::ready) return false;
-  return true;
-}
-
-ScaleUpdate GradScaler::next_update() {
-  const TensorOptions f32 = scale_.options();
-  ScaleUpdate u;
-  u.scale = scale_;
-  u.growth_tracker = growth_tracker_;
-  u.hysteresis_left = hysteresis_left_;
-  u.rule = {opt_.growth_factor_, opt_.backoff_factor_, opt_.growth_interval_, opt_.hysteresis_, opt_.min_scale_,
-            opt_.max_scale_};
-  u.rec.inv_scale = inv_scale_;
-  // Fresh each update: a handle kept by a caller stays as it was. step() makes them before the
-  // optimizer writes anything (Note [A failed step] in optim/optimizer.cpp), so that update()
-  // after it allocates nothing.
-  const bool ahead = ahead_.first.defined() && ahead_.first.device() == scale_.device();
-  u.rec.last_scale = ahead ? ahead_.first : empty({}, f32);
-  u.rec.last_found = ahead ? ahead_.second : empty({}, f32);
-  ahead_ = {};
-  return u;
-}
-
-ScaleUpdate GradScaler::folded_update() {
-  if (!last_growth_.defined() || last_growth_.device() != scale_.device()) {
-    last_inv_scale_ = empty({}, scale_.options());
-    last_growth_ = empty({}, growth_tracker_.options());
-    last_hysteresis_ = empty({}, growth_tracker_.options());
-  }
-  ScaleUpdate u = next_update();
-  u.rec.clear_found = true;  // the step's own flag: recorded in last_found, ready for the next check
-  u.rec.last_inv_scale = last_inv_scale_;
-  u.rec.last_growth = last_growth_;
-  u.rec.last_hysteresis = last_hysteresis_;
-  return u;
-}
-
-// A folded update must be decided again (another optimizer's flag counts too, or new_scale
-// replaces it): puts back the state it started from and the folded optimizer's flag, as if
-// the update had never run.
-void GradScaler::unfold() {
-  NoGradGuard no_grad;
-  const Folded f = *folded_;
-  folded_.reset();
-  scale_.copy_(f.last_scale);
-  inv_scale_.copy_(last_inv_scale_);
-  growth_tracker_.copy_(last_growth_);
-  hysteresis_left_.copy_(last_hysteresis_);
-  per_opt_.at(f.opt).found_inf.copy_(f.last_found);
-}
-
 void GradScaler::step(optim::Optimizer& opt) {
   if (!opt_.enabled_) {
     opt.step();
@@ -199,29 +141,13 @@ void GradScaler::step(optim::Optimizer& opt) {
   }
   PerOptimizer& st = state_of(opt);
   AG_CHECK(st.stage != Stage::stepped, "GradScaler.step: step() has already been called on this optimizer since the last update()");
-  if (folded_) unfold();  // a second optimizer this iteration: inv_scale_ must be this iteration's again
   NoGradGuard no_grad;
-  // Without unscale_, only check; the optimizer unscales on the fly (Note [Fused steps]).
+  // Without unscale_, only check: the optimizer unscales on the fly (Note [Fused steps]).
   const bool checked = st.stage == Stage::unscaled;
-  const Tensor inv_scale = checked ? Tensor() : inv_scale_;
   try {
-    // (After unscale_, its faults are written and checked already.)
-    const std::vector<Tensor> grads = checked ? std::vector<Tensor>{} : grads_of(opt);
-    bool has_grad = !grads.empty();
-    if (checked)
-      for (const Tensor& p : opt.params()) has_grad |= p.grad().defined();
-    if (can_fold(opt, has_grad)) {
-      // A found-inf reducer must see the flag before the step reads it: then only the update folds.
-      const bool check_in_step = !checked && !found_inf_reducer();
-      if (!checked && !check_in_step) check(st, grads, Tensor(), /*write_back=*/false);
-      const ScaleUpdate u = folded_update();
-      opt.step_gated(st.found_inf, inv_scale, &u, check_in_step);
-      folded_ = Folded{&opt, u.rec.last_scale, u.rec.last_found};
-    } else {
-      if (!checked) check(st, grads, Tensor(), /*write_back=*/false);
-      ahead_ = {empty({}, scale_.options()), empty({}, scale_.options())};  // update()'s records
-      opt.step_gated(st.found_inf, inv_scale);
-    }
+    if (!checked) check(st, grads_of(opt), Tensor(), /*write_back=*/false);
+    next_records_ = {empty({}, scale_.options()), empty({}, scale_.options())};  // update()'s
+    opt.step_gated(st.found_inf, checked ? Tensor() : inv_scale_);  // skipped where found_inf is set
   } catch (...) {
     // Clear the flag this check may have set, so that a retried step is checked afresh
     // (Note [Scaler launches]).
@@ -231,21 +157,32 @@ void GradScaler::step(optim::Optimizer& opt) {
   st.stage = Stage::stepped;
 }
 
+ScaleUpdate GradScaler::next_update() {
+  ScaleUpdate u;
+  u.scale = scale_;
+  u.growth_tracker = growth_tracker_;
+  u.hysteresis_left = hysteresis_left_;
+  u.rule = {opt_.growth_factor_, opt_.backoff_factor_, opt_.growth_interval_, opt_.hysteresis_, opt_.min_scale_,
+            opt_.max_scale_};
+  u.rec.inv_scale = inv_scale_;
+  // Fresh each update: a handle kept by a caller (last_found_inf()) stays as it was.
+  const bool made = next_records_.first.defined() && next_records_.first.device() == scale_.device();
+  u.rec.last_scale = made ? next_records_.first : empty({}, scale_.options());
+  u.rec.last_found = made ? next_records_.second : empty({}, scale_.options());
+  next_records_ = {};
+  return u;
+}
+
+void GradScaler::updated(const ScaleUpdate& u) {
+  last_found_inf_ = u.rec.last_found;
+  last_scale_ = u.rec.last_scale;
+  for (auto& [o, st] : per_opt_) st.stage = Stage::ready;
+  ++updates_;
+}
+
 void GradScaler::update(std::optional<double> new_scale) {
   if (!opt_.enabled_) return;
   NoGradGuard no_grad;
-  if (folded_ && !new_scale) {
-    // The step ran the update already, from the only flag of this iteration (any other
-    // optimizer's step or unscale_ would have unfolded it): record it.
-    last_found_inf_ = folded_->last_found;
-    last_scale_ = folded_->last_scale;
-    folded_.reset();
-    last_update_optimizers_ = 1;
-    for (auto& [o, st] : per_opt_) st.stage = Stage::ready;
-    ++updates_;
-    return;
-  }
-  if (folded_) unfold();
   std::vector<Tensor*> flags;
   for (auto& [o, st] : per_opt_)
     if (st.stage != Stage::ready) flags.push_back(&st.found_inf);
@@ -253,34 +190,61 @@ void GradScaler::update(std::optional<double> new_scale) {
                            "scaler.step(optimizer) (or unscale_) first");
   // One optimizer (the usual case): its flag is read, recorded and cleared by the update
   // kernel. Several: their sum is, and each flag is cleared here.
-  const bool one = flags.size() == 1;
   Tensor found = *flags[0];  // summed in place: update() allocates nothing (Note [A failed step])
   for (size_t i = 1; i < flags.size(); ++i) found.add_(*flags[i]);
   ScaleUpdate u = next_update();
-  ScaleRecord& rec = u.rec;
-  rec.clear_found = one;
+  u.rec.clear_found = flags.size() == 1;
   if (new_scale) {
     AG_CHECK(*new_scale > 0, "GradScaler.update: new_scale must be positive, got {}", *new_scale);
-    rec.last_scale.copy_(scale_);
-    rec.last_found.copy_(found);
+    u.rec.last_scale.copy_(scale_);
+    u.rec.last_found.copy_(found);
     scale_.fill_(*new_scale);
     inv_scale_.fill_(1.0f / static_cast<float>(*new_scale));
-    rec.clear_found = false;
+    u.rec.clear_found = false;
   } else {
-    kernel::amp_update_scale(scale_.device(), u, found);
+    kernel::amp_update_scale(scale_.device(), u, found);  // step_formulas::next_scale_state
   }
-  if (!rec.clear_found)
+  if (!u.rec.clear_found)
     for (Tensor* f : flags) f->zero_();
-  last_found_inf_ = rec.last_found;
-  last_scale_ = rec.last_scale;
-  last_update_optimizers_ = static_cast<int>(flags.size());
-  for (auto& [o, st] : per_opt_) st.stage = Stage::ready;
-  ++updates_;
+  updated(u);
+}
+
+void GradScaler::step_and_update(optim::Optimizer& opt) {
+  if (!opt_.enabled_) {
+    opt.step();
+    return;
+  }
+  PerOptimizer& st = state_of(opt);
+  bool alone = opt.num_groups() == 1;  // this optimizer is the iteration's only one, with one group
+  for (const auto& [o, other] : per_opt_) alone = alone && (o == &opt || other.stage == Stage::ready);
+  NoGradGuard no_grad;
+  const bool checked = st.stage == Stage::unscaled;
+  // (After unscale_, its faults are written and checked already.)
+  const std::vector<Tensor> grads = st.stage == Stage::ready ? grads_of(opt) : std::vector<Tensor>{};
+  bool has_grad = !grads.empty();
+  for (const Tensor& p : opt.params()) has_grad = has_grad || p.grad().defined();
+  if (!alone || !has_grad || st.stage == Stage::stepped) {
+    step(opt);
+    update();
+    return;
+  }
+  // A found-inf reducer (DistributedDataParallel's all-reduce) must see the flag before the
+  // step reads it: then the check runs apart, and only the update rides in the step's launch.
+  const bool check_in_step = !checked && !found_inf_reducer();
+  try {
+    if (!checked && !check_in_step) check(st, grads, Tensor(), /*write_back=*/false);
+    ScaleUpdate u = next_update();
+    u.rec.clear_found = true;
+    opt.step_gated(st.found_inf, checked ? Tensor() : inv_scale_, &u, check_in_step);
+    updated(u);
+  } catch (...) {
+    if (!checked) st.found_inf.zero_();
+    throw;
+  }
 }
 
 double GradScaler::get_scale() const {
   if (!opt_.enabled_) return 1.0;
-  if (folded_) return folded_->last_scale.item<double>();  // update() has not been called yet
   return scale_.defined() ? scale_.item<double>() : opt_.init_scale_;
 }
 
@@ -296,13 +260,9 @@ ScalerDecision GradScaler::last_decision() const {
 optim::StateDict GradScaler::state_dict() const {
   optim::StateDict sd;
   auto scalar = [](double v) { return tensor(std::vector<double>{v}, {}); };
-  // Between a folded step and update(), the state before the update (as PyTorch's).
-  const Tensor& scale = folded_ ? folded_->last_scale : scale_;
-  const Tensor& growth = folded_ ? last_growth_ : growth_tracker_;
-  const Tensor& hysteresis = folded_ ? last_hysteresis_ : hysteresis_left_;
-  sd["scale"] = scale.defined() ? scale.to(kFloat64).cpu() : scalar(opt_.init_scale_);
-  sd["growth_tracker"] = growth.defined() ? growth.to(kFloat64).cpu() : scalar(0);
-  sd["hysteresis_left"] = hysteresis.defined() ? hysteresis.to(kFloat64).cpu() : scalar(opt_.hysteresis_);
+  sd["scale"] = scale_.defined() ? scale_.to(kFloat64).cpu() : scalar(opt_.init_scale_);
+  sd["growth_tracker"] = growth_tracker_.defined() ? growth_tracker_.to(kFloat64).cpu() : scalar(0);
+  sd["hysteresis_left"] = hysteresis_left_.defined() ? hysteresis_left_.to(kFloat64).cpu() : scalar(opt_.hysteresis_);
   sd["growth_factor"] = scalar(opt_.growth_factor_);
   sd["backoff_factor"] = scalar(opt_.backoff_factor_);
   sd["growth_interval"] = scalar(static_cast<double>(opt_.growth_interval_));
@@ -325,11 +285,6 @@ void GradScaler::load_state_dict(const optim::StateDict& sd) {
   opt_.min_scale_ = get("min_scale");
   opt_.max_scale_ = get("max_scale");
   updates_ = static_cast<int64_t>(get("updates"));
-  if (folded_) {
-    // The loaded state replaces what the folded update started from; the flag still counts.
-    per_opt_.at(folded_->opt).found_inf.copy_(folded_->last_found);
-    folded_.reset();
-  }
   Device dev = scale_.defined() ? scale_.device() : Device(kCPU);
   scale_ = full({}, get("scale"), TensorOptions(kFloat32).device(dev));
   inv_scale_ = full({}, 1.0f / static_cast<float>(get("scale")), TensorOptions(kFloat32).device(dev));

@@ -16,10 +16,15 @@ namespace ampgrad::amp {
 // float16 gradients below 6e-8 flush to zero. Multiplying the loss by a large scale S moves
 // the gradients up into float16's range; the optimizer step divides them by S again. If S
 // is too large some gradient overflows to inf: that step is skipped and S shrinks
-// (backoff); after growth_interval clean steps in a row S grows. The scale, the growth
-// tracker and the found-inf flags are device tensors; scale, unscale_, step and update
-// queue kernels and never wait for the device, so a whole training step can be captured
-// in a CUDA graph. Only get_scale() (and state_dict()) read a value back to the host.
+// (backoff); after growth_interval clean steps in a row S grows. A training step:
+//   scaler.scale(loss).backward();  // gradients of S * loss
+//   scaler.step(opt);               // unscale by 1/S and check for inf/NaN; step, or skip
+//   scaler.update();                // grow or back off S
+// (scaler.unscale_(opt) between backward and step lets a user clip the true gradients). Each
+// is a short function of amp/grad_scaler.cpp; the arithmetic is core/step_formulas.h's. The
+// scale, the growth tracker and the found-inf flags are device tensors; scale, unscale_, step
+// and update queue kernels and never wait for the device, so a whole training step can be
+// captured in a CUDA graph. Only get_scale() (and state_dict()) read a value back to the host.
 struct GradScalerOptions {
   double init_scale_ = 65536.0;
   double growth_factor_ = 2.0;
@@ -31,10 +36,6 @@ struct GradScalerOptions {
   int64_t hysteresis_ = 1;
   double min_scale_ = 0.0;
   double max_scale_ = std::numeric_limits<double>::infinity();
-  // Run the inf check and the scale update inside the optimizer's step launch where one launch
-  // covers it (Note [One-launch scaled step] in core/fused_kernels.h); false keeps them as
-  // launches of their own. Either way the results are the same.
-  bool fold_into_step_ = true;
 
   GradScalerOptions& init_scale(double v) { init_scale_ = v; return *this; }
   GradScalerOptions& growth_factor(double v) { growth_factor_ = v; return *this; }
@@ -44,7 +45,6 @@ struct GradScalerOptions {
   GradScalerOptions& hysteresis(int64_t v) { hysteresis_ = v; return *this; }
   GradScalerOptions& min_scale(double v) { min_scale_ = v; return *this; }
   GradScalerOptions& max_scale(double v) { max_scale_ = v; return *this; }
-  GradScalerOptions& fold_into_step(bool v) { fold_into_step_ = v; return *this; }
 };
 
 // What scaler.step() did, for teaching and for `ampgrad explain`; reading it synchronizes.
@@ -73,14 +73,17 @@ class GradScaler {
   // unscale_ was not called). At most once per optimizer between update() calls.
   void step(optim::Optimizer& opt);
   // Grows or backs off the scale from all optimizers' flags since the last update; with
-  // new_scale, sets it instead. (Where step() could run it inside the optimizer's launch,
-  // update() only records it: Note [One-launch scaled step].)
+  // new_scale, sets it instead.
   void update(std::optional<double> new_scale = std::nullopt);
+  // step(opt) then update(), for a loop whose iterations step one optimizer: the check, the
+  // step and the scale update in one launch where one launch covers the step (Note [One-launch
+  // scaled step] in core/fused_kernels.h), else as step() and update() would. The same
+  // results, bit for bit, in fewer launches.
+  void step_and_update(optim::Optimizer& opt);
 
   double get_scale() const;  // synchronizes; the scale of this iteration until update()
   // The device tensors behind the scaler, for logging without a synchronization: the
-  // current scale (float32 []; between step() and update() it may already hold the next
-  // one), and the combined found-inf flag of the last update().
+  // current scale (float32 []), and the combined found-inf flag of the last update().
   const Tensor& scale_tensor() const { return scale_; }
   const Tensor& last_found_inf() const { return last_found_inf_; }
   bool is_enabled() const { return opt_.enabled_; }
@@ -109,24 +112,15 @@ class GradScaler {
     double value;
     int64_t index;
   };
-  // An update that step() ran inside opt's launch, not yet recorded by update().
-  struct Folded {
-    optim::Optimizer* opt;
-    Tensor last_scale;  // the scale before it
-    Tensor last_found;  // opt's found-inf flag (the kernel cleared the flag itself)
-  };
   void lazy_init(Device device);
   PerOptimizer& state_of(optim::Optimizer& opt);
   // opt's gradients, with the faults due at this step written into them.
   std::vector<Tensor> grads_of(optim::Optimizer& opt);
   void check(PerOptimizer& st, const std::vector<Tensor>& grads, const Tensor& inv_scale, bool write_back);
-  bool can_fold(optim::Optimizer& opt, bool has_grad) const;
-  // This iteration's update as the kernels take it (clear_found and the last_* state unset).
+  // This iteration's update as the kernels take it, its records made now (Note [A failed step]).
   ScaleUpdate next_update();
-  // next_update() for a step that runs it (Note [One-launch scaled step]): it clears the flag
-  // and records the state it started from, for unfold().
-  ScaleUpdate folded_update();
-  void unfold();
+  // An update ran: its records become the last ones, and every optimizer's stage starts over.
+  void updated(const ScaleUpdate& u);
 
   GradScalerOptions opt_;
   Tensor scale_;            // float32 []
@@ -135,15 +129,12 @@ class GradScaler {
   Tensor inv_scale_;        // float32 []: 1 / scale_, kept by update() (Note [Scaler launches])
   Tensor last_found_inf_;   // float32 []: the flags of the last update, combined
   Tensor last_scale_;       // the scale that update used
-  // What a folded update started from (Note [One-launch scaled step]): 1 / scale (float32 []),
-  // growth tracker and hysteresis left (int32 []); written by the kernel, read by unfold().
-  Tensor last_inv_scale_, last_growth_, last_hysteresis_;
-  std::optional<Folded> folded_;
-  std::pair<Tensor, Tensor> ahead_;  // the next update's records, made by step() (next_update)
+  // The next update's records (ScaleRecord's last_scale and last_found), made by step() before
+  // the optimizer writes anything, so that update() allocates nothing (Note [A failed step]).
+  std::pair<Tensor, Tensor> next_records_;
   std::map<optim::Optimizer*, PerOptimizer> per_opt_;
   std::vector<Fault> faults_;
   int64_t updates_ = 0;
-  int last_update_optimizers_ = 0;  // whose flags the last update() combined (0: none yet)
 };
 
 }  // namespace ampgrad::amp

@@ -19,14 +19,6 @@ bool policy_active();
 // Returns the dtype the policy chose (nothing when it did not act).
 std::optional<DType> apply_policy(const OpInfo& op, Tensor* const* inputs, size_t n, OpRecord* rec);
 bool tracing();
-// Note [Ready casts] in amp/autocast.h. The dtype autocast casts a `lower` op's inputs to on
-// `device`, when it is enabled there: an fp32 op that can also write its float32 output in it
-// for free offers that copy.
-std::optional<DType> ready_cast_dtype(Device device);
-// `low` is `source` (a float32 output of the op running now) rounded to low's dtype, in
-// autograd an output of the same node: autocast hands it out instead of casting `source` while
-// both are unchanged. Keeps `low` while `source` lives, never `source`.
-void offer_cast(const Tensor& source, const Tensor& low);
 void trace_push(OpRecord&& rec);
 // An op that the policy left uncast for FP8 autocast and that runs in bfloat16 after all (its
 // shapes do not fit an FP8 GEMM) casts its inputs with this, as the policy would have.

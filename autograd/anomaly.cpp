@@ -1,6 +1,6 @@
 // Anomaly detection (Note [Anomaly detection] in autograd/anomaly.h): the per-thread state, the
 // checks, and the errors they raise.
-#include <ampgrad/autograd/anomaly.h>
+#include <ampgrad/autograd/anomaly_watch.h>
 
 #include <cmath>
 #include <limits>
@@ -215,6 +215,77 @@ std::string Anomaly::message() const {
   return s + where;
 }
 
+namespace {
+// The backward from `seed` begins (raises the forward's anomaly, if any). True when its nodes
+// are checked.
+bool begin_backward(const Tensor& seed) {
+  if (!active()) return false;
+  read_flags();  // the forward's
+  t_state.nodes = 0;
+  t_state.ended = false;
+  Anomaly a;
+  a.op = "backward()";
+  a.backward = true;
+  check(seed, std::move(a), nullptr, Tensor());  // may raise (the CPU): before the count below
+  ++t_state.backwards;  // until backward_done
+  return true;
+}
+
+// After begin_backward returned true, when the backward is over, however it ended.
+void backward_done() noexcept {
+  --t_state.backwards;
+  t_state.ops = 0;
+  t_state.current = 0;
+  if (!t_state.ended) {
+    // Ended by an exception: its checks are dropped with their nodes.
+    t_state.sites.clear();
+    t_state.dirty = true;
+  }
+  t_state.ended = false;
+}
+
+// `node` is about to run on `sum`, the sum of the gradients that reached it along several edges.
+void check_sum(Node& node, const Tensor& sum) {
+  if (!active()) return;
+  Anomaly a;
+  a.op = std::string(node.name());
+  a.backward = true;
+  a.sum = true;
+  a.position = node.forward_position;
+  a.node = t_state.nodes + 1;
+  check(sum, std::move(a), nullptr, Tensor());
+}
+}  // namespace
+
+AnomalyWatch::AnomalyWatch(const Tensor& seed) {
+  if (!detail::anomaly_guarded()) return;
+  active_ = begin_backward(seed);
+  // On a device that checks later (not the CPU) the nodes keep their saved tensors until the
+  // backward's checks are read.
+  keep_ = active_ && seed.device().type != DeviceType::CPU;
+}
+
+AnomalyWatch::~AnomalyWatch() {
+  for (Node* n : kept_) n->release();
+  if (active_) backward_done();
+}
+
+void AnomalyWatch::before_run(Node* node, const Tensor& grad) {
+  if (active_ && grad.defined() && summed_.erase(node) > 0) [[unlikely]] check_sum(*node, grad);
+}
+
+void AnomalyWatch::release(Node* node) {
+  if (keep_) [[unlikely]] kept_.push_back(node);
+  else node->release();
+}
+
+void AnomalyWatch::end() {
+  if (!active_) return;
+  t_state.ops = 0;
+  t_state.ended = true;
+  if (t_state.guards > 0) read_flags();
+}
+
 namespace detail {
 
 int64_t anomaly_begin_op() {
@@ -232,19 +303,6 @@ void anomaly_check_output(std::string_view op, int64_t position, const Tensor& o
   check(out, std::move(a), nullptr, Tensor());
 }
 
-bool anomaly_begin_backward(const Tensor& seed) {
-  if (!active()) return false;
-  read_flags();  // the forward's
-  t_state.nodes = 0;
-  t_state.ended = false;
-  Anomaly a;
-  a.op = "backward()";
-  a.backward = true;
-  check(seed, std::move(a), nullptr, Tensor());  // may raise (the CPU): before the count below
-  ++t_state.backwards;  // until anomaly_backward_done
-  return true;
-}
-
 void anomaly_check_gradients(FunctionNode& node, const Tensor& grad, const std::vector<Tensor>& grads) {
   if (!active() || node.part == FunctionNode::Part::output) return;  // a marker, not a gradient
   const int64_t n = ++t_state.nodes;
@@ -259,35 +317,6 @@ void anomaly_check_gradients(FunctionNode& node, const Tensor& grad, const std::
     a.input = static_cast<int64_t>(i);
     check(g, std::move(a), &node, grad);
   }
-}
-
-void anomaly_end_backward() {
-  t_state.ops = 0;
-  t_state.ended = true;
-  if (t_state.guards > 0) read_flags();
-}
-
-void anomaly_backward_done() noexcept {
-  --t_state.backwards;
-  t_state.ops = 0;
-  t_state.current = 0;
-  if (!t_state.ended) {
-    // Ended by an exception: its checks are dropped with their nodes.
-    t_state.sites.clear();
-    t_state.dirty = true;
-  }
-  t_state.ended = false;
-}
-
-void anomaly_check_sum(Node& node, const Tensor& sum) {
-  if (!active()) return;
-  Anomaly a;
-  a.op = std::string(node.name());
-  a.backward = true;
-  a.sum = true;
-  a.position = node.forward_position;
-  a.node = t_state.nodes + 1;
-  check(sum, std::move(a), nullptr, Tensor());
 }
 
 AnomalyQuiet::AnomalyQuiet() : prev_(t_state.busy) { t_state.busy = true; }

@@ -100,7 +100,6 @@ int64_t anomaly_begin_op();
 int64_t anomaly_position();
 // An op (at `position`) returned `out`.
 void anomaly_check_output(std::string_view op, int64_t position, const Tensor& out);
-// The engine's hooks are in autograd/node.h.
 }  // namespace detail
 
 }  // namespace ampgrad::autograd

@@ -20,11 +20,16 @@ namespace ampgrad::autograd {
 // uses). The engine and FunctionNode's shape and dtype handling are untouched: outputs and
 // inputs keep Note [Grad shape and dtype].
 using MultiBackwardFn = std::function<Grads(const std::vector<Tensor>& grads, const std::vector<Tensor>& saved)>;
+// A formula that asks its context (Note [Backward context]).
+using ContextMultiBackwardFn = std::function<Grads(const std::vector<Tensor>& grads, const std::vector<Tensor>& saved,
+                                                   BackwardContext& ctx)>;
 
 // Gives each of `outs` (defined, floating) a gradient edge into one node for `op` over
 // `inputs`, keeping `saved` for `fn`, which maps one gradient per output (undefined where none
 // arrived) to one gradient per input.
 void record_outputs(const OpInfo& op, const std::vector<Tensor>& outs, const std::vector<Tensor>& inputs,
                     std::vector<Tensor> saved, MultiBackwardFn fn);
+void record_outputs(const OpInfo& op, const std::vector<Tensor>& outs, const std::vector<Tensor>& inputs,
+                    std::vector<Tensor> saved, ContextMultiBackwardFn fn);
 
 }  // namespace ampgrad::autograd

@@ -1,9 +1,8 @@
 // Nodes of the autograd graph, recording, and grad mode.
 #include <ampgrad/autograd/node.h>
 
-#include <ampgrad/autograd/anomaly.h>
+#include <ampgrad/autograd/anomaly_watch.h>
 
-#include <ampgrad/core/device_hooks.h>
 #include <ampgrad/core/dispatch.h>
 #include <ampgrad/ops/op.h>
 #include <ampgrad/ops/ops.h>
@@ -37,7 +36,7 @@ bool any_requires_grad(const std::vector<Tensor>& inputs) {
 
 std::string_view FunctionNode::name() const { return op_.name; }
 
-Grads FunctionNode::apply(const Tensor& grad) {
+Grads FunctionNode::apply(const Tensor& grad, BackwardContext& ctx) {
   AG_CHECK(!released_,
            "{}: trying to run backward through the graph a second time (its saved tensors were freed after the "
            "first backward); pass retain_graph=true to the first backward if you need to run it twice",
@@ -55,7 +54,7 @@ Grads FunctionNode::apply(const Tensor& grad) {
   Grads grads;
   {
     CurrentOp current(op_.name, /*backward=*/true);  // names the formula's device errors
-    grads = fn_(grad, values);
+    grads = fn_(grad, values, ctx);
   }
   AG_INTERNAL_ASSERT(grads.size() == inputs.size(), "{}: backward returned {} gradients for {} inputs", op_.name,
                      grads.size(), inputs.size());
@@ -75,11 +74,7 @@ Grads FunctionNode::apply(const Tensor& grad) {
     const DType want = inputs[i].dtype;
     if (g.dtype() != want) {
       const bool narrower = promote_types(want, g.dtype()) == want;
-      if (!((narrower || inputs[i].wide_grad) && next[i].node->takes_grad_dtype(g.dtype()))) {
-        // A formula before may have written this rounding already (Note [Gradient copies]).
-        Tensor low = detail::take_gradient_copy(g, want);
-        g = low.defined() ? std::move(low) : g.to(want);
-      }
+      if (!((narrower || inputs[i].wide_grad) && next[i].node->takes_grad_dtype(g.dtype()))) g = ctx.to_dtype(g, want);
     }
   }
   if (detail::anomaly_guarded()) [[unlikely]] detail::anomaly_check_gradients(*this, grad, grads);
@@ -97,7 +92,8 @@ Grads FunctionNode::apply_widened(const Tensor& grad, DType wide) const {
   values.reserve(saved.size());
   for (const SavedTensor& s : saved) values.push_back(widen(s.tensor));
   CurrentOp current(op_.name, /*backward=*/true);
-  return fn_(widen(grad), values);
+  BackwardContext plain;
+  return fn_(widen(grad), values, plain);
 }
 
 void FunctionNode::release() {
@@ -124,19 +120,9 @@ Tensor Node::sum_incoming(const Tensor& a, const Tensor& b) const { return add(a
 // accumulation], as add() would widen it), without a new tensor per arrival; the
 // caching allocator's free and the next malloc of the same size cost more host time than the
 // add's launch. Where the sum's dtype would change, or the sum is shared, add() makes a new one.
-// A weight-gradient GEMM beside the device's stream may still read the sum, and holds it until
-// the stream has waited for it (Note [Weight gradients beside the stream] in
-// cuda/side_stream.h): where that is all that shares it, the stream waits now (a float32
-// model's residual gradient is also a linear layer's incoming one).
 bool Node::sum_takes_in_place(const Tensor& sum, const Shape& shape, Device device, DType dtype) const {
-  if (sum.shape() != shape || sum.device() != device || sum.requires_grad() || !sum_keeps_dtype(sum.dtype(), dtype) ||
-      !is_non_overlapping_and_dense(sum))
-    return false;
-  auto alone = [&] { return sum.impl_ptr().use_count() == 1 && sum.storage().use_count() == 1; };
-  if (alone()) return true;
-  if (sum.device().is_cpu()) return false;
-  join_side_work();
-  return alone();
+  return sum.shape() == shape && sum.device() == device && !sum.requires_grad() && sum_keeps_dtype(sum.dtype(), dtype) &&
+         is_non_overlapping_and_dense(sum) && sum.impl_ptr().use_count() == 1 && sum.storage().use_count() == 1;
 }
 
 void Node::accumulate_incoming(Tensor& sum, const Tensor& b) const {
@@ -182,23 +168,12 @@ Tensor AccumulateGrad::sum_incoming(const Tensor& a, const Tensor& b) const {
 
 bool AccumulateGrad::sum_keeps_dtype(DType a, DType b) const { return a == leaf_->dtype && takes_grad_dtype(b); }
 
-bool AccumulateGrad::takes_over(const Shape& shape, DType dtype) const {
-  const Tensor leaf(leaf_);
-  return leaf_->grad == nullptr && leaf_->post_accumulate_grad_hooks.empty() && leaf_->dtype == dtype &&
-         leaf.shape() == shape && leaf.strides() == contiguous_strides(shape) && leaf.storage_offset() == 0;
-}
-
-Grads AccumulateGrad::apply(const Tensor& grad) {
+Grads AccumulateGrad::apply(const Tensor& grad, BackwardContext&) {
   TensorImpl& leaf = *leaf_;
   const Tensor leaf_view(leaf_);
   NoGradGuard no_grad;
-  const bool steal = leaf.grad == nullptr && can_steal(grad, leaf_view);
-  // A gradient computed beside the device's stream is finished before a kernel or a hook reads
-  // it here (Note [Weight gradients beside the stream] in cuda/side_stream.h); one taken over
-  // as it is waits for the end of backward.
-  if ((!steal || !leaf.post_accumulate_grad_hooks.empty()) && !grad.device().is_cpu()) join_side_work();
   if (leaf.grad == nullptr) {
-    if (steal) {
+    if (can_steal(grad, leaf_view)) {
       leaf.grad = grad.impl_ptr();
     } else if (!leaf_view.is_contiguous() && grad.shape() == leaf_view.shape() &&
                is_non_overlapping_and_dense(leaf_view)) {
@@ -253,6 +228,12 @@ void share_gradient_edge(const Tensor& out, const Tensor& leaf) {
 
 void record(const OpInfo& op, const Tensor& out, const std::vector<Tensor>& inputs, std::vector<Tensor> saved,
             BackwardFn fn) {
+  record(op, out, inputs, std::move(saved),
+         [fn = std::move(fn)](const Tensor& g, const std::vector<Tensor>& s, BackwardContext&) { return fn(g, s); });
+}
+
+void record(const OpInfo& op, const Tensor& out, const std::vector<Tensor>& inputs, std::vector<Tensor> saved,
+            ContextBackwardFn fn) {
   auto node = std::make_shared<FunctionNode>(op, std::move(fn));
   node->sequence = next_sequence();
   if (detail::anomaly_guarded()) [[unlikely]] node->forward_position = detail::anomaly_position();

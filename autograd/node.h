@@ -6,6 +6,7 @@
 #include <string_view>
 #include <vector>
 
+#include <ampgrad/autograd/backward_context.h>
 #include <ampgrad/autograd/grad_mode.h>
 #include <ampgrad/core/tensor.h>
 
@@ -49,13 +50,16 @@ using Grads = std::vector<Tensor>;
 // The backward formula: (incoming gradient, saved tensors) -> one gradient per input
 // (an undefined Tensor where an input gets none).
 using BackwardFn = std::function<Grads(const Tensor& grad, const std::vector<Tensor>& saved)>;
+// A formula that asks its context (Note [Backward context]).
+using ContextBackwardFn =
+    std::function<Grads(const Tensor& grad, const std::vector<Tensor>& saved, BackwardContext& ctx)>;
 
 class Node {
  public:
   virtual ~Node() = default;
   virtual std::string_view name() const = 0;
   // Runs the formula; returns one gradient per next edge, already reduced and cast.
-  virtual Grads apply(const Tensor& grad) = 0;
+  virtual Grads apply(const Tensor& grad, BackwardContext& ctx) = 0;
   virtual void release() {}  // drop saved state after a backward without retain_graph
   // True when the node takes a gradient of dtype `d` (not the dtype of the tensor it is the
   // gradient of) as it is, so the node before it skips the cast (Note [Grad shape and dtype]).
@@ -67,8 +71,7 @@ class Node {
   void accumulate_incoming(Tensor& sum, const Tensor& b) const;
   // Whether a gradient of `shape`, `device` and `dtype` may be added into `sum`, the gradient
   // summed so far for this node, in place: the engine alone holds it, no stride repeats an
-  // element, and the sum keeps its dtype (Note [Summing incoming gradients]); where work beside
-  // the device's stream is all that shares the sum, the stream waits for it first.
+  // element, and the sum keeps its dtype (Note [Summing incoming gradients]).
   bool sum_takes_in_place(const Tensor& sum, const Shape& shape, Device device, DType dtype) const;
   // Whether sum_incoming's result keeps the dtype `a` of the sum so far, given b's.
   virtual bool sum_keeps_dtype(DType a, DType b) const;
@@ -82,9 +85,9 @@ class Node {
 
 class FunctionNode final : public Node {
  public:
-  FunctionNode(const OpInfo& op, BackwardFn fn) : op_(op), fn_(std::move(fn)) {}
+  FunctionNode(const OpInfo& op, ContextBackwardFn fn) : op_(op), fn_(std::move(fn)) {}
   std::string_view name() const override;
-  Grads apply(const Tensor& grad) override;
+  Grads apply(const Tensor& grad, BackwardContext& ctx) override;
   void release() override;
   // The formula run again on copies of the incoming gradient and the saved tensors widened to
   // `wide` (those narrower than it), its gradients neither reduced nor cast: how large an
@@ -112,7 +115,7 @@ class FunctionNode final : public Node {
 
  private:
   const OpInfo& op_;
-  BackwardFn fn_;
+  ContextBackwardFn fn_;
   bool released_ = false;
 };
 
@@ -121,13 +124,10 @@ class AccumulateGrad final : public Node {
  public:
   explicit AccumulateGrad(std::shared_ptr<TensorImpl> leaf) : leaf_(std::move(leaf)) {}
   std::string_view name() const override { return "AccumulateGrad"; }
-  Grads apply(const Tensor& grad) override;
+  Grads apply(const Tensor& grad, BackwardContext& ctx) override;
   bool takes_grad_dtype(DType d) const override;
   Tensor sum_incoming(const Tensor& a, const Tensor& b) const override;
   bool sum_keeps_dtype(DType a, DType b) const override;
-  // Whether apply() would make a contiguous gradient of `shape` and `dtype` (that nobody else
-  // holds) the leaf's .grad as it is, with no kernel and no hook reading it.
-  bool takes_over(const Shape& shape, DType dtype) const;
 
  private:
   std::shared_ptr<TensorImpl> leaf_;
@@ -141,6 +141,8 @@ bool any_requires_grad(const std::vector<Tensor>& inputs);
 // Gives `out` a FunctionNode for `op` over `inputs`, keeping `saved` for the formula.
 void record(const OpInfo& op, const Tensor& out, const std::vector<Tensor>& inputs,
             std::vector<Tensor> saved, BackwardFn fn);
+void record(const OpInfo& op, const Tensor& out, const std::vector<Tensor>& inputs,
+            std::vector<Tensor> saved, ContextBackwardFn fn);
 
 // The edge a gradient for `t` flows along (its grad_fn, or its leaf's accumulator).
 Edge gradient_edge(const Tensor& t);
@@ -150,65 +152,8 @@ bool takes_grad_dtype(const Tensor& t, DType d);
 // edge (Note [Leaf casts] in ops/copy.cpp).
 void share_gradient_edge(const Tensor& out, const Tensor& leaf);
 
-// Runs backward from `root` with gradient `grad`.
+// Runs backward from `root` with gradient `grad` (autograd/engine.cpp).
 void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph);
-// True for the gradient of 1 that backward() starts from when given none, while it still
-// holds 1 (Note [Implicit seed] in autograd/engine.cpp).
-bool is_implicit_seed(const Tensor& t);
-
-namespace detail {
-// Anomaly detection's hooks in the engine (Note [Anomaly detection] in autograd/anomaly.h).
-// A backward from `seed` begins (raises the forward's anomaly, if any). True when its nodes
-// are checked, and so must keep their saved tensors until anomaly_end_backward.
-bool anomaly_begin_backward(const Tensor& seed);
-// `node` ran on `grad` and returned `grads`.
-void anomaly_check_gradients(FunctionNode& node, const Tensor& grad, const std::vector<Tensor>& grads);
-// The backward ended (raises its anomaly, if any).
-void anomaly_end_backward();
-// After anomaly_begin_backward returned true, when the backward is over, however it ended.
-void anomaly_backward_done() noexcept;
-// `node` is about to run on `sum`, the sum of the gradients that reached it along several edges.
-void anomaly_check_sum(Node& node, const Tensor& sum);
-// While a formula runs (Note [Accumulating formulas] in autograd/engine.cpp): the gradient
-// the engine has summed so far for the node at the formula's next edge `input`, when the
-// formula may add its own gradient for that input into it in place (bumping its version) and
-// return it as that input's gradient: only where the engine alone holds it, contiguous, of
-// `shape` and `dtype`, and a sum there keeps that dtype. Else (outside a formula, and under
-// anomaly detection) undefined.
-Tensor pending_gradient(size_t input, const Shape& shape, DType dtype);
-// How many sums this thread's formulas added into (handed out by pending_gradient and
-// returned for their input: the engine skipped its add), for tests.
-int64_t formula_sums();
-// While a formula runs (Note [Gradient copies]): whether its gradient for `input` is the last
-// to reach the node there (its sum is final) and that node has an input of dtype `dtype`, to
-// whose dtype its formula's gradient may be rounded.
-bool wants_gradient_copy(size_t input, DType dtype);
-// While a formula runs (Note [Weight gradients beside the stream] in cuda/side_stream.h):
-// whether its gradient for `input`, of `shape` and `dtype` and contiguous, becomes a leaf's .grad
-// as it is, read by nothing before the backward ends: the formula's next node there is the
-// leaf's accumulator, this is the only gradient it gets, and it will take the tensor over (the
-// leaf's .grad is empty, the leaf has no post-accumulate hooks, and its shape, dtype and layout
-// are the gradient's). Not under anomaly detection (it reads each gradient).
-bool gradient_taken_over(size_t input, const Shape& shape, DType dtype);
-// `low` is `grad` rounded to low's dtype: FunctionNode::apply hands it out instead of casting
-// `grad` while both are unchanged, in this backward.
-void offer_gradient_copy(const Tensor& grad, const Tensor& low);
-// The copy offered for `grad` in `dtype` (taken: handed out once), or undefined.
-Tensor take_gradient_copy(const Tensor& grad, DType dtype);
-// How many offered copies this thread's backwards have taken (for tests).
-int64_t gradient_copy_hits();
-// While alive, this thread's ops are neither counted nor checked (the engine's own ops).
-class AnomalyQuiet {
- public:
-  AnomalyQuiet();
-  ~AnomalyQuiet();
-  AnomalyQuiet(const AnomalyQuiet&) = delete;
-  AnomalyQuiet& operator=(const AnomalyQuiet&) = delete;
-
- private:
-  bool prev_;
-};
-}  // namespace detail
 
 // Only while a backward runs (from a node or a hook): `fn` runs once after its last node,
 // before run_backward returns (PyTorch's queue_callback). DistributedDataParallel checks

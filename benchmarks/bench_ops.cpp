@@ -91,9 +91,9 @@ void bench_mm() {
 }
 
 // Memory-bound ops at 64M elements: each op's bytes (elements read and written, times the
-// element size) over its median time, against a device-to-device copy's (2 elements moved
-// per element). The targets (issue #23): elementwise >= 0.85 of the copy, scans >= 0.7,
-// norms and losses >= 0.8.
+// element size) over its median time, against a device-to-device copy's (2 elements moved per
+// element). The targets: elementwise >= 0.85 of the copy, scans >= 0.7, norms and losses
+// >= 0.8.
 void bench_bandwidth() {
   const int64_t n = 64ll << 20;
   std::printf("\n## Memory-bound ops at 64M elements, GB/s (bytes read + written / median time)\n\n");

@@ -2,7 +2,7 @@
 """Runs `ampgrad bench`'s cases in PyTorch on the same GPU and prints one side-by-side table.
 
 Usage: python3 benchmarks/compare_torch.py AMPGRAD_BENCH.json [--suites matmul,conv,step,optim,attention] [--reps 30]
-The JSON comes from `ampgrad bench all --json FILE` run in the same session on the same card.
+The JSON comes from `ampgrad bench all --json FILE` run on the same machine and card just before.
 """
 import argparse
 import json

@@ -124,8 +124,7 @@ int run(int argc, char** argv) {
       loss = ag::nn::functional::cross_entropy(logits(), y);
     }
     scaler.scale(loss).backward();
-    scaler.step(opt);
-    scaler.update();
+    scaler.step_and_update(opt);  // as ampgrad bench step
   };
   for (int i = 0; i < 5; ++i) step();
   ag::cuda::synchronize();
@@ -158,8 +157,7 @@ int run(int argc, char** argv) {
     auto t1 = std::chrono::steady_clock::now();
     scaler.scale(loss).backward();
     auto t2 = std::chrono::steady_clock::now();
-    scaler.step(opt);
-    scaler.update();
+    scaler.step_and_update(opt);
     auto t3 = std::chrono::steady_clock::now();
     fwd_us += std::chrono::duration<double, std::micro>(t1 - t0).count();
     bwd_us += std::chrono::duration<double, std::micro>(t2 - t1).count();

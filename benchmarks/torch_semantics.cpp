@@ -375,7 +375,7 @@ int main(int argc, char** argv) {
       fmt::print("{}\n", line);
     }
   }
-  // The seed's test01.
+  // test01: the default dtype, then tensor(3.14)'s dtype under it and under a float16 default.
   fmt::print("{{\"name\":\"test01\",\"lines\":[\"{}\",\"{}\",", ag::dtype_name(ag::get_default_dtype()), ag::dtype_name(ag::tensor(3.14f).dtype()));
   ag::set_default_dtype(ag::kFloat16);
   fmt::print("\"{}\"]}}\n", ag::dtype_name(ag::tensor(3.14f).dtype()));

@@ -232,7 +232,7 @@ double family_flop(const ConvFamilyShape& s, const Tensor& out) {
   return 2.0 * static_cast<double>(out.numel()) * static_cast<double>(s.w[1] * kvol);
 }
 
-// conv1d, conv3d and conv_transpose2d (issue #22): forward and forward+backward per precision.
+// conv1d, conv3d and conv_transpose2d: forward and forward+backward per precision.
 void bench_conv_family(const BenchOptions& o, nlohmann::json& rows) {
   const std::vector<ConvFamilyShape> shapes =
       o.quick ? std::vector<ConvFamilyShape>{{"conv1d", {2, 4, 16}, {4, 4, 3}, 1, 1, 0},
@@ -313,8 +313,8 @@ void add_bench(CLI::App& app) {
   cmd->add_flag("--quick", *quick, "a tiny sweep (seconds, for a smoke test)");
   cmd->add_option("--reps", *reps, "timed runs per case (the median is reported)")->check(CLI::PositiveNumber)->capture_default_str();
   cmd->add_flag("--fold-ab", *fold_ab,
-                "step: also time the eager AMP step with the loss scaler's inf check and update launched apart "
-                "from the optimizer's, in turns with the others (what folding them saves)");
+                "step: also time the eager AMP step with scaler.step() and update() apart, not "
+                "step_and_update(), in turns with the others (what the one-launch step saves)");
   cmd->add_flag("--kernel-graphs-ab", *kernel_graphs_ab,
                 "step: also time the eager fp32 and AMP steps with ampgrad's kernels launched directly, not as "
                 "one-kernel CUDA graphs, in turns with the others (what kernel graphs save; CUDA only)");

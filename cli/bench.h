@@ -14,8 +14,8 @@ struct BenchOptions {
   Device device;
   bool quick = false;  // a tiny sweep (CPU runs, tests)
   int reps = 30;
-  // step: also time the eager AMP step with the scaler's inf check and update as launches of
-  // their own (GradScalerOptions::fold_into_step(false)), in turns with the others (--fold-ab).
+  // step: the AMP rows run GradScaler::step_and_update; also time the eager AMP step with
+  // step() and update() apart, in turns with the others (--fold-ab).
   bool fold_ab = false;
   // step: also time eager fp32 and AMP steps with ampgrad's kernels launched directly rather
   // than as graphs (Note [Kernel graphs] in cuda/launch.cuh), in turns (--kernel-graphs-ab).

@@ -251,8 +251,7 @@ void run_train(const TrainArgs& a) {
         loss = cross_entropy(ddp ? (*ddp)(b.images) : (*net)(b.images), b.labels);
       }
       scaler.scale(loss).backward();
-      scaler.step(*opt);
-      scaler.update();
+      scaler.step_and_update(*opt);  // step() then update(), in one launch where it can
       if (pg && pg->world_size() > 1) {  // log the global batch's loss: the mean over ranks
         loss = loss.detach().clone();
         pg->all_reduce(loss, distributed::ReduceOp::Avg);

@@ -118,8 +118,7 @@ void run_train_gpt(const GptTrainArgs& a) {
     opt.zero_grad();
     const Tensor loss = loss_of(x, y);
     scaler.scale(loss).backward();
-    scaler.step(opt);
-    scaler.update();
+    scaler.step_and_update(opt);  // step() then update(), in one launch where it can
     if (!a.plot.empty()) {
       losses.push_back(loss.detach());
       if (scaler.is_enabled()) scales.push_back(scaler.scale_tensor().clone());

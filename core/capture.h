@@ -12,7 +12,7 @@ namespace ampgrad {
 // A captured step (Note [CUDA graphs] in cuda/graph.h) replays device work that code above the
 // backend set up on the host while it was recorded. Most of that is plain memory the graph owns
 // or the step keeps; some is a cache whose host bookkeeping eager code goes on changing:
-// autocast's kept working copies (Note [Working copies] in amp/working_copy.h), which a
+// autocast's kept working copies (Note [Working copies] in speedups/working_copies.h), which a
 // captured forward reads instead of casting and a captured optimizer step writes. Between two
 // replays an in-place change of a parameter (a checkpoint load, a broadcast) or another graph's
 // replay can leave such a copy behind its parameter. So code above the backend may attach an

@@ -32,9 +32,4 @@ uint64_t graph_replays(DeviceType type) {
   return f != nullptr ? f() : 0;
 }
 
-void join_side_work() noexcept {
-  for (DeviceType type : {DeviceType::CPU, DeviceType::CUDA})
-    if (auto* f = hooks_of(type).join_side_work) f();
-}
-
 }  // namespace ampgrad

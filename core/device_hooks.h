@@ -8,16 +8,13 @@
 namespace ampgrad {
 
 // Note [Device hooks]
-// Autograd, the optimizers, autocast's working copies and Tensor::data_ptr() need five things of
+// Autograd, the optimizers, autocast's working copies and Tensor::data_ptr() need four things of
 // a device that are not kernels: to say where a phase of a training step ends (the forward, when
 // backward() starts; an optimizer's step), so that work the backend holds back goes to the
 // device then (Note [Launch batches] in cuda/call_graph.h); that code past the library is about
 // to touch the device's memory, so that held work goes and is finished (Note [Raw access] in
 // core/tensor.h); whether a whole-step graph is being captured
-// (Note [CUDA graphs] in cuda/graph.h); a count of graph replays; and that work a backward
-// queued beside the device's stream be waited for (Note [Weight gradients beside the stream] in
-// cuda/side_stream.h: when a backward ends, and before a leaf's accumulator reads a gradient
-// it was handed). The backend registers
+// (Note [CUDA graphs] in cuda/graph.h); and a count of graph replays. The backend registers
 // the answers when the library loads, as it registers its allocator (set_allocator), so no
 // file outside cuda/ names the launch machinery or the graphs; a device without hooks
 // answers "nothing held, not capturing, no replays".
@@ -26,7 +23,6 @@ struct DeviceHooks {
   void (*raw_access)(int device) = nullptr;
   bool (*capturing)(int device) = nullptr;
   uint64_t (*graph_replays)() = nullptr;
-  void (*join_side_work)() = nullptr;  // every device of the backend
 };
 void set_device_hooks(DeviceType type, const DeviceHooks& hooks);
 
@@ -39,8 +35,6 @@ void before_raw_access(Device device);
 bool graph_capturing(Device device);
 // Graph replays on `type`'s devices so far.
 uint64_t graph_replays(DeviceType type);
-// Every device's stream waits for the work a backward queued beside it. Never throws.
-void join_side_work() noexcept;
 
 namespace detail {
 // Set while a backend wants to see every op end (CUDA's sync debug: cuda::set_sync_debug in

@@ -67,8 +67,9 @@ constexpr std::string_view dtype_name(DType t) { return traits(t).name; }
 // overflow is NaN in e4m3fn and inf in e5m2, as PyTorch's), copied, viewed, printed and
 // saved (safetensors F8_E4M3, F8_E5M2). Any other op given one raises an ag::Error naming the
 // op, as PyTorch's "not implemented for 'Float8_e4m3fn'": FP8 arithmetic is autocast's
-// (issue #26), not the ops'. They promote with nothing but themselves (promote_types throws),
-// and kernels' visit_dtype does not visit them: a kernel reached with one throws.
+// (Note [FP8 autocast] in amp/autocast.h), not the ops'. They promote with nothing but
+// themselves (promote_types throws), and kernels' visit_dtype does not visit them: a kernel
+// reached with one throws.
 constexpr bool is_float8(DType t) { return t == DType::Float8_e4m3fn || t == DType::Float8_e5m2; }
 
 // Result type of a binary op between two tensors, as torch.promote_types.

@@ -1,5 +1,5 @@
-// The two OCP FP8 formats, as host values: float8_e4m3fn and float8_e5m2 (issue #26's first
-// step; their DTypes, casts and the scaling recipe build on these conversions).
+// The two OCP FP8 formats, as host values: float8_e4m3fn and float8_e5m2 (their DTypes, casts
+// and the scaling recipes build on these conversions).
 #pragma once
 
 #include <bit>

@@ -21,32 +21,24 @@ namespace ampgrad {
 //  2. The optimizer kernel reads found_inf first and skips the update if it is set; else it
 //     updates each parameter with grad * inv_scale, and with master weights also writes the
 //     16-bit working copy. Step counters are device tensors advanced by the same kernel.
-// Every pointer list is processed in chunks by one launch (multi-tensor apply).
+// Every pointer list is processed in chunks by one launch (multi-tensor apply). The arithmetic
+// of each element is core/step_formulas.h's (Note [Step formulas]).
 //
 // Note [One-launch scaled step]
-// On a small network the step is bound by the host's launch time, and the scaler's own
-// launches (the inf check and the scale update, ~6 us of host time each) were most of what
-// an AMP step paid over a float32 one. So where one launch covers the whole optimizer step
-// (one parameter group, one dtype run, at most 64 tensors), scaler.step() makes it all one
-// launch: the step kernel is launched cooperatively, checks its gradients, waits at a grid
-// barrier, then reads found_inf and updates (or skips); its last block to finish advances
-// the step counters and runs the scale update. Only the update is folded (no barrier needed)
-// after unscale_ (the check already ran), with a found-inf reducer (DDP: the all-reduce goes
-// between check and step), for steps over 2^20 elements (device-bound, where a launch saved
-// is worth nothing and a grid capped to what fits at once may cost), and while a CudaGraph captures (cooperative launches are kept
-// out of whole-step captures; the one-kernel graphs of Note [Kernel graphs] hold them). Where one launch does not cover the step, the check and the update run as
-// launches of their own around it.
-// The update then happens inside step(), before update() is called, and it is the update
-// of one optimizer's flag: GradScaler folds only when the last update() saw one optimizer
-// (so never in the first iteration, nor in a loop with several optimizers). update() only
-// records it (no launch), unless it must be decided again: with new_scale, or when a second
-// optimizer steps or unscales before update() (its flag must count too). Then GradScaler puts
-// the state back from what the kernel recorded (ScaleRecord's last_* tensors) and updates
-// as before; a loss scaled in between is scaled by this iteration's scale. Results equal
-// the separate launches' bitwise, with one exception: a loss scaled before the folded step
-// and back-propagated after it (possible only in the iteration a second optimizer first
-// appears) would meet the next scale, as the update rewrote the scale in place.
-// get_scale() and state_dict() between step() and update() report the state before it.
+// A small network's step is bound by the host's launch time, and the scaler's own launches
+// (the inf check and the scale update, about 6 us of host time each) are most of what an AMP
+// step pays over a float32 one. GradScaler::step_and_update(opt) asks for the whole scaled step
+// in one launch where one launch covers the optimizer's step (one parameter group, one dtype
+// run, at most 64 tensors): the step kernel is launched cooperatively, checks its gradients,
+// waits at a grid barrier, then reads found_inf and updates (or skips); its last block to
+// finish advances the step counters and runs the scale update (FusedStep::update, with
+// check_grads). Only the update rides in the launch (no barrier) after unscale_ (the check ran
+// already), with a found-inf reducer (DDP: the all-reduce goes between check and step), for
+// steps over 2^20 elements (device-bound, where a launch saved is worth nothing and a grid
+// capped to what fits at once may cost), and while a CudaGraph captures (cooperative launches
+// are kept out of whole-step captures). Where one launch does not cover the step, the check and
+// the update run as launches of their own around it. The results are those of step() then
+// update(), bit for bit; what it saves is measured in docs/benchmarks.md ("Speed-ups").
 
 struct SgdHyper {
   double lr = 0.01;
@@ -71,11 +63,8 @@ struct AdamHyper {
   bool unused[5] = {};  // as SgdHyper's
 };
 
-// The rule of GradScaler.update() (PyTorch's _amp_update_scale_, with hysteresis and bounds):
-// on found_inf: hysteresis_left -= 1; if it reaches 0, scale = max(scale * backoff, min_scale)
-// and hysteresis_left resets; growth_tracker = 0. Else growth_tracker += 1 and at
-// growth_interval scale = min(scale * growth, max_scale), growth_tracker = 0, and the
-// hysteresis resets.
+// The parameters of GradScaler.update()'s rule (step_formulas::next_scale_state in
+// core/step_formulas.h).
 struct ScaleRule {
   double growth_factor = 2.0;
   double backoff_factor = 0.5;
@@ -87,18 +76,12 @@ struct ScaleRule {
 
 // What GradScaler's update records besides the rule's own state, written by the kernel that
 // runs the update so that a step costs no extra launches (Note [Scaler launches] in
-// amp/grad_scaler.cpp): float32 [] tensors of the scale's device unless said otherwise.
+// amp/grad_scaler.cpp): float32 [] tensors of the scale's device.
 struct ScaleRecord {
   Tensor inv_scale;   // 1 / the new scale: the next step's unscale factor
   Tensor last_scale;  // the scale the step used
   Tensor last_found;  // found_inf of the step
   bool clear_found = false;  // then found_inf = 0, ready for the next step's check
-  // Undefined, or the state the update started from, for GradScaler to put back when an update
-  // folded into a step must be decided again (Note [One-launch scaled step]): 1 / the old
-  // scale, and the old growth tracker and hysteresis count (int32 []).
-  Tensor last_inv_scale;
-  Tensor last_growth;
-  Tensor last_hysteresis;
 };
 
 // One scale update: the rule, its state (scale float32 [], growth_tracker and hysteresis_left
@@ -119,8 +102,8 @@ struct FusedStep {
   std::vector<Tensor> params;
   std::vector<Tensor> grads;
   // Empty, or aligned with params: the 16-bit copies to write after the update (the
-  // parameters of master weights, or autocast's kept copies, Note [Working copies]); an
-  // undefined entry has none.
+  // parameters of master weights, or copies autocast reuses, Note [Cast reuse] in
+  // amp/cast_reuse.h); an undefined entry has none.
   std::vector<Tensor> working;
   bool masters = false;  // working holds the 16-bit parameters of float32 masters
   Tensor found_inf;

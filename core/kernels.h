@@ -107,16 +107,13 @@ AG_DECLARE_KERNEL(gemm, void(const Tensor& a, const Tensor& bm, const Tensor& ou
 // a[0] @ bm[0] + bias) (bias [N] added to every row; with an activation it may be undefined);
 // with gelu_tanh, pre_act (out's shape and dtype, contiguous, or undefined) receives what the
 // activation was applied to, for its backward. gemm_bias_grad: out[0] = a[0] @ bm[0] and, when
-// bias_grad is defined, bias_grad[i] = sum over k of a[0][i, k] in one call; `beside`: out and
-// bias_grad are a weight gradient nothing reads before backward ends, which may run beside the
-// device's stream (Note [Weight gradients beside the stream] in cuda/side_stream.h). Both return
-// false when they cannot (float64, batch > 1, unaligned operands, no such epilogue, and beside
-// the stream any GEMM cuBLASLt declines): nothing ran, use gemm.
+// bias_grad is defined, bias_grad[i] = sum over k of a[0][i, k] in one call. Both return false
+// when they cannot (float64, batch > 1, unaligned operands, no such epilogue): nothing ran, use
+// gemm.
 enum class GemmActivation : uint8_t { none, relu, gelu_tanh };
 AG_DECLARE_KERNEL(gemm_bias, bool(const Tensor& a, const Tensor& bm, const Tensor& bias, const Tensor& out, double alpha,
                                   GemmActivation act, const Tensor& pre_act));
-AG_DECLARE_KERNEL(gemm_bias_grad,
-                  bool(const Tensor& a, const Tensor& bm, const Tensor& out, const Tensor& bias_grad, bool beside));
+AG_DECLARE_KERNEL(gemm_bias_grad, bool(const Tensor& a, const Tensor& bm, const Tensor& out, const Tensor& bias_grad));
 
 // ---- Attention ---------------------------------------------------------------------------
 
@@ -243,8 +240,8 @@ AG_DECLARE_KERNEL(batch_norm_backward,
 // [n] of x's dtype (each optional). forward: y (contiguous, x's dtype) = (x - mean) * rstd *
 // weight + bias, mean and rstd = 1/sqrt(var + eps) (biased var) of each row into contiguous
 // [rows] tensors of x's dtype; y_low, when defined (Float16 or BFloat16, contiguous, x
-// Float32), gets y rounded to its dtype in the same pass (Note [Ready casts] in
-// amp/autocast.h). With `residual` (add_layer_norm, Note [Add and layer norm]: contiguous
+// Float32), gets y rounded to its dtype in the same pass (a ready cast: Note [Cast reuse] in
+// amp/cast_reuse.h). With `residual` (add_layer_norm, Note [Add and layer norm]: contiguous
 // [rows, n] of x's dtype, or Float16/BFloat16 for a Float32 x), the row normalized is x +
 // residual (an add in x's dtype), also written to `sum` (contiguous, x's dtype); both
 // undefined for layer_norm. backward: dy is the sum of dy (x's dtype) and dy_low (y_low's
@@ -252,10 +249,10 @@ AG_DECLARE_KERNEL(batch_norm_backward,
 // add_layer_norm); grad_x = rstd * (dy w - mean(dy w) - xhat mean(dy w xhat)) (xhat = (x -
 // mean) * rstd, means over the row), grad_weight = sum over rows of dy xhat and grad_bias =
 // sum dy, each when defined; sums in a fixed order (deterministic). grad_x is added to, each
-// an add rounded once, in this order: what grad_x holds with `accumulate` (Note
-// [Accumulating formulas] in autograd/engine.cpp), then grad_sum when defined (the sum's own
-// gradient, x's dtype, contiguous); grad_x_low, when defined (Float16 or BFloat16, x
-// Float32), gets the final grad_x rounded to its dtype (Note [Gradient copies]).
+// an add rounded once, in this order: what grad_x holds with `accumulate` (the engine's
+// running sum: Note [Backward context] in autograd/backward_context.h), then grad_sum when
+// defined (the sum's own gradient, x's dtype, contiguous); grad_x_low, when defined (Float16 or
+// BFloat16, x Float32), gets the final grad_x rounded to its dtype.
 AG_DECLARE_KERNEL(layer_norm_forward, void(const Tensor& x, const Tensor& residual, const Tensor& weight,
                                            const Tensor& bias, double eps, const Tensor& sum, const Tensor& y,
                                            const Tensor& mean, const Tensor& rstd, const Tensor& y_low));

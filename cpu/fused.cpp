@@ -1,16 +1,17 @@
-// Fast CPU optimizer steps and gradient checks (Note [Fused steps] in core/fused_kernels.h):
-// the reference's double math and rounding per element (optim/cpu_fused.cpp; plain SGD with
-// momentum in float math, as the CUDA kernel, below), with each
-// tensor's dtype resolved at compile time, a 16-bit working copy written in the same pass, and
-// every tensor's elements cut into chunks on the thread team (elements are independent, so
-// results do not depend on the thread count). Parameters and optimizer state in float32,
-// gradients and working copies in float32, bfloat16 or float16; anything else runs the reference.
+// Fast CPU optimizer steps and gradient checks (Note [Fused steps] in core/fused_kernels.h): the
+// formulas of core/step_formulas.h, as the reference loops (optim/cpu_fused.cpp) and the CUDA
+// kernels run them, with each tensor's dtype resolved at compile time, a 16-bit working copy
+// written in the same pass, and every tensor's elements cut into chunks on the thread team
+// (elements are independent, so results do not depend on the thread count, and equal the
+// reference's bit for bit). Parameters and optimizer state in float32, gradients and working
+// copies in float32, bfloat16 or float16; anything else runs the reference.
 #include <atomic>
 #include <cmath>
 #include <type_traits>
 
 #include <ampgrad/core/dispatch.h>
 #include <ampgrad/core/fused_kernels.h>
+#include <ampgrad/core/step_formulas.h>
 #include <ampgrad/cpu/parallel.h>
 
 namespace ampgrad::cpu {
@@ -35,10 +36,6 @@ template <class F> void visit_gw(const Tensor& g, const Tensor& w, F&& f) {
   if (g.dtype() == kFloat32) with_w(float{});
   else if (g.dtype() == kBFloat16) with_w(BFloat16{});
   else with_w(Half{});
-}
-
-template <class T> T round_to(double v) {
-  return static_cast<T>(static_cast<float>(v));
 }
 
 // Whether every tensor of the step is one this file takes.
@@ -69,7 +66,7 @@ bool any_nonfinite(const std::vector<Tensor>& grads) {
       const G* pg = static_cast<const G*>(g.data_ptr());
       parallel_for(g.numel(), kGrain, [&](int64_t b, int64_t e) {
         bool local = false;
-        for (int64_t i = b; i < e; ++i) local |= !std::isfinite(static_cast<float>(pg[i]));
+        for (int64_t i = b; i < e; ++i) step_formulas::unscale(static_cast<float>(pg[i]), 1.0f, local);
         if (local) bad = true;
       });
     });
@@ -89,7 +86,7 @@ void sgd_step(const FusedStep& s, const std::vector<Tensor>& momentum_bufs, cons
   if (!takes(s, {&momentum_bufs}) || (s.check_grads && !s.update))
     return kernel::sgd_step.reference(s, momentum_bufs, steps, h);
   scaled_step(s, [&] {
-    const double inv = s.inv_scale.defined() ? read1(s.inv_scale) : 1.0;
+    const float inv = s.inv_scale.defined() ? read1(s.inv_scale) : 1.0f;
     for (size_t k = 0; k < s.params.size(); ++k) {
       const Tensor& w = working_of(s, k);
       visit_gw(s.grads[k], w, [&](auto gtag, auto wtag) {
@@ -100,42 +97,14 @@ void sgd_step(const FusedStep& s, const std::vector<Tensor>& momentum_bufs, cons
         float* pb = h.momentum != 0 ? static_cast<float*>(momentum_bufs[k].data_ptr()) : nullptr;
         W* pw = w.defined() ? static_cast<W*>(w.data_ptr()) : nullptr;
         const bool first = read1(steps[k]) == 0.0f;
-        // The common step (momentum past the first step, no weight decay, no Nesterov, not
-        // maximizing) in float math, as the CUDA kernel computes it, with no branches and no
-        // aliasing, so it vectorizes: within a float rounding of the reference's double math.
-        const bool plain = pb && !first && h.weight_decay == 0 && !h.nesterov && !h.maximize;
         parallel_for(s.params[k].numel(), kGrain, [&](int64_t b, int64_t e) {
-          if (plain) {
-            const float mom = static_cast<float>(h.momentum), damp = static_cast<float>(1 - h.dampening);
-            const float lr = static_cast<float>(h.lr), finv = static_cast<float>(inv);
-            float* __restrict__ xp = pp + b;
-            float* __restrict__ bp = pb + b;
-            const G* __restrict__ gp = pg + b;
-            const int64_t len = e - b;
-            for (int64_t i = 0; i < len; ++i) {
-              const float bf = mom * bp[i] + damp * (static_cast<float>(gp[i]) * finv);
-              bp[i] = bf;
-              xp[i] = xp[i] - lr * bf;
-            }
-            if (pw) {
-              W* __restrict__ wp = pw + b;
-              for (int64_t i = 0; i < len; ++i) wp[i] = round_to<W>(xp[i]);
-            }
-            return;
-          }
           for (int64_t i = b; i < e; ++i) {
-            double g = static_cast<double>(static_cast<float>(pg[i])) * inv;
-            if (h.maximize) g = -g;
-            const double x = pp[i];
-            if (h.weight_decay != 0) g += h.weight_decay * x;
-            if (pb) {
-              const float bf = static_cast<float>(first ? g : h.momentum * pb[i] + (1 - h.dampening) * g);
-              pb[i] = bf;
-              g = h.nesterov ? g + h.momentum * bf : bf;
-            }
-            const float xn = static_cast<float>(x - h.lr * g);
+            float bi = pb ? pb[i] : 0.0f;
+            const float xn = step_formulas::sgd_update(static_cast<float>(pg[i]), pp[i], bi, first, h, inv,
+                                                       [](float v) { return v; });
+            if (pb) pb[i] = bi;
             pp[i] = xn;
-            if (pw) pw[i] = round_to<W>(xn);
+            if (pw) pw[i] = static_cast<W>(xn);
           }
         });
       });
@@ -149,11 +118,10 @@ void adam_step(const FusedStep& s, const std::vector<Tensor>& exp_avgs, const st
   if (!takes(s, {&exp_avgs, &exp_avg_sqs, &max_exp_avg_sqs}) || (s.check_grads && !s.update))
     return kernel::adam_step.reference(s, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps, h);
   scaled_step(s, [&] {
-    const double inv = s.inv_scale.defined() ? read1(s.inv_scale) : 1.0;
+    const float inv = s.inv_scale.defined() ? read1(s.inv_scale) : 1.0f;
     for (size_t k = 0; k < s.params.size(); ++k) {
       const Tensor& w = working_of(s, k);
-      const double step = static_cast<double>(read1(steps[k])) + 1;
-      const double bc1 = 1 - std::pow(h.beta1, step), sqrt_bc2 = std::sqrt(1 - std::pow(h.beta2, step));
+      const auto c = step_formulas::adam_corrections<float>(h, static_cast<int64_t>(read1(steps[k])) + 1);
       visit_gw(s.grads[k], w, [&](auto gtag, auto wtag) {
         using G = decltype(gtag);
         using W = decltype(wtag);
@@ -165,27 +133,11 @@ void adam_step(const FusedStep& s, const std::vector<Tensor>& exp_avgs, const st
         W* pw = w.defined() ? static_cast<W*>(w.data_ptr()) : nullptr;
         parallel_for(s.params[k].numel(), kGrain, [&](int64_t b, int64_t e) {
           for (int64_t i = b; i < e; ++i) {
-            double g = static_cast<double>(static_cast<float>(pg[i])) * inv;
-            if (h.maximize) g = -g;
-            double x = pp[i];
-            if (h.weight_decay != 0) {
-              if (h.decoupled_weight_decay) x *= 1 - h.lr * h.weight_decay;
-              else g += h.weight_decay * x;
-            }
-            // Stored rounded, used unrounded: the reference's order.
-            const double m = h.beta1 * pm[i] + (1 - h.beta1) * g;
-            const double v = h.beta2 * pv[i] + (1 - h.beta2) * g * g;
-            pm[i] = static_cast<float>(m);
-            pv[i] = static_cast<float>(v);
-            double vv = v;
-            if (px) {
-              vv = std::max(static_cast<double>(px[i]), vv);
-              px[i] = static_cast<float>(vv);
-            }
-            const double denom = std::sqrt(vv) / sqrt_bc2 + h.eps;
-            const float xn = static_cast<float>(x - (h.lr / bc1) * m / denom);
+            float vmax = px ? px[i] : 0.0f;
+            const float xn = step_formulas::adam_update(static_cast<float>(pg[i]), pp[i], pm[i], pv[i], vmax, h, c, inv);
+            if (px) px[i] = vmax;
             pp[i] = xn;
-            if (pw) pw[i] = round_to<W>(xn);
+            if (pw) pw[i] = static_cast<W>(xn);
           }
         });
       });

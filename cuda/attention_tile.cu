@@ -19,9 +19,9 @@ namespace ampgrad::cuda {
 // a few KB: a block loads them into shared memory once and does the rest there, with
 // mma.sync m16n8k16 (float16 or bfloat16 in, float accumulators), the tensor cores' warp-level
 // instruction. cuDNN's flash-attention kernels are built for long sequences: for the small
-// GPT (B 32, H 8, T 128, E 32) they took 17 us forward and 31 us backward per layer (ncu,
-// session 28; its backward also zeroes and converts a float dq), where the data is 2 MB in
-// and out. The fused path (Note [Attention paths] in ops/attention.cpp) takes this kernel for
+// GPT (B 32, H 8, T 128, E 32) they took 17 us forward and 31 us backward per layer (ncu;
+// the backward also zeroes and converts a float dq), where the data is 2 MB in and out. The
+// fused path (Note [Attention paths] in ops/attention.cpp) takes this kernel for
 // float16 and bfloat16, E 16, 32 or 64, L and S at most 128, no mask tensor and no dropout,
 // causal or not; the rest goes to cuDNN.
 //   Layout: a warp per 16 query rows (the forward) or 16 key rows (the backward's second
@@ -46,10 +46,9 @@ namespace ampgrad::cuda {
 // most shared; at E 64, 141 KB, one block per SM). Causal work is uneven across the warps
 // (the last query strip sees 8 key blocks, the first 1; phase 2 the reverse), and the
 // gradients are stored 4 bytes a lane: the first things to look at under ncu.
-// Written in session 29, which had no GPU; first run in session 34 (an H100): its tests and
-// memcheck clean (racecheck's reports not yet all attributed: docs/benchmarks.md), and the
-// small GPT's graphed AMP step 0.963 -> 0.894 ms, the tiny one's 0.185 -> 0.160. On by
-// default since; enable_tile_sdp(false) or AMPGRAD_TILE_SDP=0 sends these calls to cuDNN.
+// Against cuDNN's kernels on an H100: the small GPT's graphed AMP step 0.963 -> 0.894 ms, the
+// tiny one's 0.185 -> 0.160. On by default; enable_tile_sdp(false) or AMPGRAD_TILE_SDP=0
+// sends these calls to cuDNN.
 
 namespace {
 

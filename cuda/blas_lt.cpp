@@ -29,7 +29,7 @@ namespace ampgrad::cuda {
 
 // Note [cuBLASLt GEMM]
 // cublasGemmEx with CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION keeps float16/bfloat16
-// sums in float32 (DESIGN.md) but also rules out every split-K kernel, and at 1024-2048
+// sums in float32 (as every 16-bit product here) but also rules out every split-K kernel, and at 1024-2048
 // split-K is what fills 132 SMs: ag::mm ran at 0.71-0.76 of raw cuBLAS there. cuBLASLt
 // separates the two: its preference CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK admits split-K
 // whose partial sums live in a float32 workspace (REDUCTION_SCHEME_COMPUTE_TYPE) and refuses
@@ -425,7 +425,7 @@ bool lt_gemm(const LtGemm& g, void* workspace, size_t workspace_bytes) {
     if (!plan->tuned) tune(*plan, g, h, workspace);
   }
   const void* vec = g.bias ? g.bias : g.bias_grad;
-  cudaStream_t stream = g.stream ? g.stream : launch_stream(g.device);
+  cudaStream_t stream = launch_stream(g.device);
   // Everything the call below depends on besides the plan's fixed descriptors (Note [Call graphs]).
   CallKey call;
   call.add(uint64_t{1})  // cuBLASLt

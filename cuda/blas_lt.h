@@ -11,8 +11,8 @@
 
 namespace ampgrad::cuda {
 
-// The workspace each stream's GEMMs get (the library stream's, the side stream's): cuBLAS asks
-// for 32 MiB on Hopper; with less it may pick slower split-k kernels. Plans are made for it.
+// The workspace the library stream's GEMMs get: cuBLAS asks for 32 MiB on Hopper; with less it
+// may pick slower split-k kernels. Plans are made for it.
 constexpr size_t kLtWorkspaceBytes = size_t{32} << 20;
 
 // Column-major D = alpha * op(A) op(B) + beta * C with C == D, strided batches: cuBLAS's
@@ -57,12 +57,9 @@ struct LtGemm {
   const float* d_scale = nullptr;
   float* amax_d = nullptr;
   bool fast_accum = false;
-  // Null: the device's library stream; else the side stream (Note [Weight gradients beside the
-  // stream] in cuda/side_stream.h), with the workspace that goes with it.
-  CUstream_st* stream = nullptr;
 };
 
-// Runs the GEMM on g.stream (by default the device's library stream); false when cuBLASLt
+// Runs the GEMM on the device's library stream; false when cuBLASLt
 // proposes no algorithm (the caller then takes cublasGemmStridedBatchedEx).
 bool lt_gemm(const LtGemm& g, void* workspace, size_t workspace_bytes);
 

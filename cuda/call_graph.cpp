@@ -68,19 +68,20 @@ namespace {
 // calls than entries misses on every call, and each is captured again. Two loops taken in
 // turns need both their sets. The LSTMCell loop of `ampgrad bench step` (2 layers, 64 time
 // steps, ~1800 kernel launches and ~500 GEMMs a step) takes its fp32 and AMP steps in turns:
-// together more keys than the 4096 entries the table had. The overflow fed on itself: evicted
+// together more keys than a table of 4096 entries holds. The overflow fed on itself: evicted
 // keys ran directly and were captured again, the slower host let the device catch up, the
 // backlog probe (below) then sent every kernel through the table too, and more was evicted.
 // Which state a process settled in was chance, so the AMP row was bimodal (7.4 against 10-13
-// ms a step in runs of one build). Measured on the H200 in one call (ampgrad bench step --models
+// ms a step in runs of one build). Measured on an H200 in one run (ampgrad bench step --models
 // lstm_cells --reps 15, pinned, two rounds; ms a step fp32 / AMP, calls outside graphs and keys
 // evicted per step): 4096 entries 7.6 / 6.2 and 9.7 / 9.4, 43-47 and 10-11; 8192 6.5 / 6.1 and
-// 6.8 / 7.6, 21 and 0; 16384 6.6 / 5.2 and 7.1 / 8.1, 21 and 0; the build before (4096, one
-// horizon) 12.2 / 7.8 and 11.8 / 10.2, 84. (The 21 calls a step that still miss at 8192 are
+// 6.8 / 7.6, 21 and 0; 16384 6.6 / 5.2 and 7.1 / 8.1, 21 and 0; 4096 with a single backlog
+// horizon 12.2 / 7.8 and 11.8 / 10.2, 84. (The 21 calls a step that still miss at 8192 are
 // keys that change every step, not evictions.) Peak RSS was the same (959-1008 MB): a graph
 // costs memory while it is in the table, and the table holds what recurs. 16384 leaves room for
-// models with more calls a step than this one. (test_cuda's RSS of 100-128 GB on the H200 in
-// session 18 was its op table's n x n tril row at n = 65537, at 4096 entries as at 16384.)
+// models with more calls a step than this one. (test_cuda's RSS of 100-128 GB on an H200 is
+// its op table's n x n tril row at n = 65537, not this table: the same at 4096 entries as at
+// 16384.)
 constexpr int64_t kCallGraphEntries = 16384;
 
 // Calls of a key that run directly before the next one is captured.
@@ -571,8 +572,7 @@ void run_call(int device, CUstream_st* stream, const CallKey& key, void (*enqueu
     e->device = device;
     ++t.stats.captured;
   }
-  // Only the library stream's calls are held (the side stream's go at once: Note [Weight
-  // gradients beside the stream] in cuda/side_stream.h).
+  // Only the library stream's calls are held.
   if (e->launched && t.batching.load(std::memory_order_relaxed) && device >= 0 && device < kMaxDevices &&
       stream == launch_stream(device) && kernels_as_graphs_now(t, device, stream, probed)) {
     hold(t, device, stream, *e);

@@ -52,8 +52,7 @@ namespace ampgrad::cuda {
 // (benchmarks/host_profile.py). One graph holding a whole phase of the step (its forward; its
 // backward and optimizer step) launches in about the time of one of them. So run_call, for a
 // key whose graph has launched before, does not launch it: it holds the call back, in order,
-// on its device (HeldCalls). Only calls on the library stream are held; the side stream's
-// (Note [Weight gradients beside the stream] in cuda/side_stream.h) launch at once. The held calls are submitted when anything else is about to
+// on its device (HeldCalls). Only calls on the library stream are held. The held calls are submitted when anything else is about to
 // reach the stream or the host is about to look at it:
 //   - a call that runs directly, or the first launch of a new graph (run_call), a kernel
 //     launched directly (launch(), launch_cooperative()), a byte copy or fill, a cuBLAS or

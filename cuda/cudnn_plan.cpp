@@ -49,8 +49,8 @@ namespace dnn {
 // call repeats with the same pointers, a graph launch (Note [Call graphs] in cuda/call_graph.h).
 // Numerics filter the engines: none that down-converts its inputs; for float32 no tensor-core
 // (TF32) engine unless allow_tf32(); none that reduces in reduced precision, so float16 and
-// bfloat16 accumulate in float32 (DESIGN.md). Non-deterministic engines are allowed, as in
-// PyTorch's default.
+// bfloat16 accumulate in float32, as every float16/bfloat16 product does here.
+// Non-deterministic engines are allowed, as in PyTorch's default.
 // Benchmark mode (cudnn.benchmark): every candidate plan (up to kMaxTimed; mode A and the
 // fallback list propose 10-40; then the knob sweep of Note [cuDNN knobs]) runs once to warm up, then five times, each between its own
 // CUDA events, into a scratch output; the plan with the fastest median is cached. With only
@@ -249,8 +249,8 @@ EngineInfo engine_info(const Desc& cfg, const ConvGeometry& g) {
 // faster, within 2 x kMaxTimed timed plans and 4 x kMaxTimed attempts, with the numerics
 // filter of Note [cuDNN plans]. Anything that fails in the sweep keeps the best plan found
 // before it. AMPGRAD_CUDNN_BENCHMARK_LOG=1 prints every timed candidate with its knobs.
-// Measured on the H200 (session 19): conv_transpose2d's float32 weight gradient ([64, 128, 28,
-// 28] by [128, 64, 4, 4], stride 2) ran engine 20 with the heuristics' knobs (TILE_SIZE 6,
+// Measured on an H200: conv_transpose2d's float32 weight gradient ([64, 128, 28, 28] by
+// [128, 64, 4, 4], stride 2) ran engine 20 with the heuristics' knobs (TILE_SIZE 6,
 // USE_TEX 0) in 0.616 ms; the sweep found TILE_SIZE 0, USE_TEX 1 at 0.472 ms (21 plans timed
 // for that pass), and the op's forward + backward went from 0.94 of PyTorch's speed to 1.04.
 struct KnobChoice {

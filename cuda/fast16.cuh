@@ -14,9 +14,10 @@ namespace ampgrad::cuda::fast16 {
 // H200 has about 40 issue slots per float16 element. CUDA's accurate expm1f, atan2f, logf and
 // log1pf cost about that on their own: expm1, mish, atan2, kl_div, soft_margin and
 // binary_cross_entropy_with_logits ran at 0.64-0.79 of a copy in float16 and at 0.90-1.03 in
-// float32 (docs/benchmarks.md, issue #23). For 16-bit storage only, these kinds compute in
-// float with the special-function unit (ex2.approx, lg2.approx, rcp.approx) and short
-// polynomials where those lose accuracy (expm1 and log1p of small arguments, log near 1).
+// float32 (bench_ops's memory-bound table, benchmarks/bench_ops.cpp). For 16-bit storage only,
+// these kinds compute in float with the special-function unit (ex2.approx, lg2.approx,
+// rcp.approx) and short polynomials where those lose accuracy (expm1 and log1p of small
+// arguments, log near 1).
 // Every formula here is within 2^-17 relative error of its float value (bounds at each
 // function), far below float16's rounding (2^-11) and bfloat16's (2^-8): each function's
 // stored result is the correctly rounded one or its neighbour, as the accurate one's is (a
@@ -25,8 +26,8 @@ namespace ampgrad::cuda::fast16 {
 // subnormal ranges) take the accurate function where the fast one would be wrong. Where an argument range needs a polynomial, both values are computed
 // and one selected: a branch diverges in most warps when the range is common (kl_div's
 // targets near 1 took both sides and a reconvergence per element: 0.67 of a copy).
-// float32 and float64 storage never come here; backward formulas do not either (they are
-// not on the issue's speed rows, and stay as written in core/*.def). The formulas restate
+// float32 and float64 storage never come here; backward formulas do not either (that table
+// times forwards only; they stay as written in core/*.def). The formulas restate
 // their kind's row with these functions; test_cuda's CPU≡CUDA rows check both agree.
 
 // e^x - 1. |x| < 1/4: degree-5 Taylor (truncation x^5/720 < 2^-19.4 relative); otherwise

@@ -4,6 +4,7 @@
 
 #include <ampgrad/core/float8.h>
 #include <ampgrad/core/float8_kernels.h>
+#include <ampgrad/core/step_formulas.h>
 #include <ampgrad/cuda/common.cuh>
 #include <ampgrad/cuda/launch.cuh>
 
@@ -13,11 +14,7 @@ namespace {
 
 constexpr int kTile = 64;  // a block quantizes a 64 x 64 tile
 
-__device__ __forceinline__ float derived_scale(float amax, float fp8_max, int margin, float old) {
-  if (!isfinite(amax) || amax <= 0.0f) return old;
-  const float s = fp8_max / amax / ldexpf(1.0f, margin);
-  return isfinite(s) ? s : old;
-}
+using step_formulas::fp8_scale;  // Note [FP8 scaling]
 
 __device__ __forceinline__ float warp_max(float v) {
 #pragma unroll
@@ -97,7 +94,7 @@ __global__ void __launch_bounds__(256)
   __shared__ float col_part[16][kTile];
   const int tx = threadIdx.x, ty = threadIdx.y;
   const int64_t r0 = static_cast<int64_t>(blockIdx.y) * kTile, c0 = static_cast<int64_t>(blockIdx.x) * kTile;
-  const float s = current ? derived_scale(*amax, fp8_max, margin, *scale) : *scale;
+  const float s = current ? fp8_scale(*amax, fp8_max, margin, *scale) : *scale;
   if (blockIdx.x == 0 && blockIdx.y == 0 && tx == 0 && ty == 0) {
     if (current) *scale = s;
     *scale_inv = 1.0f / s;
@@ -263,7 +260,7 @@ __global__ void update_kernel(float* amax, float* history, int32_t* pos, const f
     }
   }
   if (threadIdx.x == 0) {
-    const float s = derived_scale(m, fp8_max[i], margin, scale[i]);
+    const float s = fp8_scale(m, fp8_max[i], margin, scale[i]);
     scale[i] = s;
     scale_inv[i] = 1.0f / s;
   }

@@ -11,6 +11,7 @@
 
 #include <ampgrad/cuda/common.cuh>
 #include <ampgrad/core/fused_kernels.h>
+#include <ampgrad/core/step_formulas.h>
 #include <ampgrad/cuda/graph.h>
 #include <ampgrad/cuda/launch.cuh>
 
@@ -89,8 +90,7 @@ template <int L, class F> __device__ __forceinline__ void for_each_item(const Te
 // share the counter: their launches are serialized too.
 __device__ unsigned int g_blocks_done = 0;
 
-// GradScaler's update as a launch's arguments; scale == nullptr: none. last_inv, last_growth
-// and last_hyst may be null (not recorded).
+// GradScaler's update as a launch's arguments; scale == nullptr: none.
 struct ScaleUpdateArgs {
   float* scale = nullptr;
   int32_t* growth = nullptr;
@@ -98,9 +98,6 @@ struct ScaleUpdateArgs {
   float* inv_scale = nullptr;
   float* last_scale = nullptr;
   float* last_found = nullptr;
-  float* last_inv = nullptr;
-  int32_t* last_growth = nullptr;
-  int32_t* last_hyst = nullptr;
   bool clear_found = false;
   bool unused[7] = {};  // no padding: kernel arguments are keyed by their bytes (Note [Kernel graphs])
   ScaleRule rule;
@@ -108,7 +105,7 @@ struct ScaleUpdateArgs {
 
 // Kernel arguments without padding bytes (Note [Kernel graphs] in cuda/launch.cuh).
 static_assert(sizeof(SgdHyper) == 4 * 8 + 2 + 6 && sizeof(AdamHyper) == 5 * 8 + 3 + 5);
-static_assert(sizeof(ScaleRule) == 6 * 8 && sizeof(ScaleUpdateArgs) == 9 * 8 + 1 + 7 + sizeof(ScaleRule));
+static_assert(sizeof(ScaleRule) == 6 * 8 && sizeof(ScaleUpdateArgs) == 6 * 8 + 1 + 7 + sizeof(ScaleRule));
 static_assert(sizeof(TensorLists<4>) == 4 * 64 * 8 + 64 * 8 * 2 + 65 * 8 + 2 * 4);
 
 
@@ -120,45 +117,24 @@ ScaleUpdateArgs update_args(const ScaleUpdate& u) {
   a.inv_scale = ptr<float>(u.rec.inv_scale);
   a.last_scale = ptr<float>(u.rec.last_scale);
   a.last_found = ptr<float>(u.rec.last_found);
-  a.last_inv = mut_or_null<float>(u.rec.last_inv_scale);
-  a.last_growth = mut_or_null<int32_t>(u.rec.last_growth);
-  a.last_hyst = mut_or_null<int32_t>(u.rec.last_hysteresis);
   a.clear_found = u.rec.clear_found;
   a.rule = u.rule;
   return a;
 }
 
-// The update rule of ScaleRule, by one thread. Every load first, then the stores: one memory
-// round trip each way (interleaved, each load waited for the stores before it, which might
-// have aliased it: a dozen round trips in turn; as a launch of its own, ncu's 3.6 us are 2.6).
+// GradScaler's update (step_formulas::next_scale_state), by one thread. Every load first, then
+// the stores: one memory round trip each way.
 __device__ void apply_scale_update(const ScaleUpdateArgs& u, float* found_inf) {
-  const ScaleRule& r = u.rule;
-  const float found = *found_inf, old_scale = *u.scale, old_inv = *u.inv_scale;
-  const int32_t old_growth = *u.growth, old_hyst = *u.hyst;
-  float scale = old_scale;
-  int32_t growth = old_growth, hyst = old_hyst;
-  if (found != 0.0f) {
-    growth = 0;
-    if (--hyst <= 0) {
-      scale = static_cast<float>(fmax(static_cast<double>(old_scale) * r.backoff_factor, r.min_scale));
-      hyst = static_cast<int32_t>(r.hysteresis);
-    }
-  } else if (++growth >= r.growth_interval) {
-    const double grown = static_cast<double>(old_scale) * r.growth_factor;
-    if (isfinite(static_cast<float>(grown))) scale = static_cast<float>(fmin(grown, r.max_scale));
-    growth = 0;
-    hyst = static_cast<int32_t>(r.hysteresis);
-  }
-  *u.last_scale = old_scale;
+  const float found = *found_inf;
+  const step_formulas::ScaleState old{*u.scale, *u.growth, *u.hyst};
+  const step_formulas::ScaleState next = step_formulas::next_scale_state(old, found != 0.0f, u.rule);
+  *u.last_scale = old.scale;
   *u.last_found = found;
-  if (u.last_inv) *u.last_inv = old_inv;
-  if (u.last_growth) *u.last_growth = old_growth;
-  if (u.last_hyst) *u.last_hyst = old_hyst;
   if (u.clear_found) *found_inf = 0.0f;
-  *u.scale = scale;
-  *u.growth = growth;
-  *u.hyst = hyst;
-  *u.inv_scale = 1.0f / scale;
+  *u.scale = next.scale;
+  *u.growth = next.growth_tracker;
+  *u.hyst = next.hysteresis_left;
+  *u.inv_scale = 1.0f / next.scale;
 }
 
 // The start of a step kernel: with kCheck (a cooperative launch), every block checks its
@@ -173,9 +149,9 @@ __device__ __forceinline__ bool step_skipped(const TensorLists<L>& lists, bool v
       if (vec4) {
         const Vec<G, 4> v = reinterpret_cast<const Vec<G, 4>*>(g)[i];
 #pragma unroll
-        for (int e = 0; e < 4; ++e) bad |= !isfinite(static_cast<float>(to_acc(v.v[e])));
+        for (int e = 0; e < 4; ++e) step_formulas::unscale(to_acc(v.v[e]), dacc_t<G>(1), bad);
       } else {
-        bad |= !isfinite(static_cast<float>(to_acc(g[i])));
+        step_formulas::unscale(to_acc(g[i]), dacc_t<G>(1), bad);
       }
     });
     if (bad) *found_inf = 1.0f;  // many threads may write 1.0f: the same value, a benign race
@@ -199,12 +175,12 @@ __device__ __forceinline__ void finish_step(const TensorLists<L>& lists, bool sk
 template <class G>
 __global__ void amp_check_unscale_kernel(TensorLists<1> lists, float* found_inf, const float* inv_scale, bool write,
                                          bool vec4) {
-  const float inv = write ? *inv_scale : 1.0f;
+  using A = dacc_t<G>;  // float, or double for float64 gradients
+  const A inv = write ? static_cast<A>(*inv_scale) : A(1);
   bool bad = false;
   auto one = [&](G& x) {
-    const float v = static_cast<float>(to_acc(x));
-    bad |= !isfinite(v);
-    if (write) x = from_acc<G>(v * inv);
+    const A v = step_formulas::unscale(to_acc(x), inv, bad);
+    if (write) x = from_acc<G>(v);
   };
   for_each_item(lists, vec4 ? 2 : 0, [&](int t, int64_t i) {
     G* g = static_cast<G*>(lists.ptr[0][t]);
@@ -225,23 +201,20 @@ __global__ void amp_update_scale_kernel(ScaleUpdateArgs u, float* found_inf) { a
 
 // SGD's update of the launch's tensors (lists as sgd_kernel's).
 template <class P, class G, class W>
-__device__ __forceinline__ void sgd_update(const TensorLists<4>& lists, const float* inv_scale, const SgdHyper& h,
+__device__ __forceinline__ void sgd_items(const TensorLists<4>& lists, const float* inv_scale, const SgdHyper& h,
                                            bool vec4) {
   using A = std::conditional_t<std::is_same_v<P, double>, double, float>;
   const A inv = inv_scale ? static_cast<A>(*inv_scale) : A(1);
-  const A lr = static_cast<A>(h.lr), mom = static_cast<A>(h.momentum), damp = static_cast<A>(h.dampening),
-          wd = static_cast<A>(h.weight_decay);
-  // One element: gradient and parameter in, momentum buffer updated in place, new parameter out.
+  const bool momentum = h.momentum != 0;
+  // One element (step_formulas::sgd_update): gradient and parameter in, momentum buffer updated
+  // in place (as stored), new parameter out.
   auto update = [&](A gi, A x, P& b_s, bool first) -> P {
-    gi *= inv;
-    if (h.maximize) gi = -gi;
-    if (wd != A(0)) gi += wd * x;
-    if (mom != A(0)) {
-      b_s = from_acc<P>(first ? gi : mom * static_cast<A>(to_acc(b_s)) + (A(1) - damp) * gi);
-      const A b = static_cast<A>(to_acc(b_s));  // as stored
-      gi = h.nesterov ? gi + mom * b : b;
-    }
-    return from_acc<P>(x - lr * gi);
+    A b = momentum ? static_cast<A>(to_acc(b_s)) : A(0);
+    const A nx = step_formulas::sgd_update(gi, x, b, first, h, inv, [&](A v) {
+      b_s = from_acc<P>(v);
+      return static_cast<A>(to_acc(b_s));
+    });
+    return from_acc<P>(nx);
   };
   // Whether the tensor last seen takes its first step (a block's chunks rarely change tensor).
   int seen = -1;
@@ -259,7 +232,7 @@ __device__ __forceinline__ void sgd_update(const TensorLists<4>& lists, const fl
       Vec<P, 4> pv = reinterpret_cast<const Vec<P, 4>*>(p)[i];
       const Vec<G, 4> gv = reinterpret_cast<const Vec<G, 4>*>(g)[i];
       Vec<P, 4> bv{};
-      if (mom != A(0)) bv = reinterpret_cast<const Vec<P, 4>*>(buf)[i];
+      if (momentum) bv = reinterpret_cast<const Vec<P, 4>*>(buf)[i];
       Vec<W, 4> wv{};
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
@@ -267,11 +240,11 @@ __device__ __forceinline__ void sgd_update(const TensorLists<4>& lists, const fl
         if (w) wv.v[e] = from_acc<W>(to_acc(pv.v[e]));
       }
       reinterpret_cast<Vec<P, 4>*>(p)[i] = pv;
-      if (mom != A(0)) reinterpret_cast<Vec<P, 4>*>(buf)[i] = bv;
+      if (momentum) reinterpret_cast<Vec<P, 4>*>(buf)[i] = bv;
       if (w) reinterpret_cast<Vec<W, 4>*>(w)[i] = wv;
     } else {
       P unused{};
-      const P nx = update(static_cast<A>(to_acc(g[i])), static_cast<A>(to_acc(p[i])), mom != A(0) ? buf[i] : unused,
+      const P nx = update(static_cast<A>(to_acc(g[i])), static_cast<A>(to_acc(p[i])), momentum ? buf[i] : unused,
                           first);
       p[i] = nx;
       if (w) w[i] = from_acc<W>(to_acc(nx));
@@ -286,55 +259,40 @@ template <class P, class G, class W, bool kCheck>
 __global__ void sgd_kernel(TensorLists<4> lists, float* found_inf, const float* inv_scale, SgdHyper h, bool vec4,
                            ScaleUpdateArgs up) {
   const bool skipped = step_skipped<G, kCheck>(lists, vec4, found_inf);
-  if (!skipped) sgd_update<P, G, W>(lists, inv_scale, h, vec4);
+  if (!skipped) sgd_items<P, G, W>(lists, inv_scale, h, vec4);
   finish_step(lists, skipped, found_inf, up);
 }
 
 // Adam's update of the launch's tensors (lists as adam_kernel's).
 template <class P, class G, class W>
-__device__ __forceinline__ void adam_update(const TensorLists<6>& lists, const float* inv_scale, const AdamHyper& h,
+__device__ __forceinline__ void adam_items(const TensorLists<6>& lists, const float* inv_scale, const AdamHyper& h,
                                             bool vec4) {
   using A = std::conditional_t<std::is_same_v<P, double>, double, float>;
   const A inv = inv_scale ? static_cast<A>(*inv_scale) : A(1);
-  const A lr = static_cast<A>(h.lr), b1 = static_cast<A>(h.beta1), b2 = static_cast<A>(h.beta2),
-          eps = static_cast<A>(h.eps), wd = static_cast<A>(h.weight_decay);
-  // The bias corrections of each tensor, once per block, a thread each (every thread computed
-  // them, two double pows, at each chunk it took: the small GPT's step launches went from 38
-  // and 30 to 36.5 and 27 us on ncu; what else binds them, at 48 % of the SMs' issue and 19 %
-  // of DRAM bandwidth, is not known yet).
-  __shared__ A step_sizes[kMaxTensors], bc2_sqrts[kMaxTensors];
-  if (static_cast<int>(threadIdx.x) < lists.count) {
-    const double step = static_cast<double>(*lists.step[threadIdx.x]) + 1;
-    step_sizes[threadIdx.x] = lr / static_cast<A>(1 - pow(h.beta1, step));
-    bc2_sqrts[threadIdx.x] = static_cast<A>(sqrt(1 - pow(h.beta2, step)));
-  }
+  // The bias corrections of each tensor, once per block, a thread each (each thread computing
+  // them at each chunk it took cost the small GPT's step launches 5-10 % on ncu).
+  __shared__ step_formulas::AdamCorrections<A> corrections[kMaxTensors];
+  if (static_cast<int>(threadIdx.x) < lists.count)
+    corrections[threadIdx.x] =
+        step_formulas::adam_corrections<A>(h, static_cast<int64_t>(*lists.step[threadIdx.x]) + 1);
   __syncthreads();
   int corrected = -1;
-  A step_size = 0, bc2_sqrt = 1;
-  // One element: gradient, parameter and state in, state updated in place, new parameter out.
-  auto update = [&](A gi, A x, P& mi_s, P& vi_s, P& vmax_s) -> P {
-    gi *= inv;
-    if (h.maximize) gi = -gi;
-    if (wd != A(0)) {
-      if (h.decoupled_weight_decay) x *= A(1) - lr * wd;
-      else gi += wd * x;
-    }
-    const A mi = b1 * static_cast<A>(to_acc(mi_s)) + (A(1) - b1) * gi;
-    const A vi = b2 * static_cast<A>(to_acc(vi_s)) + (A(1) - b2) * gi * gi;
-    mi_s = from_acc<P>(mi);
-    vi_s = from_acc<P>(vi);
-    A vv = vi;
-    if (h.amsgrad) {
-      vv = fmax(static_cast<A>(to_acc(vmax_s)), vi);
-      vmax_s = from_acc<P>(vv);
-    }
-    return from_acc<P>(x - step_size * mi / (sqrt(vv) / bc2_sqrt + eps));
+  step_formulas::AdamCorrections<A> c{};
+  // One element (step_formulas::adam_update): gradient, parameter and state in, state updated
+  // in place, new parameter out.
+  auto update = [&](A gi, A x, P& m_s, P& v_s, P& vmax_s) -> P {
+    A m = static_cast<A>(to_acc(m_s)), v = static_cast<A>(to_acc(v_s));
+    A vmax = h.amsgrad ? static_cast<A>(to_acc(vmax_s)) : A(0);
+    const A nx = step_formulas::adam_update(gi, x, m, v, vmax, h, c, inv);
+    m_s = from_acc<P>(m);
+    v_s = from_acc<P>(v);
+    if (h.amsgrad) vmax_s = from_acc<P>(vmax);
+    return from_acc<P>(nx);
   };
   for_each_item(lists, vec4 ? 2 : 0, [&](int t, int64_t i) {
     if (t != corrected) {
       corrected = t;
-      step_size = step_sizes[t];
-      bc2_sqrt = bc2_sqrts[t];
+      c = corrections[t];
     }
     P* p = static_cast<P*>(lists.ptr[0][t]);
     const G* g = static_cast<const G*>(lists.ptr[1][t]);
@@ -378,7 +336,7 @@ template <class P, class G, class W, bool kCheck>
 __global__ void adam_kernel(TensorLists<6> lists, float* found_inf, const float* inv_scale, AdamHyper h, bool vec4,
                             ScaleUpdateArgs up) {
   const bool skipped = step_skipped<G, kCheck>(lists, vec4, found_inf);
-  if (!skipped) adam_update<P, G, W>(lists, inv_scale, h, vec4);
+  if (!skipped) adam_items<P, G, W>(lists, inv_scale, h, vec4);
   finish_step(lists, skipped, found_inf, up);
 }
 
@@ -473,7 +431,7 @@ template <class F> void dispatch_pair(DType p, DType g, const char* op, F&& f) {
 
 // Calls f(TypeTag<P>, TypeTag<G>, TypeTag<W>) with W the working copies' type: G for master
 // weights (and when there are none), float16 or bfloat16 for autocast's kept copies of
-// float32 parameters (Note [Working copies] in amp/working_copy.h).
+// float32 parameters (Note [Working copies] in speedups/working_copies.h).
 template <class F> void dispatch_step(DType p, DType g, DType w, const char* op, F&& f) {
   dispatch_pair(p, g, op, [&](auto pt, auto gt) {
     using P = typename decltype(pt)::type;

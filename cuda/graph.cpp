@@ -11,7 +11,6 @@
 #include <ampgrad/cuda/call_graph.h>
 #include <ampgrad/cuda/check.h>
 #include <ampgrad/cuda/device_error.h>
-#include <ampgrad/cuda/side_stream.h>
 
 namespace ampgrad::cuda {
 // cuda/allocator.cpp: Note [Frees during capture].
@@ -68,7 +67,6 @@ CudaGraph::~CudaGraph() {
 void CudaGraph::capture(const std::function<void()>& fn) {
   AG_CHECK(exec_ == nullptr, "CudaGraph.capture: this graph already holds a capture");
   device_ = current_device();
-  join_side_work();  // no event from before the capture may be waited for inside it
   cudaStream_t stream = current_stream(device_);
   (void)device_error_record(device_);  // made now: a capture cannot allocate pinned memory
   allocator_capture_begin(device_);
@@ -84,7 +82,6 @@ void CudaGraph::capture(const std::function<void()>& fn) {
   try {
     fn();
   } catch (...) {
-    join_side_work();  // the side stream leaves the capture before it ends
     cudaGraph_t broken = nullptr;
     (void)cudaStreamEndCapture(stream, &broken);
     if (broken) (void)cudaGraphDestroy(broken);
@@ -93,7 +90,6 @@ void CudaGraph::capture(const std::function<void()>& fn) {
     (void)end_recording(device_);
     throw;
   }
-  join_side_work();
   cudaGraph_t g = nullptr;
   cudaError_t err = cudaStreamEndCapture(stream, &g);
   allocator_capture_end(device_);
@@ -125,7 +121,6 @@ struct RegisterCudaHooks {
     h.raw_access = &finish_held_launches;
     h.capturing = &capturing;
     h.graph_replays = &graph_replays;
-    h.join_side_work = &join_side_work;
     set_device_hooks(DeviceType::CUDA, h);
     CaptureHooks c;
     c.capture_id = &capture_id;

@@ -20,7 +20,7 @@ namespace ampgrad::cuda {
 bool capturing(int device);
 // How many times any CudaGraph has been replayed in this process. A replay rewrites tensors
 // on the device with no host-side trace (no version bump): host caches of device values
-// (amp's kept working copies, Note [Working copies]) stop trusting what they hold.
+// (the kept working copies, Note [Working copies] in speedups/working_copies.h) stop trusting what they hold.
 uint64_t graph_replays();
 
 // The switches and counters of the per-call graphs that keep eager steps fast (Note [Call

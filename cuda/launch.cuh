@@ -27,8 +27,8 @@ namespace ampgrad::cuda {
 // What it costs: device time. A kernel launched as a graph starts a little later after the
 // one before it: nothing measurable for one kernel repeated (profile_launch), 3 % for 64
 // different ones in turn, and 4-5 % of the Fashion-MNIST CNN's device-bound eager step
-// (~65 kernels, 0.58 -> 0.61 ms, in session 8, before launch batches; the small MLP's step,
-// device-bound too, did not move; with batches, the CNN's eager step is now faster the longer
+// (~65 kernels, 0.58 -> 0.61 ms, measured without launch batches; the small MLP's step,
+// device-bound too, did not move; with batches, the CNN's eager step is faster the longer
 // the probe's horizon, 0.652 ms at 512 launches and 0.655 with every kernel through run_call,
 // against 0.688 at 128). So kernels go through run_call only while the host is what binds
 // (KernelGraphs::when_host_bound, the default): every 16th launch records an event, after

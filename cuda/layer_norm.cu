@@ -28,14 +28,14 @@ template <class A> __device__ __forceinline__ A ln_warp_sum(A v) {
 }
 
 // a + b rounded once, an add of its own (never contracted into a multiply before it): the
-// engine's adds' bits (Note [Accumulating formulas] in autograd/engine.cpp).
+// engine's adds' bits (Note [Backward speed-ups] in speedups/backward.cpp).
 template <class T> __device__ __forceinline__ T ln_add(T a, T b) {
   if constexpr (std::is_same_v<T, double>) return __dadd_rn(a, b);
   else return __fadd_rn(a, b);
 }
 
-// The output's gradient at i: dy's and dy_low's (the 16-bit copy's, Note [Ready casts] in
-// amp/autocast.h), each optional.
+// The output's gradient at i: dy's and dy_low's (the 16-bit copy's, Note [Cast speed-ups] in
+// speedups/casts.cpp), each optional.
 template <class T, class L> __device__ __forceinline__ T ln_dy(const T* dy, const L* dy_low, int64_t i) {
   T d = dy ? dy[i] : T(0);
   if (dy_low) d += static_cast<T>(to_acc(dy_low[i]));
@@ -450,7 +450,7 @@ template <class F> void dispatch_ln(DType t, F&& f) {
   else f(TypeTag<float>{});
 }
 
-// f(TypeTag<L>{}) for the 16-bit copy's dtype (Note [Ready casts]); __half when there is none.
+// f(TypeTag<L>{}) for the 16-bit copy's dtype (Note [Cast speed-ups]); __half when there is none.
 template <class F> void dispatch_ln_low(const Tensor& x, const Tensor& low, F&& f) {
   if (!low.defined()) return f(TypeTag<__half>{});
   AG_INTERNAL_ASSERT(x.dtype() == DType::Float32 && (low.dtype() == DType::Float16 || low.dtype() == DType::BFloat16),

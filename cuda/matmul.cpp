@@ -11,7 +11,6 @@
 #include <ampgrad/core/float8_kernels.h>
 #include <ampgrad/core/kernels.h>
 #include <ampgrad/cuda/runtime.h>
-#include <ampgrad/cuda/side_stream.h>
 
 namespace ampgrad::cuda {
 
@@ -42,7 +41,7 @@ BlasState& blas_state(int device) {
     AG_CUDA_CHECK(cudaMalloc(&workspace, kLtWorkspaceBytes));
     AG_CUBLAS_CHECK(cublasSetWorkspace(h, workspace, kLtWorkspaceBytes));
     st.workspace = workspace;
-    // float16/bfloat16 products accumulate in float32 all the way (DESIGN.md): no split-K
+    // float16/bfloat16 products accumulate in float32 all the way: no split-K
     // partial sums rounded to the 16-bit output type, which cuBLAS allows by default.
     AG_CUBLAS_CHECK(cublasSetMathMode(h, static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH |
                                                                    CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
@@ -105,11 +104,9 @@ Operand3 operand3(const Tensor& t) {
 // out = alpha * a @ bm + beta * out, or (bias defined, beta 0) alpha * a @ bm + bias[col];
 // false only for a bias call cuBLASLt declines (nothing ran). Operands are [B, M, K], [B, K, N]
 // and [B, M, N], or all 2-D.
-// beside: a weight gradient that may run on the side stream (Note [Weight gradients beside the
-// stream] in cuda/side_stream.h); false there also when cuBLASLt declines (nothing ran).
 bool run_gemm(const Tensor& a, const Tensor& bm, const Tensor& out, double alpha, double beta, const Tensor& bias,
               const Tensor& bias_grad = Tensor(), kernel::GemmActivation act = kernel::GemmActivation::none,
-              const Tensor& pre_act = Tensor(), bool beside = false) {
+              const Tensor& pre_act = Tensor()) {
   const bool relu = act == kernel::GemmActivation::relu, gelu = act == kernel::GemmActivation::gelu_tanh;
   const Operand3 vo = operand3(out);
   const int64_t batch = vo.batch, m = vo.rows, n = vo.cols, k = operand3(a).cols;
@@ -181,13 +178,6 @@ bool run_gemm(const Tensor& a, const Tensor& bm, const Tensor& out, double alpha
     g.relu = relu;
     g.gelu = gelu;
     if (pre_act.defined()) g.aux = ampgrad::detail::address(pre_act);
-    if (beside && wants_side_work(device, batch * m * n * k)) {
-      SideWork side(device, {ta, tb});  // the operands stay alive until the library stream waits
-      g.stream = side.stream();
-      const bool ran = lt_gemm(g, side.workspace(), kLtWorkspaceBytes);
-      if (ran) side.ran();
-      return ran;
-    }
     if (lt_gemm(g, blas.workspace, kLtWorkspaceBytes)) return true;
   }
   if (bias.defined() || bias_grad.defined() || relu || gelu) return false;
@@ -222,13 +212,13 @@ bool gemm_bias(const Tensor& a, const Tensor& bm, const Tensor& bias, const Tens
   return run_gemm(a, bm, out, alpha, 0, bias, Tensor(), act, pre_act);
 }
 
-bool gemm_bias_grad(const Tensor& a, const Tensor& bm, const Tensor& out, const Tensor& bias_grad, bool beside) {
+bool gemm_bias_grad(const Tensor& a, const Tensor& bm, const Tensor& out, const Tensor& bias_grad) {
   if (out.size(0) != 1 || out.dtype() == DType::Float64) return false;
   if (bias_grad.defined() && (bias_grad.dtype() != out.dtype() || !bias_grad.is_contiguous() ||
                               bias_grad.numel() != out.size(1) ||
                               reinterpret_cast<uintptr_t>(ampgrad::detail::address(bias_grad)) % 16 != 0))
     return false;
-  return run_gemm(a, bm, out, 1, 0, Tensor(), bias_grad, kernel::GemmActivation::none, Tensor(), beside);
+  return run_gemm(a, bm, out, 1, 0, Tensor(), bias_grad, kernel::GemmActivation::none, Tensor());
 }
 
 // Note [FP8 GEMM] in cuda/blas_lt.cpp. Row-major out [M, N] is column-major out^T [N, M] =

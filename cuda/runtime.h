@@ -51,10 +51,7 @@ void set_device(int device);
 // the ops whose outputs it reads without any events, and makes stream-ordered frees safe
 // (Note [CUDA allocator]). Non-blocking means it does not synchronize with the legacy default
 // stream: code that mixes ampgrad with its own CUDA work on another stream must call
-// synchronize() (or use current_stream()) to order the two. The one exception, when asked for
-// (set_overlap_weight_grads), is a linear layer's weight-gradient GEMM during backward, which
-// may run on a second stream that the library stream waits for before backward returns (Note [Weight gradients beside the stream]
-// in cuda/side_stream.h): after backward, the library stream is ordered after it.
+// synchronize() (or use current_stream()) to order the two.
 // current_stream() first submits the calls ampgrad holds back (Note [Launch batches] in
 // cuda/call_graph.h), so that work queued on the stream it returns comes after them; a handle
 // kept from an earlier call does not submit what was held since: take it again before use.
@@ -97,15 +94,6 @@ struct MatmulTuningStats {
   int64_t changed = 0;  // geometries where a candidate beat the heuristic's first
 };
 MatmulTuningStats matmul_tuning_stats();
-
-// Opt-in (off by default; AMPGRAD_OVERLAP_WGRAD=1 turns it on at start): a linear layer's
-// weight-gradient GEMM that nothing reads before backward ends runs on a second stream of the
-// device, beside the rest of backward (Note [Weight gradients beside the stream] in
-// cuda/side_stream.h).
-// side_stream_works() counts the GEMMs that ran there.
-void set_overlap_weight_grads(bool on);
-bool overlap_weight_grads();
-uint64_t side_stream_works();
 
 // Statistics of the caching allocator (cuda/allocator.cpp).
 MemoryStats memory_stats(int device = 0);
@@ -194,9 +182,6 @@ struct MatmulTuningStats {
   int64_t tuned = 0, timed = 0, changed = 0;
 };
 inline MatmulTuningStats matmul_tuning_stats() { return {}; }
-inline void set_overlap_weight_grads(bool) {}
-inline bool overlap_weight_grads() { return false; }
-inline uint64_t side_stream_works() { return 0; }
 
 #endif
 

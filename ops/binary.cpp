@@ -1,5 +1,7 @@
 // Binary elementwise ops with broadcasting and type promotion: add, sub, mul, div, pow, the rows
 // of ops/binary_ops.def (maximum, minimum, the comparisons), their scalar forms, and where.
+#include <type_traits>
+
 #include <ampgrad/autograd/node.h>
 #include <ampgrad/core/kernels.h>
 #include <ampgrad/ops/internal.h>
@@ -21,8 +23,8 @@ const OpInfo kDiv{"div", Category::passthrough, true, "elementwise, no accumulat
 const OpInfo kPow{"pow", Category::fp32, true, "range: powers overflow float16 quickly"};
 const OpInfo kRsub{"rsub", Category::passthrough, true, "elementwise: stays in its input dtype"};
 const OpInfo kWhere{"where", Category::promote, true, "mixes two inputs: both are cast to the wider dtype, as PyTorch's type promotion does"};
-const OpInfo kRdiv{"rdiv", Category::fp32, true, "range: s / x overflows float16 for small x (the seed's fp32 list, from PyTorch 1.x)"};
-const OpInfo kRtruediv{"rtruediv", Category::fp32, true, "range: s / x overflows float16 for small x (Python's name; the seed's fp32 list, from PyTorch 1.x)"};
+const OpInfo kRdiv{"rdiv", Category::fp32, true, "range: s / x overflows float16 for small x (PyTorch 1.x's fp32 list)"};
+const OpInfo kRtruediv{"rtruediv", Category::fp32, true, "range: s / x overflows float16 for small x (Python's name; PyTorch 1.x's fp32 list)"};
 const OpInfo kRpow{"rpow", Category::fp32, true, "range: s ** x overflows float16 quickly, as PyTorch's fp32 list"};
 
 int category_rank(DType t) { return t == kBool ? 0 : (is_floating(t) ? 2 : 1); }
@@ -131,7 +133,13 @@ Tensor binary_with_grad(const OpInfo& op, BinaryKind k, const Tensor& a0, const 
   if (autograd::any_requires_grad({&a, &b}) && is_floating(out.dtype())) {
     // Unneeded slots stay undefined tensors; the formula gets them as such.
     autograd::record(op, out, {a, b}, {needs.a ? a : Tensor(), needs.b ? b : Tensor()},
-                     [bw](const Tensor& g, const Saved& s) { return bw(g, s[0], s[1]); });
+                     [bw](const Tensor& g, const Saved& s, autograd::BackwardContext& ctx) {
+                       if constexpr (std::is_invocable_v<Backward, const Tensor&, const Tensor&, const Tensor&,
+                                                         autograd::BackwardContext&>)
+                         return bw(g, s[0], s[1], ctx);
+                       else
+                         return bw(g, s[0], s[1]);
+                     });
   }
   return scope.finish(out);
 }
@@ -223,14 +231,15 @@ Tensor sub(const Tensor& a, const Tensor& b, const Scalar& alpha) {
 // the loss scale (loss * scale) or a dropout mask costs no backward launch for the factor
 // that needs none (PyTorch's needs_input_grad).
 Tensor mul(const Tensor& a, const Tensor& b) {
-  // d/da = g * b, d/db = g * a: b is saved when a needs its gradient, and a when b does. With
-  // backward()'s implicit seed of 1 as g (the loss scale's product), g * b is b itself, exactly.
+  // d/da = g * b, d/db = g * a: b is saved when a needs its gradient, and a when b does. Where g
+  // is backward()'s seed of ones (the loss scale's product, loss * scale), g * b is b itself,
+  // exactly (Note [Backward context]).
   return binary_with_grad(kMul, BinaryKind::Mul, a, b, Needs{b.requires_grad(), a.requires_grad()},
-                          [](const Tensor& g, const Tensor& x, const Tensor& y) {
-                            auto times_g = [&g](const Tensor& f) {
+                          [](const Tensor& g, const Tensor& x, const Tensor& y, autograd::BackwardContext& ctx) {
+                            auto times_g = [&](const Tensor& f) {
                               if (!f.defined()) return Tensor();
                               if (f.shape() == g.shape() && f.dtype() == g.dtype() && f.device() == g.device() &&
-                                  autograd::is_implicit_seed(g))
+                                  ctx.is_seed(g))
                                 return f;
                               return g * f;
                             };

@@ -6,6 +6,7 @@
 #include <ampgrad/core/float8.h>
 #include <ampgrad/core/float8_kernels.h>
 #include <ampgrad/core/half.h>
+#include <ampgrad/core/step_formulas.h>
 
 namespace ampgrad::cpu {
 
@@ -13,12 +14,7 @@ namespace {
 
 float* f32(const Tensor& t) { return static_cast<float*>(detail::address(t)); }
 
-// The scale a current-scaling quantization derives from its amax (Note [FP8 scaling]).
-float derived_scale(float amax, float fp8_max, int margin, float old) {
-  if (!std::isfinite(amax) || amax <= 0) return old;
-  const float s = fp8_max / amax / std::ldexp(1.0f, margin);
-  return std::isfinite(s) ? s : old;
-}
+using step_formulas::fp8_scale;
 
 template <class Format> void quantize_as(const Tensor& x, const kernel::Fp8Quantize& q, const Tensor& out,
                                          const Tensor& out_t) {
@@ -47,7 +43,7 @@ template <class Format> void quantize_as(const Tensor& x, const kernel::Fp8Quant
       if (q.current) am[0] = amax;
       else am[0] = (std::isnan(am[0]) || std::isnan(amax)) ? NAN : std::max(am[0], amax);
       float* sp = f32(q.scale);
-      if (q.current) sp[0] = derived_scale(am[0], q.fp8_max, q.margin, sp[0]);
+      if (q.current) sp[0] = fp8_scale(am[0], q.fp8_max, q.margin, sp[0]);
       const float s = sp[0];
       f32(q.scale_inv)[0] = 1.0f / s;
       uint8_t* op = static_cast<uint8_t*>(detail::address(out));
@@ -103,7 +99,7 @@ void fp8_update_scales(const kernel::Fp8Update& u) {
     if (!finite) continue;  // a non-finite amax keeps the old scale, and is not remembered
     float m = a;
     if (!u.most_recent) m = *std::max_element(h, h + len);
-    const float s = derived_scale(m, fmax[i], u.margin, scale[i]);
+    const float s = fp8_scale(m, fmax[i], u.margin, scale[i]);
     scale[i] = s;
     scale_inv[i] = 1.0f / s;
   }

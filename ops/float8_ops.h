@@ -1,4 +1,4 @@
-// The FP8 ops (issue #26): scaled_mm, the FP8 GEMM with per-tensor scales, as torch._scaled_mm.
+// The FP8 ops: scaled_mm, the FP8 GEMM with per-tensor scales, as torch._scaled_mm.
 #pragma once
 
 #include <optional>

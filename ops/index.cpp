@@ -20,8 +20,8 @@ namespace {
 const OpInfo kIndexAdd{"index_add", Category::promote, true,
                        "mixes two inputs: both are cast to the wider dtype, as index_copy (PyTorch 2.11 wants one dtype)"};
 const OpInfo kIndexCopy{"index_copy", Category::promote, true,
-                        "mixes two inputs: both are cast to the wider dtype (the seed's promote list; PyTorch 2.11 "
-                        "wants one dtype)"};
+                        "mixes two inputs: both are cast to the wider dtype, as index_put and scatter_add (PyTorch "
+                        "2.11 wants one dtype)"};
 const OpInfo kIndexPut{"index_put", Category::promote, true, "mixes two inputs: both are cast to the wider dtype"};
 const OpInfo kGather{"gather", Category::passthrough, true, "moves values: exact in any dtype"};
 const OpInfo kScatterAdd{"scatter_add", Category::promote, true, "mixes two inputs: both are cast to the wider dtype"};

@@ -27,7 +27,7 @@ Tensor cast_quietly(const Tensor& t, DType dt);
 Tensor broadcast_to(const Tensor& t, const Shape& shape);
 
 // The result of casting `a` to `copy`'s dtype when `copy` already holds exactly that (a
-// working copy, Note [Working copies] in amp/working_copy.h): a new handle on copy's memory
+// working copy, Note [Cast reuse] in amp/cast_reuse.h): a new handle on copy's memory
 // with the cast's autograd edge to `a`, and no kernel.
 Tensor to_reusing(const Tensor& a, const Tensor& copy);
 

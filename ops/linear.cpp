@@ -51,11 +51,7 @@ Grads linear_grads(const Tensor& g2, const Tensor& x, const Tensor& w, bool has_
       gw = empty({g2t.size(0), x2.size(1)}, wo);
       // The bias gradient from the weight gradient's GEMM epilogue (Note [cuBLASLt GEMM]).
       if (has_bias) gb = empty({g2t.size(0)}, wo);
-      // Nothing reads them before backward ends: they may run beside the device's stream
-      // (Note [Weight gradients beside the stream] in cuda/side_stream.h).
-      const bool beside = autograd::detail::gradient_taken_over(1, gw.shape(), gw.dtype()) &&
-                          (!has_bias || autograd::detail::gradient_taken_over(2, gb.shape(), gb.dtype()));
-      if (!kernel::gemm_bias_grad(gw.device(), batch1(g2t), batch1(x2), batch1(gw), gb, beside)) {
+      if (!kernel::gemm_bias_grad(gw.device(), batch1(g2t), batch1(x2), batch1(gw), gb)) {
         if (has_bias || !wide) gw = gb = Tensor();
         else kernel::gemm(gw.device(), batch1(g2t), batch1(x2), batch1(gw), 1, 0);
       }

@@ -1,6 +1,6 @@
 // Normalization and dropout: batch_norm and layer_norm (fused kernels where they can, composites of
 // differentiable ops elsewhere), group_norm, dropout.
-#include <ampgrad/amp/policy.h>
+#include <ampgrad/amp/cast_reuse.h>
 #include <ampgrad/autograd/multi_output.h>
 #include <ampgrad/autograd/node.h>
 #include <ampgrad/core/generator.h>
@@ -101,9 +101,12 @@ Tensor batch_norm_fused(const Tensor& x, const BnGeometry& geo, const Tensor& ru
 // writes the output and the row's mean and rstd; backward, the input gradient and each
 // block's column sums for the weight and bias gradients in one launch, those sums added in
 // block order by a second (Note [Layer norm kernels] in cuda/layer_norm.cu): deterministic,
-// no atomics. Under autocast the forward also writes the output in the autocast dtype for the
-// next lower op, and the backward takes that copy's gradient (Note [Ready casts] in
-// amp/autocast.h). Everything else (the CPU, 16-bit parameters) takes the composite.
+// no atomics. Where a later cast would take it (amp::ready_cast_dtype, Note [Cast reuse] in
+// amp/cast_reuse.h), the forward also writes the output in the autocast dtype for the next
+// lower op, as a second output whose gradient the backward takes in the same kernel; and the
+// backward's kernel may add its input gradient into the engine's sum and write its 16-bit
+// rounding (Note [Backward context] in autograd/backward_context.h). Everything else (the CPU,
+// 16-bit parameters) takes the composite.
 //
 // Note [Add and layer norm]
 // A pre-norm transformer adds each sublayer's output into the residual stream and normalizes
@@ -112,12 +115,12 @@ Tensor batch_norm_fused(const Tensor& x, const BnGeometry& geo, const Tensor& ru
 // forward kernel reads x and residual, writes s and the normalized row (and its 16-bit copy),
 // so the small GPT's step loses 9 launches. Backward, s's gradient (the residual stream's,
 // from the ops above) is added to layer_norm's input gradient in the same kernel, where the
-// unfused graph's engine had added it (Note [Accumulating formulas] in autograd/engine.cpp):
-// the same adds in the same order, so the values and gradients are the pair's bit for bit;
+// unfused graph's engine adds it: the same adds in the same order, so the values and
+// gradients are the pair's bit for bit;
 // the residual's gradient is that sum, rounded in the same pass where the residual is 16-bit
 // (the float32 stream plus a float16 branch under autocast). The kernel takes x's gradient
-// so far from the engine only where the residual wants none: both inputs get the kernel's one
-// gradient, and x's other uses' part of it is not the residual's. The fused path takes a float32
+// so far from the engine (take_sum) only where the residual wants none: both inputs get the
+// kernel's one gradient, and x's other uses' part of it is not the residual's. The fused path takes a float32
 // (or float64) sum of tensors of one shape on CUDA; anything else runs the pair of ops.
 //
 // The fused kernels' path of layer_norm(x) and, with `residual`, add_layer_norm(x, residual)
@@ -129,10 +132,10 @@ Tensor layer_norm_fused(const Tensor& x, const Tensor& residual, Tensor* sum_out
   const Tensor sum = add ? empty(x.shape(), x.options()) : Tensor();
   Tensor y = empty(x.shape(), x.options());
   Tensor mu = empty_as({rows}, x.dtype(), x), rstd = empty_as({rows}, x.dtype(), x);
-  // Under autocast, y in its dtype too, for the next lower op (Note [Ready casts]).
+  // y in the autocast dtype too, where the next lower op's cast would take it (Note [Cast reuse]).
   Tensor y_low;
   if (x.dtype() == kFloat32)
-    if (const std::optional<DType> low = amp::detail::ready_cast_dtype(x.device()); low && is_reduced_float(*low))
+    if (const std::optional<DType> low = amp::ready_cast_dtype(x.device()); low && is_reduced_float(*low))
       y_low = empty(x.shape(), x.options().dtype(*low));
   kernel::layer_norm_forward(x.device(), xc, rc, weight, bias, eps, sum, y, mu, rstd, y_low);
   const Tensor& normalized = add ? sum : xc;  // the rows the backward differentiates
@@ -145,11 +148,12 @@ Tensor layer_norm_fused(const Tensor& x, const Tensor& residual, Tensor* sum_out
         add && residual.dtype() != x.dtype() ? std::optional<DType>(residual.dtype()) : std::nullopt;
     const size_t w_at = add ? 2 : 1;  // the weight's input index
     const bool has_low = y_low.defined();
-    autograd::MultiBackwardFn fn = [normalized_shape, low, res_low, add, has_low, w_at, need_x = x.requires_grad(),
-                                    need_r = add && residual.requires_grad(),
-                                    need_w = weight.defined() && weight.requires_grad(),
-                                    need_b = bias.defined() && bias.requires_grad()](const std::vector<Tensor>& g,
-                                                                                     const std::vector<Tensor>& s) {
+    autograd::ContextMultiBackwardFn fn = [normalized_shape, low, res_low, add, has_low, w_at,
+                                           need_x = x.requires_grad(), need_r = add && residual.requires_grad(),
+                                           need_w = weight.defined() && weight.requires_grad(),
+                                           need_b = bias.defined() && bias.requires_grad()](
+                                              const std::vector<Tensor>& g, const std::vector<Tensor>& s,
+                                              autograd::BackwardContext& ctx) {
       // g: y's gradient, then y_low's (has_low), then the sum's (add).
       const Tensor dy = g[0].defined() ? contiguous(g[0]) : Tensor();
       const Tensor dy_low = has_low && g[1].defined() ? contiguous(g[1]) : Tensor();
@@ -162,11 +166,11 @@ Tensor layer_norm_fused(const Tensor& x, const Tensor& residual, Tensor* sum_out
         }
         return out;
       }
-      // The input gradient added into the engine's sum so far (Note [Accumulating formulas] in
-      // autograd/engine.cpp), and then rounded for the node below (Note [Gradient copies]). Not
-      // where the residual wants a gradient: the kernel's one gx is both inputs' gradient, and
-      // x's sum so far (its other uses' gradients) is not the residual's; the engine adds it.
-      Tensor gx = need_x && !need_r ? autograd::detail::pending_gradient(0, s[0].shape(), s[0].dtype()) : Tensor();
+      // The input gradient added into the engine's sum so far, and then rounded for the node
+      // below, where the context offers (Note [Backward context]). Not where the residual wants
+      // a gradient: the kernel's one gx is both inputs' gradient, and x's sum so far (its other
+      // uses' gradients) is not the residual's; the engine adds it.
+      Tensor gx = need_x && !need_r ? ctx.take_sum(0, s[0].shape(), s[0].dtype()) : Tensor();
       const bool accumulate = gx.defined();
       if ((need_x || need_r) && !accumulate) gx = empty(s[0].shape(), s[0].options());
       // The 16-bit rounding of the final gradient: the residual's (add_layer_norm), or for the
@@ -174,7 +178,7 @@ Tensor layer_norm_fused(const Tensor& x, const Tensor& residual, Tensor* sum_out
       Tensor gx_low;
       if (need_r && res_low && (!dy_low.defined() || *res_low == dy_low.dtype()))
         gx_low = empty(s[0].shape(), s[0].options().dtype(*res_low));
-      else if (!add && need_x && low && autograd::detail::wants_gradient_copy(0, *low))
+      else if (!add && need_x && low && ctx.wants_rounded(0, *low))
         gx_low = empty(s[0].shape(), s[0].options().dtype(*low));
       const Tensor gw = need_w ? empty(normalized_shape, s[0].options()) : Tensor();
       const Tensor gb = need_b ? empty(normalized_shape, s[0].options()) : Tensor();
@@ -182,7 +186,7 @@ Tensor layer_norm_fused(const Tensor& x, const Tensor& residual, Tensor* sum_out
       kernel::layer_norm_backward(s[0].device(), dy, dy_low, s[0], s[1], s[2], s[3], gx.defined() ? dsum : Tensor(),
                                   gx, accumulate, gx_low, gw, gb);
       if (accumulate) gx.bump_version();  // written in place, as the engine's add_ would
-      if (!add && gx_low.defined()) autograd::detail::offer_gradient_copy(gx, gx_low);
+      if (!add && gx_low.defined()) ctx.offer_rounded(gx, gx_low);
       if (need_x) out[0] = gx;
       if (need_r) out[1] = gx_low.defined() ? gx_low : gx;
       out[w_at] = gw;
@@ -198,10 +202,11 @@ Tensor layer_norm_fused(const Tensor& x, const Tensor& residual, Tensor* sum_out
       autograd::record_outputs(op, outs, inputs, {normalized, weight, mu, rstd}, std::move(fn));
     } else {
       autograd::record(op, y, inputs, {normalized, weight, mu, rstd},
-                       [fn = std::move(fn)](const Tensor& g, const std::vector<Tensor>& s) { return fn({g}, s); });
+                       [fn = std::move(fn)](const Tensor& g, const std::vector<Tensor>& s,
+                                            autograd::BackwardContext& ctx) { return fn({g}, s, ctx); });
     }
   }
-  if (y_low.defined()) amp::detail::offer_cast(y, y_low);
+  if (y_low.defined()) amp::offer_ready_cast(y, y_low);
   if (sum_out) *sum_out = sum;
   return y;
 }

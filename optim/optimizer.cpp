@@ -3,8 +3,8 @@
 
 #include <algorithm>
 
-#include <ampgrad/amp/working_copy_detail.h>
-#include <ampgrad/autograd/node.h>
+#include <ampgrad/amp/cast_reuse.h>
+#include <ampgrad/autograd/grad_mode.h>
 #include <ampgrad/core/fused_kernels.h>
 #include <ampgrad/ops/ops.h>
 #include <ampgrad/core/device_hooks.h>
@@ -99,7 +99,7 @@ Tensor Optimizer::master_of(const Tensor& param) const {
 // nothing; tests/test_faults.cpp fails each allocation of a step in turn.
 void Optimizer::step_gated(const Tensor& found_inf, const Tensor& inv_scale, const ScaleUpdate* update,
                            bool check_grads) {
-  AG_INTERNAL_ASSERT(!update || groups_.size() == 1, "optimizer: a folded scale update needs one parameter group");
+  AG_INTERNAL_ASSERT(!update || groups_.size() == 1, "optimizer: a scale update in the step needs one parameter group");
   NoGradGuard no_grad;
   CurrentOp current("optimizer step");  // names the step's device errors
   struct Planned {
@@ -114,7 +114,7 @@ void Optimizer::step_gated(const Tensor& found_inf, const Tensor& inv_scale, con
   for (Group& g : groups_) {
     std::vector<size_t> idx;
     FusedStep s = gather(g, found_inf, inv_scale, idx, fresh);
-    AG_INTERNAL_ASSERT(!update || !s.params.empty(), "optimizer: a folded scale update needs a gradient");
+    AG_INTERNAL_ASSERT(!update || !s.params.empty(), "optimizer: a scale update in the step needs a gradient");
     if (s.params.empty()) continue;
     s.update = update;
     s.check_grads = check_grads;
@@ -153,9 +153,9 @@ FusedStep Optimizer::gather(Group& g, const Tensor& found_inf, const Tensor& inv
   AG_CHECK(s.working.empty() || s.working.size() == s.params.size(),
            "optimizer: with master weights, a group must hold only 16-bit or only 32-bit parameters");
   if (!masters) {
-    // Autocast's kept 16-bit copies of these parameters, written by the same pass
-    // (Note [Working copies]).
-    std::vector<Tensor> copies = amp::detail::current_working_copies(s.params);
+    // 16-bit copies of these parameters that autocast will reuse, written by the same pass
+    // (Note [Cast reuse] in amp/cast_reuse.h).
+    std::vector<Tensor> copies = amp::copies_to_write(s.params);
     if (std::any_of(copies.begin(), copies.end(), [](const Tensor& c) { return c.defined(); }))
       s.working = std::move(copies);
   }
@@ -179,10 +179,9 @@ void Optimizer::step_written(const FusedStep& s) {
   for (const Tensor& p : s.params) p.bump_version();
   for (const Tensor& w : s.working)
     if (w.defined()) w.bump_version();
-  // Marks autocast's kept copies current (and, in a capture, tells its graph which parameters it
-  // writes); a master-weight step's working tensors are the 16-bit parameters themselves, no
-  // kept copies, so there is nothing to look up.
-  if (!s.masters) amp::detail::working_copies_written(s.params, s.working);
+  // Tells cast reuse which copies are current again (a master-weight step's working tensors are
+  // the 16-bit parameters themselves: nothing to tell).
+  if (!s.masters) amp::copies_written(s.params, s.working);
 }
 
 std::vector<Tensor> Optimizer::state_at(Group& g, const std::string& name, const std::vector<size_t>& idx) {

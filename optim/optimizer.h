@@ -84,7 +84,8 @@ class Optimizer {
   // The step GradScaler runs: skipped on the device when found_inf is set, gradients
   // multiplied by inv_scale on the fly (either may be undefined). With `update` (one
   // parameter group, at least one gradient) the step ends with that scale update, and with
-  // `check_grads` first checks its gradients into found_inf (Note [One-launch scaled step]).
+  // `check_grads` first checks its gradients into found_inf (Note [One-launch scaled step] in
+  // core/fused_kernels.h).
   void step_gated(const Tensor& found_inf, const Tensor& inv_scale, const ScaleUpdate* update = nullptr,
                   bool check_grads = false);
   // set_to_none (the default, as PyTorch 2) drops the gradients; otherwise zeroes them.
@@ -108,9 +109,9 @@ class Optimizer {
   void set_lr(double lr);  // every group
   void set_lr(size_t group, double lr);
 
-  // Master weights (amp/master_weights.h): every 16-bit parameter gets a float32 master
-  // copy that the optimizer updates; the 16-bit parameter is rewritten from it in the same
-  // kernel. Call before the first step.
+  // Master weights: every 16-bit parameter gets a float32 master copy that the optimizer
+  // updates; the 16-bit parameter is rewritten from it in the same kernel (Note [Fused steps]
+  // in core/fused_kernels.h). Call before the first step.
   void use_master_weights();
   bool has_master_weights() const { return master_weights_; }
   // The float32 master of `param` (the param itself when it has none).
@@ -151,8 +152,8 @@ class Optimizer {
   };
   FusedStep gather(Group& g, const Tensor& found_inf, const Tensor& inv_scale, std::vector<size_t>& idx,
                    std::vector<FreshState>& fresh);
-  // After a fused step: bumps the versions of what it wrote and marks autocast's kept copies
-  // current (Note [Working copies]).
+  // After a fused step: bumps the versions of what it wrote and tells cast reuse (Note [Cast
+  // reuse] in amp/cast_reuse.h).
   static void step_written(const FusedStep& s);
   std::vector<Tensor> state_at(Group& g, const std::string& name, const std::vector<size_t>& idx);
   std::vector<Tensor> steps_at(Group& g, const std::vector<size_t>& idx);

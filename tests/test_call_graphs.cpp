@@ -225,8 +225,7 @@ ag::Tensor scaled_step(ag::nn::Sequential& net, ag::optim::SGD& opt, ag::amp::Gr
     loss = ag::nn::functional::cross_entropy(net(x), y);
   }
   scaler.scale(loss).backward();
-  scaler.step(opt);
-  scaler.update();
+  scaler.step_and_update(opt);  // with AMP, one cooperative launch (Note [One-launch scaled step])
   return loss;
 }
 
@@ -270,8 +269,8 @@ TEST_CASE("cuda: training steps are bitwise the same with and without call and k
     std::vector<double> losses, params;
     int64_t launched = 0, steady_direct = 0, failed = 0;
   };
-  // fp32 and AMP (the scaler's step folded into SGD's cooperative launch from the second step
-  // on), with call graphs off, on for library calls, and on for kernels too.
+  // fp32 and AMP (the scaler's check, step and update in SGD's cooperative launch), with call
+  // graphs off, on for library calls, and on for kernels too.
   auto train = [&](bool amp, bool graphs, bool kernels) {
     CallGraphs mode(graphs, kernels);
     MlpSetup mlp(seed, {40, 64, 10}, amp);
@@ -415,8 +414,8 @@ TEST_CASE("cuda: a training step's calls are submitted as batches, bitwise equal
   if (skip_without_cuda()) return;
   // Note [Launch batches]: with every call a graph, a step's forward is submitted as batch
   // graphs when backward() starts, and its backward and optimizer step when the step ends; results are those of graphs launched one by one, and of direct launches. (With
-  // AMP a step's sequences repeat every second step: the scaler's folded update writes the
-  // scale into a fresh tensor each step, so the loss scale's product alternates between two.)
+  // AMP a step's sequences repeat every second step: the scaler's update records the scale in
+  // a fresh tensor each step, so the loss scale's product alternates between two.)
   const uint64_t seed = fresh_seed();
   INFO("seed " << seed);
   constexpr int kSteps = 20, kSteady = 4;

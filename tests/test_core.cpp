@@ -6,7 +6,6 @@
 #include <random>
 #include <sstream>
 
-#include <ampgrad/core/offered_copies.h>
 
 #include "common.h"
 
@@ -619,39 +618,3 @@ TEST_CASE("the CPU allocator hands a freed large block to the next request of it
   CHECK(ag::sum(d).item<double>() == 3.0 * (1 << 18));
 }
 
-// core/offered_copies.h: the list behind autocast's ready casts and the engine's gradient
-// copies (Note [Ready casts], Note [Gradient copies]).
-TEST_CASE("offered copies serve while source and copy are unchanged", "[core]") {
-  ag::detail::OfferedCopies offers(2);
-  const ag::Tensor a = ag::tensor({1.f, 2.f, 3.f}), a16 = a.to(ag::kBFloat16);
-  CHECK(offers.empty());
-  offers.offer(a, a16);
-  CHECK(offers.find(a, ag::kBFloat16).unsafe_impl() == a16.unsafe_impl());
-  CHECK(offers.find(a, ag::kBFloat16).defined());     // found, not taken
-  CHECK_FALSE(offers.find(a, ag::kFloat16).defined());  // another dtype
-  CHECK_FALSE(offers.find(a.clone(), ag::kBFloat16).defined());  // another tensor
-  a.bump_version();
-  CHECK_FALSE(offers.find(a, ag::kBFloat16).defined());  // the source changed since
-  // A newer offer for the same source replaces the stale one; taking ends it.
-  const ag::Tensor a16b = a.to(ag::kBFloat16);
-  offers.offer(a, a16b);
-  CHECK(offers.find(a, ag::kBFloat16, /*take=*/true).unsafe_impl() == a16b.unsafe_impl());
-  CHECK_FALSE(offers.find(a, ag::kBFloat16).defined());
-  CHECK(offers.empty());
-  // A changed copy does not serve; the bound drops the oldest; an offer ends with its source.
-  const ag::Tensor b = ag::tensor({4.f}), b16 = b.to(ag::kBFloat16), c = ag::tensor({5.f});
-  offers.offer(b, b16);
-  b16.bump_version();
-  CHECK_FALSE(offers.find(b, ag::kBFloat16).defined());
-  offers.offer(c, c.to(ag::kBFloat16));
-  offers.offer(a, a.to(ag::kBFloat16));  // the third: b's offer goes
-  CHECK(offers.find(c, ag::kBFloat16).defined());
-  CHECK(offers.find(a, ag::kBFloat16).defined());
-  {
-    const ag::Tensor d = ag::tensor({6.f});
-    offers.offer(d, d.to(ag::kBFloat16));
-  }
-  offers.offer(c, c.to(ag::kBFloat16));  // drops the dead source's offer, keeps a's
-  CHECK(offers.find(a, ag::kBFloat16).defined());
-  CHECK(offers.find(c, ag::kBFloat16).defined());
-}

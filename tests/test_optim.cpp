@@ -200,10 +200,14 @@ TEST_CASE("inf and NaN are found anywhere; 65504 is finite", "[optim][cuda]") {
               // The check inside the step's launch, and as a launch of its own.
               for (bool fold : {true, false}) {
                 ag::optim::SGD sgd(ps, ag::optim::SGDOptions(0.1));
-                ag::amp::GradScaler scaler(ag::amp::GradScalerOptions().init_scale(1).fold_into_step(fold));
+                ag::amp::GradScaler scaler(ag::amp::GradScalerOptions().init_scale(1));
                 scaler.scale(ps[0].sum() * 0);  // places the scaler on the device
-                scaler.step(sgd);
-                scaler.update();
+                if (fold) {
+                  scaler.step_and_update(sgd);
+                } else {
+                  scaler.step(sgd);
+                  scaler.update();
+                }
                 INFO("bad value " << bad << " in tensor " << t << " at " << where << (fold ? ", folded" : ""));
                 CHECK(scaler.get_scale() == 0.5);
                 CHECK(values(ps) == before);  // the step was skipped
@@ -316,15 +320,14 @@ struct ReducerGuard {
   ~ReducerGuard() { ag::amp::set_found_inf_reducer(nullptr); }
 };
 
-// Note [One-launch scaled step]: folding the inf check and the scale update into the
-// optimizer's launch changes no result. Each scenario runs with fold_into_step on and off;
-// parameters, every optimizer's state, scales, recorded flags and what the scaler reports
-// between step() and update() agree bitwise. On CUDA the tensors are large enough for many
-// chunks per tensor (Note [Chunks] in cuda/fused.cu), 4-element loads where the sizes allow,
-// and faults at their ends.
-TEST_CASE("the scaler step folded into the optimizer's launch equals separate launches", "[optim][cuda]") {
+// Note [One-launch scaled step]: step_and_update, which runs the inf check and the scale update
+// in the optimizer's launch where it can, gives the results of step() then update(). Each
+// scenario runs both ways; parameters, every optimizer's state, scales and recorded flags agree
+// bitwise. On CUDA the tensors are large enough for many chunks per tensor (Note [Chunks] in
+// cuda/fused.cu), 4-element loads where the sizes allow, and faults at their ends.
+TEST_CASE("step_and_update gives the results of step() then update()", "[optim][cuda]") {
   struct Trace {
-    std::vector<double> params, scales, found, mid_scales, mid_growth, mid_hysteresis, early_scales;
+    std::vector<double> params, scales, found, growth, hysteresis;
     std::vector<ag::optim::StateDict> states;
   };
   const std::vector<std::string> scenarios{
@@ -337,12 +340,12 @@ TEST_CASE("the scaler step folded into the optimizer's launch equals separate la
       for (const std::string& scenario : scenarios) {
         if (scenario == "over 2^20 elements" && !big) continue;
         INFO(name << " on " << dev.str() << ": " << scenario);
-        auto run = [&](bool fold) {
+        auto run = [&](bool together) {
           ag::manual_seed(5);
           std::vector<int64_t> sizes = big ? std::vector<int64_t>{300000, 12, 70000, 8} : std::vector<int64_t>{3000, 12, 700, 8};
           if (scenario == "odd sizes") sizes = {299999, 7, 70001, 3};
           if (scenario == "over 2^20 elements") sizes = {600000, 12, 600000, 8};
-          if (scenario == "70 tensors") {  // over a launch's 64: two launches, nothing folded
+          if (scenario == "70 tensors") {  // over a launch's 64: two launches, the check and update apart
             sizes.clear();
             for (int64_t k = 0; k < 70; ++k) sizes.push_back(k % 5 * 9 + 3);
           }
@@ -371,8 +374,7 @@ TEST_CASE("the scaler step folded into the optimizer's launch equals separate la
             opts.push_back(make(params));
           }
           if (scenario == "master weights") opts[0]->use_master_weights();
-          ag::amp::GradScaler scaler(
-              ag::amp::GradScalerOptions().init_scale(512).growth_interval(2).hysteresis(2).fold_into_step(fold));
+          ag::amp::GradScaler scaler(ag::amp::GradScalerOptions().init_scale(512).growth_interval(2).hysteresis(2));
           scaler.inject_fault(params[1], 2, INFINITY, 1);
           scaler.inject_fault(params.back(), 3, NAN, 0);
           scaler.inject_fault(params[0], 4, INFINITY, params[0].numel() - 1);
@@ -383,11 +385,22 @@ TEST_CASE("the scaler step folded into the optimizer's launch equals separate la
             reducer = std::make_unique<ReducerGuard>([&](const ag::Tensor& f) {
               if (step == 5) ag::Tensor(f).fill_(1.0);
             });
+          // The iteration's last step: with update() after it, or together.
+          auto last_step = [&](ag::optim::Optimizer& o) {
+            if (scenario == "update(new_scale)" && step % 3 == 1) {
+              scaler.step(o);
+              scaler.update(1024.0 * step);
+            } else if (together) {
+              scaler.step_and_update(o);
+            } else {
+              scaler.step(o);
+              scaler.update();
+            }
+          };
           Trace tr;
           for (; step < 9; ++step) {
             for (auto& o : opts) o->zero_grad();
-            // The second optimizer joins at step 4, after single-optimizer updates: step 4's
-            // first step folds, and the second's step or unscale_ unfolds it.
+            // The second optimizer joins at step 4, after single-optimizer iterations.
             const bool joins = scenario == "second optimizer joins" || scenario == "clip the second optimizer only";
             if (split && (!joins || step >= 4)) {
               // One model after the other, as a GAN trains: the second loss is scaled and
@@ -399,59 +412,46 @@ TEST_CASE("the scaler step folded into the optimizer's launch equals separate la
                 scaler.unscale_(*opts[1]);
                 ag::optim::clip_grad_norm_(opts[1]->params(), 0.5);
               }
-              scaler.step(*opts[1]);
+              last_step(*opts[1]);  // not alone this iteration: step() then update()
             } else {
               scaler.scale(split ? loss_of(0, 2) : loss_of(0, params.size())).backward();
               if (scenario == "unscale_ and clip") {
                 scaler.unscale_(*opts[0]);
                 ag::optim::clip_grad_norm_(opts[0]->params(), 0.5);
               }
-              scaler.step(*opts[0]);
+              last_step(*opts[0]);
             }
-            tr.early_scales.push_back(scaler.scale_tensor().item<double>());
-            tr.mid_scales.push_back(scaler.get_scale());
             const ag::optim::StateDict sd = scaler.state_dict();
-            tr.mid_growth.push_back(sd.at("growth_tracker").item<double>());
-            tr.mid_hysteresis.push_back(sd.at("hysteresis_left").item<double>());
             if (scenario == "state_dict round trip" && step % 2) scaler.load_state_dict(sd);
-            if (scenario == "update(new_scale)" && step % 3 == 1) scaler.update(1024.0 * step);
-            else scaler.update();
             tr.scales.push_back(scaler.get_scale());
+            tr.growth.push_back(sd.at("growth_tracker").item<double>());
+            tr.hysteresis.push_back(sd.at("hysteresis_left").item<double>());
             tr.found.push_back(scaler.last_found_inf().item<double>());
-            CHECK(scaler.last_decision().scale == tr.mid_scales.back());
+            CHECK(scaler.last_decision().found_inf == (tr.found.back() != 0));
           }
           tr.params = values(params);
           for (auto& o : opts) tr.states.push_back(o->state_dict());
           return tr;
         };
-        const Trace folded = run(true), separate = run(false);
-        CHECK(folded.params == separate.params);
-        CHECK(folded.scales == separate.scales);
-        CHECK(folded.found == separate.found);
-        CHECK(folded.mid_scales == separate.mid_scales);
-        CHECK(folded.mid_growth == separate.mid_growth);
-        CHECK(folded.mid_hysteresis == separate.mid_hysteresis);
-        REQUIRE(folded.states.size() == separate.states.size());
-        for (size_t o = 0; o < folded.states.size(); ++o) {
-          REQUIRE(folded.states[o].size() == separate.states[o].size());
-          for (const auto& [k, v] : folded.states[o]) {
+        const Trace together = run(true), apart = run(false);
+        CHECK(together.params == apart.params);
+        CHECK(together.scales == apart.scales);
+        CHECK(together.found == apart.found);
+        CHECK(together.growth == apart.growth);
+        CHECK(together.hysteresis == apart.hysteresis);
+        REQUIRE(together.states.size() == apart.states.size());
+        for (size_t o = 0; o < together.states.size(); ++o) {
+          REQUIRE(together.states[o].size() == apart.states[o].size());
+          for (const auto& [k, v] : together.states[o]) {
             INFO("optimizer " << o << ": " << k);
-            CHECK(v.to_vector<double>() == separate.states[o].at(k).to_vector<double>());
+            CHECK(v.to_vector<double>() == apart.states[o].at(k).to_vector<double>());
           }
         }
         // Steps 2, 3, 4 and 6 carried an inf or a NaN (step 5 too, with the reducer; step 3's
         // NaN went to a parameter without a gradient yet when the second optimizer joins).
-        const double skipped = std::count(folded.found.begin(), folded.found.end(), 1.0);
+        const double skipped = std::count(together.found.begin(), together.found.end(), 1.0);
         const bool joins = scenario == "second optimizer joins" || scenario == "clip the second optimizer only";
         CHECK(skipped == (scenario == "found-inf reducer" ? 5 : joins ? 3 : 4));
-        // The folded update ran inside step(): the scale had moved before update(). Not in the
-        // first iteration, nor with two optimizers from the start.
-        bool moved_early = false;
-        for (size_t i = 0; i < folded.mid_scales.size(); ++i)
-          moved_early |= folded.early_scales[i] != folded.mid_scales[i];
-        CHECK(folded.early_scales[0] == folded.mid_scales[0]);
-        CHECK(moved_early == (scenario != "two optimizers"));
-        CHECK(separate.early_scales == separate.mid_scales);
       }
     }
   }
@@ -567,13 +567,17 @@ TEST_CASE("fused CUDA steps over large and odd launches equal the CPU reference"
         if (std::string(name) == "SGD") opt = std::make_unique<ag::optim::SGD>(params, ag::optim::SGDOptions(0.1).momentum(0.9));
         else opt = std::make_unique<ag::optim::Adam>(params, ag::optim::AdamOptions(1e-2));
         for (bool fold : {true, false}) {
-          ag::amp::GradScaler scaler(ag::amp::GradScalerOptions().init_scale(4).fold_into_step(fold));
+          ag::amp::GradScaler scaler(ag::amp::GradScalerOptions().init_scale(4));
           for (int step = 0; step < 3; ++step) {
             for (ag::Tensor& p : params) p.set_grad(((ag::rand(p.shape()) - 0.5) * 4.0).to(dev));
             if (step == 1) params[0].grad().narrow(0, sizes[0] - 1, 1).fill_(INFINITY);  // skipped
             scaler.scale(params[0].sum());
-            scaler.step(*opt);
-            scaler.update();
+            if (fold) {
+              scaler.step_and_update(*opt);
+            } else {
+              scaler.step(*opt);
+              scaler.update();
+            }
             CHECK(scaler.last_found_inf().item<double>() == (step == 1 ? 1 : 0));
           }
         }

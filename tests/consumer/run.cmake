@@ -12,8 +12,8 @@ string(REGEX MATCH "INTERFACE_INCLUDE_DIRECTORIES \"[^\"]*\"" dirs "${exported}"
 if(NOT dirs STREQUAL "INTERFACE_INCLUDE_DIRECTORIES \"\${_IMPORT_PREFIX}/include\"")
   message(FATAL_ERROR "the exported target's include path is ${dirs}, expected only <prefix>/include")
 endif()
-# The umbrella header gives the public API, not the internals (issue #21): none of these is
-# declared by what <ampgrad/ampgrad.h> pulls in.
+# The umbrella header gives the public API, not the internals: none of these is declared by
+# what <ampgrad/ampgrad.h> pulls in.
 set(defs)
 if(WITH_CUDA)
   set(defs -DAMPGRAD_WITH_CUDA=1)
@@ -25,7 +25,8 @@ if(rc)
   message(FATAL_ERROR "preprocessing <ampgrad/ampgrad.h> failed: ${err}")
 endif()
 foreach(internal "class FunctionNode" "class CallKey" "void run_call(" "to_reusing(" "apply_policy("
-                 "current_working_copy(" "void submit_launches(")
+                 "current_working_copy(" "void submit_launches(" "set_backward_context_factory("
+                 "set_cast_reuse(")
   string(FIND "${pre}" "${internal}" at)
   if(NOT at EQUAL -1)
     message(FATAL_ERROR "<ampgrad/ampgrad.h> declares an internal: '${internal}'")

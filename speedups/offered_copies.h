@@ -1,7 +1,7 @@
 // Copies of tensors in another dtype that an op wrote in the same pass as the tensor itself,
-// offered to whoever would otherwise cast it: autocast's ready casts (Note [Ready casts] in
-// amp/autocast.h) and the engine's gradient copies (Note [Gradient copies] in
-// autograd/engine.cpp). A copy serves while neither it nor its source has changed since the
+// offered to whoever would otherwise cast it: ready casts (Note [Cast speed-ups] in
+// speedups/casts.cpp) and gradient roundings (Note [Backward speed-ups] in
+// speedups/backward.cpp). A copy serves while neither it nor its source has changed since the
 // offer (the same tensor, the same versions). An offer keeps the copy, never the source, and
 // lives while the source does; a newer offer for the same source replaces it, and a bound
 // keeps a caller that holds many sources from growing the list.
@@ -13,7 +13,7 @@
 
 #include <ampgrad/core/tensor.h>
 
-namespace ampgrad::detail {
+namespace ampgrad::speedups {
 
 class OfferedCopies {
  public:
@@ -58,4 +58,4 @@ class OfferedCopies {
   std::vector<Offer> offers_;
 };
 
-}  // namespace ampgrad::detail
+}  // namespace ampgrad::speedups

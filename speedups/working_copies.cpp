@@ -1,5 +1,5 @@
-// Working copies kept across autocast regions (Note [Working copies] in amp/working_copy.h).
-#include <ampgrad/amp/working_copy_detail.h>
+// Working copies kept across autocast regions (Note [Working copies] in speedups/working_copies.h).
+#include <ampgrad/speedups/working_copies.h>
 
 #include <atomic>
 #include <memory>
@@ -9,8 +9,10 @@
 #include <ampgrad/autograd/grad_mode.h>
 #include <ampgrad/core/capture.h>
 #include <ampgrad/core/device_hooks.h>
+#include <ampgrad/speedups/speedups.h>
+#include <ampgrad/speedups/state.h>
 
-namespace ampgrad::amp {
+namespace ampgrad::speedups {
 
 namespace {
 
@@ -56,7 +58,6 @@ class CapturedCopies final : public CaptureAttachment {
 struct Registry {
   std::mutex mu;
   std::unordered_map<const TensorImpl*, std::vector<Entry>> entries;
-  std::atomic<bool> keep{true};
   // The copies of the capture recording now, by device index (weak: its graph holds them).
   std::unordered_map<int, std::weak_ptr<CapturedCopies>> captured;
   // How many graph replays have written each parameter (CapturedCopies::written).
@@ -125,13 +126,6 @@ void purge_dead(Registry& r) {
 
 }  // namespace
 
-bool keep_working_copies() { return registry().keep.load(); }
-
-void set_keep_working_copies(bool on) {
-  registry().keep.store(on);
-  if (!on) clear_working_copies();
-}
-
 void clear_working_copies() {
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mu);
@@ -151,7 +145,7 @@ namespace detail {
 
 Tensor current_working_copy(const Tensor& param, DType dtype) {
   Registry& r = registry();
-  if (!r.keep.load()) return {};
+  if (!detail::switches().working_copies) return {};
   const uint64_t now = replays();
   std::lock_guard<std::mutex> lock(r.mu);
   auto it = r.entries.find(param.unsafe_impl());
@@ -167,7 +161,7 @@ Tensor current_working_copy(const Tensor& param, DType dtype) {
 
 void keep_working_copy(const Tensor& param, const Tensor& copy) {
   Registry& r = registry();
-  if (!r.keep.load() || capturing(param)) return;
+  if (!detail::switches().working_copies || capturing(param)) return;
   const uint64_t now = replays();
   std::lock_guard<std::mutex> lock(r.mu);
   if (r.entries.find(param.unsafe_impl()) == r.entries.end()) purge_dead(r);  // a new parameter
@@ -185,7 +179,7 @@ void keep_working_copy(const Tensor& param, const Tensor& copy) {
 std::vector<Tensor> current_working_copies(const std::vector<Tensor>& params) {
   std::vector<Tensor> out(params.size());
   Registry& r = registry();
-  if (!r.keep.load() || params.empty()) return out;
+  if (!detail::switches().working_copies || params.empty()) return out;
   const uint64_t now = replays();
   std::lock_guard<std::mutex> lock(r.mu);
   // A captured step writes only the copies its forward read, which its graph keeps.
@@ -237,4 +231,4 @@ void working_copies_written(const std::vector<Tensor>& params, const std::vector
 
 }  // namespace detail
 
-}  // namespace ampgrad::amp
+}  // namespace ampgrad::speedups

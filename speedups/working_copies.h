@@ -1,12 +1,13 @@
 // The 16-bit working copies of float32 parameters that autocast keeps between steps and the
-// fused optimizers refresh in their own pass (Note [Working copies]).
+// fused optimizers refresh in their own pass (Note [Working copies]): the registry behind
+// speedups/casts.cpp.
 #pragma once
 
 #include <vector>
 
 #include <ampgrad/core/tensor.h>
 
-namespace ampgrad::amp {
+namespace ampgrad::speedups::detail {
 
 // Note [Working copies]
 // Under autocast every step casts each float32 weight to float16 again, one launch per
@@ -34,13 +35,16 @@ namespace ampgrad::amp {
 // (its version moved) or that another graph's replay may have left behind.
 // Cost: 16 bits per parameter element; a freed parameter's copy goes at the next optimizer
 // step, cast of a new parameter, working_copy_count() or clear_working_copies().
-// set_keep_working_copies(false) restores a cache per autocast region (PyTorch's).
+// speedups::set_working_copies(false) restores a cache per autocast region (PyTorch's).
 
-bool keep_working_copies();
-void set_keep_working_copies(bool on);  // on by default; off also drops the kept copies
-void clear_working_copies();
-// How many copies are kept (for tests and `ampgrad explain`).
-int64_t working_copy_count();
+// The kept copy of `param` in `dtype` when it matches the parameter's current version, else
+// an undefined tensor.
+Tensor current_working_copy(const Tensor& param, DType dtype);
+// Keeps `copy` (param's values cast to copy's dtype, just computed) as param's copy.
+void keep_working_copy(const Tensor& param, const Tensor& copy);
+// For a fused optimizer step: the current copy of each param (undefined where none).
+std::vector<Tensor> current_working_copies(const std::vector<Tensor>& params);
+// After the step wrote params[i] and copies[i] (and bumped both versions): they match again.
+void working_copies_written(const std::vector<Tensor>& params, const std::vector<Tensor>& copies);
 
-
-}  // namespace ampgrad::amp
+}  // namespace ampgrad::speedups::detail
