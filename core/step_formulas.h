@@ -86,9 +86,10 @@ AG_HOST_DEVICE inline ScaleState next_scale_state(ScaleState s, bool found_inf, 
 
 // SGD (torch.optim.SGD) on one element: the gradient g (scaled by the loss scale: times
 // inv_scale), the parameter x, and the momentum buffer b (as stored) -> the new parameter. On a
-// parameter's first step the buffer starts as the gradient.
-template <class A, class Store>
-AG_HOST_DEVICE inline A sgd_update(A g, A x, A& b, bool first_step, const SgdHyper& h, A inv_scale, Store store) {
+// parameter's first step the buffer starts as the gradient. H is SgdHyper, or a type with the
+// same fields some of which are constants (the fast CPU loop's common case, so it vectorizes).
+template <class A, class H, class Store>
+AG_HOST_DEVICE inline A sgd_update(A g, A x, A& b, bool first_step, const H& h, A inv_scale, Store store) {
   const A lr = static_cast<A>(h.lr), momentum = static_cast<A>(h.momentum), wd = static_cast<A>(h.weight_decay);
   g = g * inv_scale;
   if (h.maximize) g = -g;

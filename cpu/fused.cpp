@@ -51,6 +51,13 @@ bool takes(const FusedStep& s, std::initializer_list<const std::vector<Tensor>*>
   return true;
 }
 
+// SgdHyper's fields for the common step, the flags constant (step_formulas::sgd_update).
+struct PlainMomentum {
+  double lr, momentum, dampening;
+  static constexpr double weight_decay = 0;
+  static constexpr bool nesterov = false, maximize = false;
+};
+
 const Tensor& working_of(const FusedStep& s, size_t k) {
   static const Tensor none;
   return s.working.empty() ? none : s.working[k];
@@ -97,14 +104,34 @@ void sgd_step(const FusedStep& s, const std::vector<Tensor>& momentum_bufs, cons
         float* pb = h.momentum != 0 ? static_cast<float*>(momentum_bufs[k].data_ptr()) : nullptr;
         W* pw = w.defined() ? static_cast<W*>(w.data_ptr()) : nullptr;
         const bool first = read1(steps[k]) == 0.0f;
+        const auto as_stored = [](float v) { return v; };  // float32 state: stored as computed
+        // The common step (momentum past the first step, no weight decay, no Nesterov, not
+        // maximizing): the same formula with those fields constant, a loop without branches or
+        // aliasing, so it vectorizes.
+        const bool common = pb && !first && h.weight_decay == 0 && !h.nesterov && !h.maximize;
+        const PlainMomentum plain{h.lr, h.momentum, h.dampening};
         parallel_for(s.params[k].numel(), kGrain, [&](int64_t b, int64_t e) {
-          for (int64_t i = b; i < e; ++i) {
-            float bi = pb ? pb[i] : 0.0f;
-            const float xn = step_formulas::sgd_update(static_cast<float>(pg[i]), pp[i], bi, first, h, inv,
-                                                       [](float v) { return v; });
-            if (pb) pb[i] = bi;
-            pp[i] = xn;
-            if (pw) pw[i] = static_cast<W>(xn);
+          if (common) {
+            float* __restrict__ x = pp;
+            float* __restrict__ buf = pb;
+            const G* __restrict__ g = pg;
+            for (int64_t i = b; i < e; ++i) {
+              float bi = buf[i];
+              x[i] = step_formulas::sgd_update(static_cast<float>(g[i]), x[i], bi, false, plain, inv, as_stored);
+              buf[i] = bi;
+            }
+          } else {
+            for (int64_t i = b; i < e; ++i) {
+              float bi = pb ? pb[i] : 0.0f;
+              const float xn = step_formulas::sgd_update(static_cast<float>(pg[i]), pp[i], bi, first, h, inv, as_stored);
+              if (pb) pb[i] = bi;
+              pp[i] = xn;
+            }
+          }
+          if (pw) {
+            W* __restrict__ w = pw;
+            const float* __restrict__ x = pp;
+            for (int64_t i = b; i < e; ++i) w[i] = static_cast<W>(x[i]);
           }
         });
       });

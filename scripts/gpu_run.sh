@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine, from the repository root, with dist/ unpacked from dist/gpu.tar.xz
-# (scripts/gpu_pack.sh; docs/developing.md). Logs and results go to $OUT when it is set.
+# (scripts/gpu_pack.sh; docs/developing.md). Results go to $OUT when it is set (a few files:
+# the device tool brings back at most eight), each suite's whole log to /tmp/ampgrad_logs.
 #   tests               every test binary, the [cuda] cases for real; the failing cases' output
 #                       in $OUT/failures.txt
 #   memcheck [SUITE..]  the [cuda] cases of the suites named (default: all) under
@@ -19,6 +20,8 @@ here="$(cd "$(dirname "$0")" && pwd)"
 dist="$(cd "$here/.." && pwd)"
 repo="$(cd "$dist/.." && pwd)"
 out="${OUT:-/tmp}"
+logs=/tmp/ampgrad_logs
+mkdir -p "$logs"
 what="${1:-tests}"
 shift || true
 export LD_LIBRARY_PATH="$here:${LD_LIBRARY_PATH:-}"
@@ -38,12 +41,12 @@ case "$what" in
 tests)
   for t in "$here"/test_*; do
     n=$(basename "$t")
-    "$t" > "$out/$n.log" 2>&1
+    "$t" > "$logs/$n.log" 2>&1
     rc=$?
-    echo "$n: $(grep -E '^(All tests passed|test cases:)' "$out/$n.log" | tail -n 1)"
+    echo "$n: $(grep -E '^(All tests passed|test cases:)' "$logs/$n.log" | tail -n 1) $( [ $rc -eq 0 ] || echo "EXIT $rc")"
     [ $rc -eq 0 ] || status=1
   done
-  grep -h -B 3 -A 15 "FAILED" "$out"/test_*.log > "$out/failures.txt" || true
+  grep -h -B 3 -A 15 "FAILED" "$logs"/test_*.log > "$out/failures.txt" || true
   [ -s "$out/failures.txt" ] && echo "failures: $out/failures.txt"
   ;;
 memcheck)
@@ -54,10 +57,10 @@ memcheck)
     names=$("$t" --list-test-names-only "[cuda]" 2>/dev/null)
     [ -n "$names" ] || continue
     stage "memcheck $n [cuda]"
-    AMPGRAD_TEST_QUICK=1 compute-sanitizer --tool memcheck --leak-check no --report-api-errors no --error-exitcode 9 \
-      "$t" "[cuda]" > "$out/memcheck_$n.log" 2>&1
+    AMPGRAD_TEST_QUICK=1 timeout "${MEMCHECK_TIMEOUT:-300}" compute-sanitizer --tool memcheck --leak-check no --report-api-errors no --error-exitcode 9 \
+      "$t" "[cuda]" > "$logs/memcheck_$n.log" 2>&1
     rc=$?
-    tail -n 2 "$out/memcheck_$n.log"
+    tail -n 2 "$logs/memcheck_$n.log" | tee -a "$out/memcheck.txt"
     [ $rc -eq 0 ] || status=1
   done
   ;;
@@ -107,6 +110,7 @@ PY
   for side in old new; do
     echo "gpt2_step $side: $(grep -o 'ms/step [0-9.]*' "$out/ab_gpt2_$side.txt" | awk '{print $2}' | sort -n | tr '\n' ' ')"
   done
+  cp "/tmp/ab/step_new_$rounds.json" "$out/step.json"
   ;;
 speedups)
   mkdir -p /tmp/su
