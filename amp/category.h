@@ -6,7 +6,7 @@
 
 namespace ampgrad::amp {
 
-// As PyTorch's CUDA autocast lists (docs/amp.md, "The policy: one category per op").
+// As PyTorch's CUDA autocast lists (docs/amp.md, "1. The cast decision").
 enum class Category : uint8_t {
   lower,        // run in the autocast dtype (fp16/bf16): tensor-core ops
   fp32,         // inputs cast to float32: range- or accumulation-sensitive ops

@@ -217,17 +217,17 @@ void GradScaler::step_and_update(optim::Optimizer& opt) {
   PerOptimizer& st = state_of(opt);
   bool alone = opt.num_groups() == 1;  // this optimizer is the iteration's only one, with one group
   for (const auto& [o, other] : per_opt_) alone = alone && (o == &opt || other.stage == Stage::ready);
-  NoGradGuard no_grad;
-  const bool checked = st.stage == Stage::unscaled;
-  // (After unscale_, its faults are written and checked already.)
-  const std::vector<Tensor> grads = st.stage == Stage::ready ? grads_of(opt) : std::vector<Tensor>{};
-  bool has_grad = !grads.empty();
+  bool has_grad = false;
   for (const Tensor& p : opt.params()) has_grad = has_grad || p.grad().defined();
   if (!alone || !has_grad || st.stage == Stage::stepped) {
     step(opt);
     update();
     return;
   }
+  NoGradGuard no_grad;
+  const bool checked = st.stage == Stage::unscaled;
+  // (After unscale_, its faults are written and checked already.)
+  const std::vector<Tensor> grads = checked ? std::vector<Tensor>{} : grads_of(opt);
   // A found-inf reducer (DistributedDataParallel's all-reduce) must see the flag before the
   // step reads it: then the check runs apart, and only the update rides in the step's launch.
   const bool check_in_step = !checked && !found_inf_reducer();

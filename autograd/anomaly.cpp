@@ -18,7 +18,7 @@ namespace {
 struct Site {
   Anomaly a;
   // Backward: the node, alive (with its saved tensors) until the backward ends, which reads or
-  // drops every check it made (anomaly_end_backward, anomaly_backward_done).
+  // drops every check it made (AnomalyWatch::end, backward_done).
   FunctionNode* node = nullptr;
   Tensor grad;  // the gradient it ran on
 };
@@ -32,7 +32,7 @@ struct State {
   int64_t current = 0;
   int64_t nodes = 0;   // nodes the running backward has checked
   int backwards = 0;   // backward passes running: their formulas' ops are not the forward's
-  bool ended = false;  // the running backward reached its end (anomaly_end_backward)
+  bool ended = false;  // the running backward reached its end (AnomalyWatch::end)
   bool dirty = false;  // the flags may hold a check of a backward that ended by an exception
   std::vector<Site> sites;  // CUDA checks not read yet; a site's check number is its index + 1
   std::vector<std::pair<Device, Tensor>> flags;

@@ -36,8 +36,9 @@ class BackwardContext {
 
   // Asked by formulas.
   // The gradient summed so far for input i, when the formula may add its own gradient of
-  // `shape` and `dtype` into it in place (bumping its version) and return it as input i's
-  // gradient; undefined (the plain answer) otherwise, and then the engine adds.
+  // `shape` and `dtype` into it in place (bumping its version); the engine no longer holds it,
+  // so the formula must return it as input i's gradient. Undefined (the plain answer)
+  // otherwise, and then the engine adds.
   virtual Tensor take_sum(size_t input, const Shape& shape, DType dtype) { return Tensor(); }
   // Whether input i's gradient will be cast to `dtype` on its way down.
   virtual bool wants_rounded(size_t input, DType dtype) { return false; }
@@ -54,7 +55,8 @@ class BackwardContext {
 };
 
 // One backward as the engine holds it: the gradient summed so far for each node, and how many
-// gradients each node still waits for. A context reads it to answer.
+// gradients each node still waits for. A context reads it to answer (and take_sum takes a sum
+// out of it).
 struct GraphTask {
   std::unordered_map<Node*, Tensor> pending;
   std::unordered_map<Node*, int> waiting;

@@ -23,7 +23,8 @@ namespace ampgrad::autograd {
 // soon as it is ready (Note [Gradient accumulation]). Formulas run without grad mode (no graph
 // of their own) and without autocast (gradients follow the forward's dtypes, not the policy).
 // Anomaly detection watches the run (Note [Anomaly detection]); the speed-ups answer the
-// formulas' questions through the context (Note [Backward context]); neither changes the steps.
+// formulas' questions through the context (Note [Backward context]: a formula that takes a sum
+// out of `pending` returns it with its own gradient added, and the engine delivers it as any).
 
 namespace {
 // The callbacks of the backward running on this thread; null outside one.

@@ -8,9 +8,10 @@
 namespace ampgrad {
 
 // Note [Device hooks]
-// Autograd, the optimizers, autocast's working copies and Tensor::data_ptr() need four things of
-// a device that are not kernels: to say where a phase of a training step ends (the forward, when
-// backward() starts; an optimizer's step), so that work the backend holds back goes to the
+// The optimizers, the speed-ups (the backward context, the working copies) and
+// Tensor::data_ptr() need four things of a device that are not kernels: to say where a phase of
+// a training step ends (the forward, when backward() starts; an optimizer's step), so that work
+// the backend holds back goes to the
 // device then (Note [Launch batches] in cuda/call_graph.h); that code past the library is about
 // to touch the device's memory, so that held work goes and is finished (Note [Raw access] in
 // core/tensor.h); whether a whole-step graph is being captured

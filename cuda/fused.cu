@@ -85,8 +85,8 @@ template <int L, class F> __device__ __forceinline__ void for_each_item(const Te
 // every block reads the counters of the tensors whose chunks it updates, and the last block
 // to finish (Note [Last block] in cuda/common.cuh), so after every read, adds 1 to each
 // counter of the launch. A
-// skipped step (found_inf set) counts nothing. The same last block runs a folded scale
-// update (Note [One-launch scaled step] in core/fused_kernels.h). The SGD and Adam kernels
+// skipped step (found_inf set) counts nothing. The same last block runs a scale update that
+// rides in the step's launch (Note [One-launch scaled step] in core/fused_kernels.h). The SGD and Adam kernels
 // share the counter: their launches are serialized too.
 __device__ unsigned int g_blocks_done = 0;
 
@@ -161,7 +161,7 @@ __device__ __forceinline__ bool step_skipped(const TensorLists<L>& lists, bool v
 }
 
 // The end of a step kernel: the last block to finish advances the step counters (unless the
-// step was skipped) and runs the folded scale update, after every block has read found_inf.
+// step was skipped) and runs the scale update it carries, after every block has read found_inf.
 template <int L>
 __device__ __forceinline__ void finish_step(const TensorLists<L>& lists, bool skipped, float* found_inf,
                                             const ScaleUpdateArgs& up) {

@@ -110,7 +110,7 @@ bool capturing(int device) { return allocator_capturing(device); }
 uint64_t graph_replays() { return g_replays.load(std::memory_order_relaxed); }
 
 namespace {
-// What autograd, the optimizers and working copies ask of CUDA (Note [Device hooks] in
+// What the optimizers and the speed-ups ask of CUDA (Note [Device hooks] in
 // core/device_hooks.h): the end of a step's phase submits the held calls (Note [Launch
 // batches]); a raw access submits them and waits (Note [Raw access] in core/tensor.h).
 // Registered at load; makes no CUDA call.

@@ -43,8 +43,8 @@ template <class T, class L> __device__ __forceinline__ T ln_dy(const T* dy, cons
 }
 
 // The input gradient's store: with `acc`, added to `prev`, what gx held (an add of its own,
-// never contracted into the multiply before it: the engine's add's bits, Note [Accumulating
-// formulas] in autograd/engine.cpp), and rounded into gx_low too when it is not null.
+// never contracted into the multiply before it: the engine's add's bits, Note [Backward
+// speed-ups] in speedups/backward.cpp), and rounded into gx_low too when it is not null.
 template <class T, class L>
 __device__ __forceinline__ void ln_store_gx(T* gx, L* gx_low, bool acc, int64_t i, T v, T prev) {
   if (acc) v = ln_add(prev, v);

@@ -2,6 +2,7 @@
 #include <ampgrad/nn/module.h>
 
 #include <typeinfo>
+#include <unordered_set>
 
 #include <ampgrad/autograd/node.h>
 #include <ampgrad/nn/layers.h>
@@ -34,8 +35,13 @@ void Module::collect(const std::string& prefix, bool recurse, bool params,
 }
 
 std::vector<std::pair<std::string, Tensor>> Module::named_parameters(bool recurse) const {
-  std::vector<std::pair<std::string, Tensor>> out;
-  collect("", recurse, true, out);
+  std::vector<std::pair<std::string, Tensor>> all, out;
+  collect("", recurse, true, all);
+  // A tensor registered twice (a weight shared by two layers) is one parameter, under its first
+  // name, as PyTorch's named_parameters (remove_duplicate): an optimizer steps it once.
+  std::unordered_set<const TensorImpl*> seen;
+  for (auto& [n, t] : all)
+    if (seen.insert(t.unsafe_impl()).second) out.emplace_back(std::move(n), std::move(t));
   return out;
 }
 
@@ -90,7 +96,9 @@ void Module::zero_grad(bool set_to_none) {
 
 StateDict Module::state_dict() const {
   StateDict sd;
-  for (auto& [n, t] : named_parameters()) sd[n] = t;
+  std::vector<std::pair<std::string, Tensor>> params;  // every name, a shared weight's too (as PyTorch)
+  collect("", true, true, params);
+  for (auto& [n, t] : params) sd[n] = t;
   for (auto& [n, t] : named_buffers()) sd[n] = t;
   return sd;
 }

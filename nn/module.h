@@ -26,7 +26,8 @@ class Module : public std::enable_shared_from_this<Module> {
   Tensor operator()(const Tensor& x) { return forward(x); }
   const std::string& name() const { return name_; }
 
-  // Depth-first, in registration order, names joined with '.'.
+  // Depth-first, in registration order, names joined with '.'; a tensor registered in two places
+  // (a tied weight) once, under its first name, as PyTorch's. state_dict() holds every name.
   std::vector<std::pair<std::string, Tensor>> named_parameters(bool recurse = true) const;
   std::vector<std::pair<std::string, Tensor>> named_buffers(bool recurse = true) const;
   std::vector<Tensor> parameters(bool recurse = true) const;

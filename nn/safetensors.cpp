@@ -234,6 +234,11 @@ void check_tiling(const std::string& path, std::vector<Entry>& entries, uint64_t
 }  // namespace
 
 SafetensorsFile load_safetensors(const std::string& path) {
+  std::error_code ec;
+  AG_CHECK(!std::filesystem::is_directory(path, ec),
+           "load_safetensors: {} is a directory, not a safetensors file (a checkpoint is one file: the path "
+           "given to save_checkpoint)",
+           path);
   errno = 0;
   std::unique_ptr<std::FILE, FileCloser> f(std::fopen(path.c_str(), "rb"));
   AG_CHECK(f != nullptr, "load_safetensors: cannot open {}: {}", path, std::strerror(errno));

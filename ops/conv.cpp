@@ -93,9 +93,10 @@ void check_call(const ConvCall& c, const Tensor& x, const Tensor& w, const Tenso
              op, out_channels, dtype_name(x.dtype()), b.desc());
   }
   for (size_t i = 0; i < static_cast<size_t>(sp); ++i) {
-    AG_CHECK(c.stride[i] > 0 && c.dilation[i] > 0 && c.padding[i] >= 0,
-             "{}: stride {} and dilation {} must be positive and padding {} non-negative", op, arr_str(c.stride, sp),
-             arr_str(c.dilation, sp), arr_str(c.padding, sp));
+    // One check per argument, each naming it, with PyTorch's words.
+    AG_CHECK(c.stride[i] > 0, "{}: stride {}: non-positive stride is not supported", op, arr_str(c.stride, sp));
+    AG_CHECK(c.padding[i] >= 0, "{}: padding {}: negative padding is not supported", op, arr_str(c.padding, sp));
+    AG_CHECK(c.dilation[i] > 0, "{}: dilation {}: dilation should be greater than zero", op, arr_str(c.dilation, sp));
     if (c.transposed) {
       // PyTorch also takes stride <= output_padding < dilation; ampgrad does not (the output
       // rows past the stride's reach would need a padded pass).

@@ -7,11 +7,17 @@
 namespace ampgrad::optim {
 
 namespace {
+// torch.optim.Adam's and AdamW's checks, with their messages; at construction, and before
+// every step (a group's options may be changed afterwards).
 const AdamOptions& checked(const AdamOptions& o) {
-  AG_CHECK(o.lr_ >= 0, "Adam: invalid learning rate {}", o.lr_);
-  AG_CHECK(o.beta1_ >= 0 && o.beta1_ < 1 && o.beta2_ >= 0 && o.beta2_ < 1, "Adam: invalid betas ({}, {})", o.beta1_,
+  const char* name = o.decoupled_weight_decay_ ? "AdamW" : "Adam";
+  AG_CHECK(o.lr_ >= 0, "{}: invalid learning rate: {} (must be >= 0)", name, o.lr_);
+  AG_CHECK(o.eps_ >= 0, "{}: invalid epsilon value: {} (must be >= 0)", name, o.eps_);
+  AG_CHECK(o.beta1_ >= 0 && o.beta1_ < 1, "{}: invalid beta parameter at index 0: {} (must be in [0, 1))", name,
+           o.beta1_);
+  AG_CHECK(o.beta2_ >= 0 && o.beta2_ < 1, "{}: invalid beta parameter at index 1: {} (must be in [0, 1))", name,
            o.beta2_);
-  AG_CHECK(o.eps_ >= 0, "Adam: invalid eps {}", o.eps_);
+  AG_CHECK(o.weight_decay_ >= 0, "{}: invalid weight_decay value: {} (must be >= 0)", name, o.weight_decay_);
   return o;
 }
 std::vector<std::string> adam_state(const AdamOptions& o) {
@@ -44,6 +50,7 @@ const std::vector<OptionField<AdamOptions>>& AdamOptions::fields() {
 }
 
 void Adam::check_group(const Group& g) const {
+  checked(options_of<AdamOptions>(g));
   // The state is made for the amsgrad the optimizer was built with (Note [Typed options]).
   AG_CHECK(!options_of<AdamOptions>(g).amsgrad_ ||
                std::find(state_names_.begin(), state_names_.end(), "max_exp_avg_sq") != state_names_.end(),

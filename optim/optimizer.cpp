@@ -2,6 +2,7 @@
 #include <ampgrad/optim/optimizer.h>
 
 #include <algorithm>
+#include <unordered_set>
 
 #include <ampgrad/amp/cast_reuse.h>
 #include <ampgrad/autograd/grad_mode.h>
@@ -18,6 +19,16 @@ Optimizer::Optimizer(const char* name, std::vector<std::vector<Tensor>> groups, 
   AG_CHECK(group_lrs.empty() || group_lrs.size() == groups.size(), "{}: {} group learning rates for {} groups", name,
            group_lrs.size(), groups.size());
   AG_CHECK(!groups.empty(), "optimizer: got no parameter groups");
+  // A parameter given twice would be stepped twice (PyTorch refuses it across groups).
+  std::unordered_set<const TensorImpl*> seen;
+  for (size_t gi = 0; gi < groups.size(); ++gi)
+    for (const Tensor& p : groups[gi]) {
+      if (!p.defined()) continue;
+      AG_CHECK(seen.insert(p.unsafe_impl()).second,
+               "{}: some parameters appear more than once in the parameter groups ({}, again in group {}); give "
+               "each parameter once (a tied weight is one parameter)",
+               name, p.desc(), gi);
+    }
   for (auto& params : groups) {
     AG_CHECK(!params.empty(), "optimizer: a parameter group is empty");
     Group g;

@@ -5,14 +5,20 @@
 namespace ampgrad::optim {
 
 namespace {
+// torch.optim.SGD's checks, with its messages; at construction, and before every step (a
+// group's options may be changed afterwards).
 const SGDOptions& checked(const SGDOptions& o) {
-  AG_CHECK(o.lr_ >= 0, "SGD: invalid learning rate {}", o.lr_);
-  AG_CHECK(o.momentum_ >= 0, "SGD: invalid momentum {}", o.momentum_);
+  AG_CHECK(o.lr_ >= 0, "SGD: invalid learning rate: {} (must be >= 0)", o.lr_);
+  AG_CHECK(o.momentum_ >= 0, "SGD: invalid momentum value: {} (must be >= 0)", o.momentum_);
+  AG_CHECK(o.weight_decay_ >= 0, "SGD: invalid weight_decay value: {} (must be >= 0)", o.weight_decay_);
   AG_CHECK(!o.nesterov_ || (o.momentum_ > 0 && o.dampening_ == 0),
-           "SGD: Nesterov momentum requires a momentum and zero dampening");
+           "SGD: Nesterov momentum requires a momentum and zero dampening (momentum {}, dampening {})", o.momentum_,
+           o.dampening_);
   return o;
 }
 }  // namespace
+
+void SGD::check_group(const Group& g) const { checked(options_of<SGDOptions>(g)); }
 
 const std::vector<OptionField<SGDOptions>>& SGDOptions::fields() {
   static const std::vector<OptionField<SGDOptions>> f = {{"lr", &SGDOptions::lr_},

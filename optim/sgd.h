@@ -26,6 +26,7 @@ class SGD final : public Optimizer {
 
  protected:
   void fused_step(Group& g, const FusedStep& s, const std::vector<size_t>& idx) override;
+  void check_group(const Group& g) const override;
 };
 
 }  // namespace ampgrad::optim

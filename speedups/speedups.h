@@ -7,9 +7,9 @@ namespace ampgrad::speedups {
 
 // Note [Speed-ups]
 // The reference path (ops, the backward engine, autocast, the scaler, the optimizers) reads as
-// the algorithms it implements. Three of its seams let a speed-up answer a question whose plain
-// answer is "no"; this folder holds the answers, registered while the library loads, and no file
-// of the reference path names it:
+// the algorithms it implements. Its seams let a speed-up answer a question whose plain answer is
+// "no"; this folder holds the answers to two of them, registered while the library loads, and
+// no file of the reference path names it:
 //  - the backward context (Note [Backward context] in autograd/backward_context.h), answered by
 //    speedups/backward.cpp (Note [Backward speed-ups]): a formula adds its input gradient into
 //    the engine's running sum in its own kernel, writes the 16-bit rounding the node below would
@@ -18,11 +18,12 @@ namespace ampgrad::speedups {
 //    [Cast speed-ups]): a parameter's 16-bit working copy is kept across autocast regions and
 //    written by the optimizer's kernel; a fused fp32 op writes its output's 16-bit cast in the
 //    same pass;
-//  - the optimizer step's launch (Note [One-launch scaled step] in core/fused_kernels.h), which
-//    GradScaler::step_and_update asks for explicitly (amp/grad_scaler.h).
-// What each buys, measured, is in its Note. Each has a switch; off, the library runs the plain
-// path, and the tests check that both give the same values, bit for bit. AMPGRAD_SPEEDUPS=0 in
-// the environment turns them all off at start.
+// A third seam is the optimizer step's launch (Note [One-launch scaled step] in
+// core/fused_kernels.h), where the scaler's check and update may ride: a program asks for it
+// explicitly with GradScaler::step_and_update (amp/grad_scaler.h), so it needs no switch here.
+// What each buys, measured, is in its Note and in docs/benchmarks.md. Each has a switch; off,
+// the library runs the plain path, and the tests check that both give the same values, bit for
+// bit. AMPGRAD_SPEEDUPS=0 in the environment turns them all off at start.
 
 // The backward context's answers (speedups/backward.cpp). On by default.
 void set_backward_speedups(bool on);

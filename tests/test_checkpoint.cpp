@@ -353,6 +353,14 @@ TEST_CASE("corrupt safetensors files give errors naming the file and the tensor"
     CHECK(error_message([&] { load_safetensors(missing); }) ==
           fmt::format("load_safetensors: cannot open {}: No such file or directory", missing));
   }
+  SECTION("a directory") {
+    const std::string dir = tmp_path("a_folder");
+    fs::create_directory(dir);
+    CHECK(error_message([&] { ag::nn::load_checkpoint(dir); }) ==
+          fmt::format("load_safetensors: {} is a directory, not a safetensors file (a checkpoint is one file: the "
+                      "path given to save_checkpoint)",
+                      dir));
+  }
 }
 
 namespace {

@@ -483,7 +483,11 @@ TEST_CASE("errors: convolutions", "[errors][conv]") {
     REQUIRE_THROWS_WITH(ag::conv_transpose1d(ag::rand({1, 2, 4}), ag::rand({2, 2, 3}), {}, 1, 0, 1),
                         Contains("conv_transpose1d: output_padding [1] must be non-negative and smaller than the stride [1]"));
     REQUIRE_THROWS_WITH(ag::conv1d(ag::rand({1, 2, 8}), ag::rand({4, 2, 3}), {}, 0),
-                        Contains("conv1d: stride [0] and dilation [1] must be positive and padding [0] non-negative"));
+                        Equals("conv1d: stride [0]: non-positive stride is not supported"));
+    REQUIRE_THROWS_WITH(ag::conv2d(ag::rand({1, 2, 8, 8}), ag::rand({4, 2, 3, 3}), {}, {1, 1}, {0, -1}),
+                        Equals("conv2d: padding [0, -1]: negative padding is not supported"));
+    REQUIRE_THROWS_WITH(ag::conv1d(ag::rand({1, 2, 8}), ag::rand({4, 2, 3}), {}, 1, 0, 0),
+                        Equals("conv1d: dilation [0]: dilation should be greater than zero"));
   }
   SECTION("dtypes and layers") {
     REQUIRE_THROWS_WITH(ag::conv1d(ag::rand({1, 2, 8}), ag::rand({4, 2, 3}, ag::TensorOptions(ag::kFloat64))),

@@ -367,6 +367,39 @@ TEST_CASE("modules: parameters, buffers, train/eval, to(), state_dict", "[nn]") 
   CHECK(net->named_buffers()[2].second.dtype() == ag::kInt64);  // num_batches_tracked stays an integer
 }
 
+// A weight registered in two modules (a language model's tied embedding and head) is one
+// parameter, under its first name, as PyTorch's named_parameters: an optimizer takes it once and
+// steps it once; state_dict holds it under both names.
+TEST_CASE("modules: a tied weight is one parameter", "[nn]") {
+  struct Head : nn::Module {
+    explicit Head(const ag::Tensor& w) : nn::Module("Head") { weight = register_parameter("weight", w); }
+    ag::Tensor weight;
+  };
+  struct Tied : nn::Module {
+    Tied() : nn::Module("Tied") {
+      emb = register_module("emb", std::make_shared<nn::Embedding>(5, 3));
+      head = register_module("head", std::make_shared<Head>(emb->weight));
+    }
+    std::shared_ptr<nn::Embedding> emb;
+    std::shared_ptr<Head> head;
+  };
+  Tied m;
+  const auto named = m.named_parameters();
+  REQUIRE(named.size() == 1);
+  CHECK(named[0].first == "emb.weight");
+  CHECK(m.parameters().size() == 1);
+  const auto sd = m.state_dict();
+  CHECK(sd.count("emb.weight") == 1);
+  CHECK(sd.count("head.weight") == 1);
+  ag::optim::SGD opt(m.parameters(), ag::optim::SGDOptions(0.5));  // refused if it held the weight twice
+  ag::Tensor w = named[0].second;
+  w.set_grad(ag::ones_like(w));
+  const std::vector<double> before = w.to_vector<double>();
+  opt.step();
+  const std::vector<double> after = w.to_vector<double>();
+  for (size_t i = 0; i < after.size(); ++i) CHECK(after[i] == Approx(before[i] - 0.5).epsilon(1e-6));  // once
+}
+
 TEST_CASE("each layer's output dtype under autocast", "[nn]") {
   ag::manual_seed(1);
   ag::amp::AutocastGuard ac(ag::kCPU, ag::kFloat16);

@@ -245,9 +245,46 @@ TEST_CASE("unscale_ then clip, and misuse errors", "[optim]") {
   CHECK_THROWS_WITH(scaler.unscale_(opt), Catch::Contains("unscale_() has already been called"));
   scaler.step(opt);
   CHECK_THROWS_WITH(scaler.step(opt), Catch::Contains("step() has already been called"));
+  // After step (without an unscale_ of the user's), PyTorch's words: it is being called after step().
+  CHECK_THROWS_WITH(scaler.unscale_(opt), Catch::Contains("unscale_() is being called after step()"));
   scaler.update();
   CHECK_THROWS_WITH(scaler.update(), Catch::Contains("no inf checks were recorded"));
   CHECK(p.to_vector<double>()[0] == Approx(3 - 0.6).epsilon(1e-5));
+}
+
+// torch.optim's checks, each naming the option and the value, at construction and before a step
+// whose group was changed since; a parameter given twice is refused (it would be stepped twice).
+TEST_CASE("optimizer options are checked as PyTorch checks them", "[optim]") {
+  ag::Tensor w = ag::randn({3, 2}).requires_grad_(), b = ag::randn({3}).requires_grad_();
+  using ag::optim::AdamOptions;
+  using ag::optim::AdamWOptions;
+  using ag::optim::SGDOptions;
+  auto sgd = [&](SGDOptions o) { return error_message([&] { ag::optim::SGD opt({w, b}, o); }); };
+  auto adam = [&](AdamOptions o) { return error_message([&] { ag::optim::Adam opt({w, b}, o); }); };
+  auto adamw = [&](AdamWOptions o) { return error_message([&] { ag::optim::AdamW opt({w, b}, o); }); };
+  CHECK_THAT(sgd(SGDOptions(-0.1)), Catch::Contains("SGD: invalid learning rate: -0.1"));
+  CHECK_THAT(sgd(SGDOptions(0.1).momentum(-0.5)), Catch::Contains("SGD: invalid momentum value: -0.5"));
+  CHECK_THAT(sgd(SGDOptions(0.1).weight_decay(-1e-4)), Catch::Contains("SGD: invalid weight_decay value: -0.0001"));
+  CHECK_THAT(sgd(SGDOptions(0.1).momentum(0.9).dampening(0.1).nesterov(true)),
+             Catch::Contains("Nesterov momentum requires a momentum and zero dampening (momentum 0.9, dampening 0.1)"));
+  CHECK_THAT(adam(AdamOptions(-1e-3)), Catch::Contains("Adam: invalid learning rate: -0.001"));
+  CHECK_THAT(adam(AdamOptions().eps(-1e-8)), Catch::Contains("Adam: invalid epsilon value: -1e-08"));
+  CHECK_THAT(adam(AdamOptions().betas({1.0, 0.999})), Catch::Contains("Adam: invalid beta parameter at index 0: 1"));
+  CHECK_THAT(adamw(AdamWOptions().betas({0.9, -0.1})), Catch::Contains("AdamW: invalid beta parameter at index 1: -0.1"));
+  CHECK_THAT(adamw(AdamWOptions().weight_decay(-0.1)), Catch::Contains("AdamW: invalid weight_decay value: -0.1"));
+  CHECK_NOTHROW(ag::optim::SGD({w, b}, SGDOptions(0.0).momentum(0.9).nesterov(true)));  // lr 0 and Nesterov are fine
+  // Changed after construction: refused before the step writes anything.
+  ag::optim::SGD opt({w, b}, SGDOptions(0.1));
+  w.set_grad(ag::ones({3, 2}));
+  const std::vector<float> before = w.to_vector<float>();
+  opt.options<SGDOptions>(0).weight_decay(-1.0);
+  CHECK_THROWS_WITH(opt.step(), Catch::Contains("SGD: invalid weight_decay value: -1"));
+  CHECK(w.to_vector<float>() == before);
+  // The same parameter twice, in two groups or in one.
+  CHECK_THAT(error_message([&] { ag::optim::SGD o(std::vector<std::vector<ag::Tensor>>{{w, b}, {w}}, SGDOptions(0.1)); }),
+             Catch::Contains("some parameters appear more than once in the parameter groups") &&
+                 Catch::Contains("again in group 1"));
+  CHECK_THAT(error_message([&] { ag::optim::Adam o({w, b, b}); }), Catch::Contains("appear more than once"));
 }
 
 TEST_CASE("several optimizers and losses share one scaler", "[optim]") {
