@@ -14,9 +14,11 @@ for a in "$@"; do
   if [ "$a" = --data ]; then data=1; else old_commit="$a"; fi
 done
 bash scripts/build.sh -DAMPGRAD_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90
-gomp="$(g++ -print-file-name=libgomp.so.1)"  # the fast CPU kernels' OpenMP runtime
+# Beside the binaries, as the GPU machine may lack them: the fast CPU kernels' OpenMP runtime, fmt.
+gomp="$(g++ -print-file-name=libgomp.so.1)"
+fmtlib="$(ldd build/bin/libampgrad.so | awk '/libfmt/ {print $3}')"
 rm -rf dist/gpu dist/old dist/data dist/gpu.tar.xz && mkdir -p dist/gpu
-cp build/bin/libampgrad.so* build/bin/test_* build/bin/ampgrad build/bin/ampgrad-run "$gomp" scripts/gpu_run.sh dist/gpu/
+cp build/bin/libampgrad.so* build/bin/test_* build/bin/ampgrad build/bin/ampgrad-run "$gomp" "$fmtlib" scripts/gpu_run.sh dist/gpu/
 for f in build/bin/bench_* build/bin/profile_* build/bin/gpt2_step; do [ -f "$f" ] && cp "$f" dist/gpu/; done
 if [ -n "$old_commit" ]; then
   # The older build: its library, its command, and gpt2_step (public API only) compiled against it.
@@ -27,7 +29,7 @@ if [ -n "$old_commit" ]; then
     -DAMPGRAD_BUILD_TESTS=OFF -DAMPGRAD_BUILD_BENCHMARKS=OFF >/dev/null
   cmake --build "$wt/build" -j "$(nproc)" --target ampgrad_cli
   mkdir -p dist/old
-  cp "$wt"/build/bin/libampgrad.so* "$wt"/build/bin/ampgrad "$gomp" dist/old/
+  cp "$wt"/build/bin/libampgrad.so* "$wt"/build/bin/ampgrad "$gomp" "$fmtlib" dist/old/
   g++ -std=c++20 -O2 -DAMPGRAD_WITH_CUDA=1 -I"$wt/build/include" -I/usr/local/cuda/include \
     benchmarks/gpt2_step.cpp -o dist/old/gpt2_step -L"$wt/build/bin" -lampgrad -lfmt \
     -L/usr/local/cuda/lib64 -lcudart -Wl,-rpath,'$ORIGIN'

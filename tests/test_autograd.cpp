@@ -344,8 +344,7 @@ TEST_CASE("engine: a diamond graph sums the gradients of both paths", "[autograd
   }
   SECTION("one gradient tensor on two edges into the same node") {
     // add's backward hands its incoming gradient to both inputs, clone's and add-scalar's
-    // pass theirs on: the engine gets the pending sum's own tensor back and must still add it
-    // (Note [Accumulating formulas] in autograd/engine.cpp skips only a sum a formula asked for).
+    // pass theirs on: the engine gets the pending sum's own tensor back and must still add it.
     const std::vector<double> xv = values(x);
     (x + x).sum().backward();
     check_close(x.grad(), std::vector<double>(5, 2.0), 0, 0);
@@ -718,8 +717,9 @@ TEST_CASE("engine: mul and div save only what the needed gradients read", "[auto
   check_close(a.grad(), want, 1e-12, 1e-12);
 }
 
-// Note [Implicit seed]: the kept seed of 1 is never taken over by a leaf root nor reused once
-// written, so writing into a .grad cannot change a later backward's start.
+// The kept seed of ones (Note [Backward speed-ups] in speedups/backward.cpp) is never taken
+// over by a leaf root nor reused once written, so writing into a .grad cannot change a later
+// backward's start.
 TEST_CASE("engine: the implicit seed of backward is reused safely", "[autograd][engine]") {
   ag::Tensor x = ag::tensor(std::vector<double>{3.0}, {}, ag::kFloat32).requires_grad_();
   x.backward();  // a leaf root: its .grad must be its own tensor, not the seed

@@ -675,8 +675,8 @@ TEST_CASE("cuda: a capture takes arange as a kernel, and refuses a copy from hos
 
 TEST_CASE("cuda: a captured backward from the implicit seed hands the loss scale on as the gradient", "[cuda]") {
   if (skip_without_cuda()) return;
-  // Note [Implicit seed] in autograd/engine.cpp: in a capture too, mul's backward from the seed
-  // of 1 is the other factor itself (scaler.scale(loss)'s product costs no multiply); the replay
+  // Note [Backward speed-ups] in speedups/backward.cpp: in a capture too, mul's backward from
+  // the seed of ones is the other factor itself (scaler.scale(loss)'s product costs no multiply); the replay
   // reads that factor as it is then.
   const ag::Device cuda(ag::kCUDA);
   ag::Tensor c = ag::full({}, 3.0, ag::TensorOptions().device(cuda));
