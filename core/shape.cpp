@@ -1,13 +1,24 @@
 // Shape helpers: element counts, contiguous strides, broadcasting and dim wrapping.
 #include <ampgrad/core/shape.h>
 
+#include <ampgrad/core/dispatch.h>
 #include <ampgrad/core/error.h>
 
 namespace ampgrad {
 
+namespace {
+[[noreturn]] void raise_numel_overflow(const Shape& s) {
+  const std::string op = CurrentOp::label();
+  detail::throw_error(fmt::format("{}shape {} has more elements than an int64 can count (storage size calculation "
+                                  "overflowed)",
+                                  op.empty() ? "" : op + ": ", shape_str(s)));
+}
+}  // namespace
+
 int64_t shape_numel(const Shape& s) {
   int64_t n = 1;
-  for (int64_t d : s) n *= d;
+  for (int64_t d : s)
+    if (__builtin_mul_overflow(n, d, &n)) [[unlikely]] raise_numel_overflow(s);
   return n;
 }
 
@@ -34,6 +45,7 @@ Shape broadcast_shapes(std::string_view op, const Shape& a, const Shape& b) {
              i, da, db);
     out[i] = da == 1 ? db : da;
   }
+  (void)shape_numel(out);  // an element count past int64 is an error here, not a wrapped count later
   return out;
 }
 

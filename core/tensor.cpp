@@ -2,6 +2,7 @@
 #include <ampgrad/core/tensor.h>
 
 #include <ampgrad/core/device_hooks.h>
+#include <ampgrad/core/dispatch.h>
 
 #include <algorithm>
 #include <vector>
@@ -47,8 +48,15 @@ Tensor make_tensor(std::shared_ptr<Storage> storage, Shape sizes, Shape strides,
 
 Tensor empty(const Shape& shape, TensorOptions options) {
   for (int64_t d : shape) AG_CHECK(d >= 0, "empty: negative dimension in shape {}", shape_str(shape));
-  size_t nbytes = static_cast<size_t>(shape_numel(shape)) * itemsize(options.dtype());
-  auto storage = std::make_shared<Storage>(nbytes, options.device());
+  int64_t nbytes = 0;
+  if (__builtin_mul_overflow(shape_numel(shape), static_cast<int64_t>(itemsize(options.dtype())), &nbytes))
+    [[unlikely]] {
+    const std::string op = CurrentOp::label();
+    detail::throw_error(fmt::format("{}: shape {} of {} takes more bytes than an int64 can count (storage size "
+                                    "calculation overflowed)",
+                                    op.empty() ? "empty" : op, shape_str(shape), dtype_name(options.dtype())));
+  }
+  auto storage = std::make_shared<Storage>(static_cast<size_t>(nbytes), options.device());
   Tensor t = make_tensor(std::move(storage), shape, contiguous_strides(shape), 0, options.dtype());
   if (options.requires_grad()) t.requires_grad_(true);
   return t;

@@ -2,6 +2,7 @@
 // 2d, 3d): one implementation over the three kernels of core/kernels.h (Note [Convolution
 // ops]); and unfold, the window op that pooling builds on.
 #include <algorithm>
+#include <limits>
 
 #include <ampgrad/autograd/node.h>
 #include <ampgrad/core/kernels.h>
@@ -104,8 +105,9 @@ void check_call(const ConvCall& c, const Tensor& x, const Tensor& w, const Tenso
                "{}: output_padding {} must be non-negative and smaller than the stride {}", op,
                arr_str(c.output_padding, sp), arr_str(c.stride, sp));
     } else {
-      const int64_t reach = c.dilation[i] * (w.size(2 + static_cast<int64_t>(i)) - 1) + 1;
-      AG_CHECK(x.size(cd + 1 + static_cast<int64_t>(i)) + 2 * c.padding[i] >= reach,
+      // In 128 bits: arguments past int64's reach are compared, not wrapped.
+      const __int128 reach = static_cast<__int128>(c.dilation[i]) * (w.size(2 + static_cast<int64_t>(i)) - 1) + 1;
+      AG_CHECK(x.size(cd + 1 + static_cast<int64_t>(i)) + 2 * static_cast<__int128>(c.padding[i]) >= reach,
                "{}: input {} (padded by {}) is smaller than the kernel {} (dilation {}) along spatial dim {}", op,
                shape_str(x.shape()), arr_str(c.padding, sp), shape_str(Shape(w.shape().begin() + 2, w.shape().end())),
                arr_str(c.dilation, sp), i);
@@ -117,9 +119,17 @@ Shape out_shape(const ConvCall& c, const Tensor& x, const Tensor& w) {
   Shape s{x.size(0), c.transposed ? w.size(1) * c.groups : w.size(0)};
   for (size_t i = 0; i < static_cast<size_t>(c.spatial); ++i) {
     const int64_t in = x.size(2 + static_cast<int64_t>(i)), k = w.size(2 + static_cast<int64_t>(i));
-    s.push_back(c.transposed
-                    ? conv_transpose_out_size(in, k, c.stride[i], c.padding[i], c.dilation[i], c.output_padding[i])
-                    : conv_out_size(in, k, c.stride[i], c.padding[i], c.dilation[i]));
+    // conv_out_size and conv_transpose_out_size in 128 bits: an output size past int64 is an
+    // error here, not a wrapped size.
+    using I = __int128;
+    const I size = c.transposed ? (I(in) - 1) * c.stride[i] - 2 * I(c.padding[i]) + I(c.dilation[i]) * (k - 1) +
+                                      c.output_padding[i] + 1
+                                : (I(in) + 2 * I(c.padding[i]) - I(c.dilation[i]) * (k - 1) - 1) / c.stride[i] + 1;
+    AG_CHECK(size <= std::numeric_limits<int64_t>::max(),
+             "{}: the output size along spatial dim {} overflows int64 (input {}, stride {}, padding {}, dilation {})",
+             c.info->name, i, shape_str(x.shape()), arr_str(c.stride, c.spatial), arr_str(c.padding, c.spatial),
+             arr_str(c.dilation, c.spatial));
+    s.push_back(static_cast<int64_t>(size));
   }
   AG_CHECK(std::all_of(s.begin() + 2, s.end(), [](int64_t v) { return v > 0; }),
            "{}: input {} gives an empty output {} (stride {}, padding {}, dilation {})", c.info->name,

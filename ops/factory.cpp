@@ -65,14 +65,22 @@ Tensor tensor(float value, TensorOptions options) { return from_host(&value, kFl
 
 Tensor scalar_tensor(const Scalar& value, TensorOptions options) { return full({}, value, options); }
 
-Tensor full(const Shape& shape, const Scalar& value, TensorOptions options) {
+namespace {
+// `shape` filled with `value`; `op` names the factory in errors (a shape whose size overflows).
+Tensor filled(std::string_view op, const Shape& shape, double value, TensorOptions options) {
+  CurrentOp current(op);
   Tensor out = empty(shape, TensorOptions(options.dtype()).device(options.device()));
-  fill_into(out, value.to_double());
+  fill_into(out, value);
   if (options.requires_grad()) out.requires_grad_(true);
   return out;
 }
-Tensor zeros(const Shape& shape, TensorOptions options) { return full(shape, 0, options); }
-Tensor ones(const Shape& shape, TensorOptions options) { return full(shape, 1, options); }
+}  // namespace
+
+Tensor full(const Shape& shape, const Scalar& value, TensorOptions options) {
+  return filled("full", shape, value.to_double(), options);
+}
+Tensor zeros(const Shape& shape, TensorOptions options) { return filled("zeros", shape, 0, options); }
+Tensor ones(const Shape& shape, TensorOptions options) { return filled("ones", shape, 1, options); }
 Tensor zeros_like(const Tensor& t) { return full(t.shape(), 0, t.options()); }
 Tensor ones_like(const Tensor& t) { return full(t.shape(), 1, t.options()); }
 Tensor full_like(const Tensor& t, const Scalar& value) { return full(t.shape(), value, t.options()); }
@@ -103,6 +111,7 @@ Tensor rand(const Shape& shape, Generator& gen, TensorOptions options) {
   AG_CHECK(is_floating(options.dtype()), "rand: expected a floating dtype, got {}", dtype_name(options.dtype()));
   AG_CHECK(!is_float8(options.dtype()), "rand: not implemented for {} (as PyTorch: draw in another dtype, then cast)",
            dtype_name(options.dtype()));
+  CurrentOp current("rand");
   std::vector<double> v(static_cast<size_t>(shape_numel(shape)));
   // As many random bits as the dtype has significand digits (53, 24, 11, 8), so that every
   // draw is exact in the dtype and rounding never reaches 1.0.
@@ -116,6 +125,7 @@ Tensor randn(const Shape& shape, Generator& gen, TensorOptions options) {
   AG_CHECK(is_floating(options.dtype()), "randn: expected a floating dtype, got {}", dtype_name(options.dtype()));
   AG_CHECK(!is_float8(options.dtype()), "randn: not implemented for {} (as PyTorch: draw in another dtype, then cast)",
            dtype_name(options.dtype()));
+  CurrentOp current("randn");
   std::vector<double> v(static_cast<size_t>(shape_numel(shape)));
   for (double& x : v) x = gen.normal();
   return from_host(v.data(), kFloat64, shape, options, "randn");

@@ -35,7 +35,9 @@ Tensor cat_impl(const OpInfo& op, std::vector<Tensor> ts, int64_t dim) {
       AG_CHECK(k == d || t.shape()[k] == first.shape()[k],
                "{}: sizes must match except in dimension {}; tensor {} is {} but tensor 0 is {}", op.name, d, i,
                shape_str(t.shape()), shape_str(first.shape()));
-    total += t.shape()[d];
+    AG_CHECK(!__builtin_add_overflow(total, t.shape()[d], &total),
+             "{}: the sizes along dimension {} add up past int64's reach (tensor {} is {})", op.name, d, i,
+             shape_str(t.shape()));
     dt = promote_types(dt, t.dtype());
   }
   Shape shape = first.shape();

@@ -1,6 +1,7 @@
 // Pooling: max (kernels of its own), average over windows (built on unfold), and adaptive
 // average pooling.
 #include <cmath>
+#include <limits>
 
 #include <ampgrad/autograd/node.h>
 #include <ampgrad/core/kernels.h>
@@ -25,9 +26,18 @@ Window2d pool_window(std::array<int64_t, 2> k, std::array<int64_t, 2> s, std::ar
   return {k[0], k[1], s[0] ? s[0] : k[0], s[1] ? s[1] : k[1], p[0], p[1], d[0], d[1]};
 }
 
+// PyTorch's checks of a pooling window, and its output size in 128 bits (an input or a window
+// past int64's reach is an error, not a wrapped size).
 void check_pool_padding(std::string_view op, const Window2d& w) {
-  AG_CHECK(w.ph * 2 <= w.kh && w.pw * 2 <= w.kw, "{}: padding {}x{} must be at most half the kernel {}x{}", op, w.ph,
-           w.pw, w.kh, w.kw);
+  AG_CHECK(w.kh > 0 && w.kw > 0, "{}: kernel size {}x{} must be greater than zero", op, w.kh, w.kw);
+  AG_CHECK(w.sh > 0 && w.sw > 0, "{}: stride {}x{} should be greater than zero", op, w.sh, w.sw);
+  AG_CHECK(w.dh > 0 && w.dw > 0, "{}: dilation {}x{} should be greater than zero", op, w.dh, w.dw);
+  AG_CHECK(w.ph >= 0 && w.pw >= 0 && w.ph * 2 <= w.kh && w.pw * 2 <= w.kw,
+           "{}: padding {}x{} must be non-negative and at most half the kernel {}x{}", op, w.ph, w.pw, w.kh, w.kw);
+  using I = __int128;
+  AG_CHECK(I(w.dh) * (w.kh - 1) < std::numeric_limits<int64_t>::max() / 2 &&
+               I(w.dw) * (w.kw - 1) < std::numeric_limits<int64_t>::max() / 2,
+           "{}: the window {}x{} with dilation {}x{} is past int64's reach", op, w.kh, w.kw, w.dh, w.dw);
 }
 
 // [N, C, H, W] -> windows [N, C, kh*kw, oh*ow].

@@ -43,7 +43,9 @@ Shape infer_shape(std::string_view op, const Tensor& a, const Shape& shape) {
       infer = static_cast<int64_t>(i);
     } else {
       AG_CHECK(out[i] >= 0, "{}: invalid size {} in {}", op, out[i], shape_str(shape));
-      known *= out[i];
+      AG_CHECK(!__builtin_mul_overflow(known, out[i], &known),
+               "{}: shape {} has more elements than an int64 can count (storage size calculation overflowed)", op,
+               shape_str(shape));
     }
   }
   if (infer >= 0) {
@@ -218,6 +220,7 @@ Tensor expand(const Tensor& a0, const Shape& shape) {
     AG_CHECK(cur == target[i] || cur == 1, "expand: cannot expand {} to {} (dimension {}: {} vs {})", a.desc(),
              shape_str(shape), i, cur, target[i]);
   }
+  (void)shape_numel(target);  // an element count past int64 is an error, not a wrapped count
   Tensor out = broadcast_to(a, target);
   if (out.is_same(a)) return scope.finish(a);
   // The engine sums the gradient back to the input's shape (Note [Grad shape and dtype]).

@@ -307,6 +307,40 @@ TEST_CASE("errors: views and reshapes", "[errors]") {
   still_works();
 }
 
+// PyTorch refuses them ("Storage size calculation overflowed"): an element or byte count past
+// int64 never wraps into a small tensor, on either device (the checks run on the host).
+TEST_CASE("errors: sizes that overflow", "[errors][cuda]") {
+  std::vector<ag::Device> devs{ag::Device(ag::kCPU)};
+  if (ag::cuda::is_available()) devs.emplace_back(ag::kCUDA);
+  constexpr int64_t k40 = int64_t{1} << 40, k62 = int64_t{1} << 62;
+  for (ag::Device dev : devs) {
+    INFO(dev.str());
+    const auto on = ag::TensorOptions().device(dev);
+    CHECK_THROWS_WITH(ag::zeros({k40, k40}, on),
+                      Equals("zeros: shape [1099511627776, 1099511627776] has more elements than an int64 can count "
+                             "(storage size calculation overflowed)"));
+    CHECK_THROWS_WITH(ag::empty({k62}, on.dtype(ag::kFloat32)),
+                      Equals("empty: shape [4611686018427387904] of float32 takes more bytes than an int64 can count "
+                             "(storage size calculation overflowed)"));
+    CHECK_THROWS_WITH(ag::ones({2, 3}, on).expand({k40, k40, 2, 3}),
+                      StartsWith("expand: shape [1099511627776, 1099511627776, 2, 3] has more elements"));
+    CHECK_THROWS_WITH(ag::ones({6}, on).reshape({k40, k40, -1}),
+                      StartsWith("reshape: shape [1099511627776, 1099511627776, -1] has more elements"));
+    const ag::Tensor tall = ag::ones({1}, on).expand({k40, 1}), wide = ag::ones({1}, on).expand({1, k40});
+    CHECK_THROWS_WITH(tall + wide, StartsWith("add: shape [1099511627776, 1099511627776] has more elements"));
+    const ag::Tensor huge = ag::ones({1}, on).expand({k62});
+    CHECK_THROWS_WITH(ag::cat({huge, huge, huge}, 0),
+                      Equals("cat: the sizes along dimension 0 add up past int64's reach (tensor 1 is "
+                             "[4611686018427387904])"));
+    CHECK_THROWS_WITH(ag::conv1d(ag::rand({1, 1, 8}, on), ag::rand({1, 1, 3}, on), {}, 1, k62),
+                      StartsWith("conv1d: the output size along spatial dim 0 overflows int64"));
+    CHECK_THROWS_WITH(ag::max_pool2d(ag::rand({1, 1, 8, 8}, on), {0, 2}),
+                      Equals("max_pool2d: kernel size 0x2 must be greater than zero"));
+    // The process goes on: a normal tensor after them.
+    CHECK(ag::sum(ag::ones({4}, on)).item<double>() == 4.0);
+  }
+}
+
 TEST_CASE("errors: cat and stack", "[errors]") {
   ag::manual_seed(10);
   REQUIRE_THROWS_WITH(
