@@ -18,10 +18,10 @@ using Saved = std::vector<Tensor>;
 namespace {
 
 const OpInfo kIndexAdd{"index_add", Category::promote, true,
-                       "mixes two inputs: both are cast to the wider dtype, as index_copy (PyTorch 2.11 wants one dtype)"};
-const OpInfo kIndexCopy{"index_copy", Category::promote, true,
-                        "mixes two inputs: both are cast to the wider dtype, as index_put and scatter_add (PyTorch "
-                        "2.11 wants one dtype)"};
+                       "mixes two inputs: both are cast to the wider dtype (PyTorch 2.11 wants one dtype)"};
+const OpInfo kIndexCopy{"index_copy", Category::passthrough, true,
+                        "copies rows of one dtype: input and source must share it, with no autocast action, as "
+                        "PyTorch 2.11's (not on its promote list)"};
 const OpInfo kIndexPut{"index_put", Category::promote, true, "mixes two inputs: both are cast to the wider dtype"};
 const OpInfo kGather{"gather", Category::passthrough, true, "moves values: exact in any dtype"};
 const OpInfo kScatterAdd{"scatter_add", Category::promote, true, "mixes two inputs: both are cast to the wider dtype"};

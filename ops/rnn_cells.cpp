@@ -40,8 +40,10 @@ using Saved = std::vector<Tensor>;
 // updates to a large state vanish. Here cx is not an argument the policy sees (it is left out
 // of the OpScope): a float32 cx stays float32, the kernel reads it as is, and writes cy in
 // cx's dtype, so the state keeps float32 through the sequence while hy (the next GEMM's input)
-// is float16. The workspace is kept in cx's dtype too. A cx of the gates' dtype works as
-// before; any other dtype is refused. nn::LSTM and nn::LSTMCell start from a float32 state.
+// is float16. The workspace is kept in cx's dtype too. A 16-bit cx of the other 16-bit dtype is
+// cast with the rest, as PyTorch casts it (a float16 state under bfloat16 autocast gives
+// bfloat16 hy and cy); outside autocast a cx of neither the gates' dtype nor float32 is refused.
+// nn::LSTM and nn::LSTMCell start from a float32 state.
 
 namespace {
 
@@ -51,7 +53,8 @@ const OpInfo kRnnReluCell{"rnn_relu_cell", Category::lower, true,
                           "as PyTorch's lower-precision list: two GEMMs on tensor cores, then a fused relu"};
 const OpInfo kLstmCell{"lstm_cell", Category::lower, true,
                        "as PyTorch's lower-precision list (GEMMs and gates in 16 bits), except that a float32 cx "
-                       "is not cast: the cell state and cy stay float32 (Note [Cell state precision])"};
+                       "is not cast: the cell state and cy stay float32 (Note [Cell state precision]); a 16-bit cx "
+                       "is cast, as PyTorch's"};
 const OpInfo kGruCell{"gru_cell", Category::lower, true,
                       "as PyTorch's lower-precision list: two GEMMs on tensor cores, then fused gates"};
 const OpInfo kFusedRnn{"_fused_rnn_cell", Category::lower, true,
@@ -107,11 +110,21 @@ Tensor _fused_rnn_cell(const Tensor& input_gates, const Tensor& hidden_gates, co
   return scope.finish(hy);
 }
 
+namespace {
+// Under autocast, a 16-bit cx of another dtype than the autocast one, cast as PyTorch casts it;
+// a float32 cx as it is (Note [Cell state precision]).
+Tensor autocast_cell_state(const OpScope& scope, const Tensor& cx) {
+  const std::optional<DType> ac = scope.autocast_dtype();
+  return ac && cx.defined() && is_reduced_float(cx.dtype()) && cx.dtype() != *ac ? cx.to(*ac) : cx;
+}
+}  // namespace
+
 std::pair<Tensor, Tensor> _thnn_fused_lstm_cell(const Tensor& input_gates, const Tensor& hidden_gates,
-                                                const Tensor& cx0, const Tensor& input_bias,
+                                                const Tensor& cx_in, const Tensor& input_bias,
                                                 const Tensor& hidden_bias) {
   Tensor gi0 = input_gates, gh0 = hidden_gates, bi0 = input_bias, bh0 = hidden_bias;
-  OpScope scope(kFusedLstm, gi0, gh0, bi0, bh0);  // cx is not cast: Note [Cell state precision]
+  OpScope scope(kFusedLstm, gi0, gh0, bi0, bh0);  // cx apart: Note [Cell state precision]
+  const Tensor cx0 = autocast_cell_state(scope, cx_in);
   check_gates(kFusedLstm, 4, gi0, gh0, bi0, bh0);
   check_defined(kFusedLstm, cx0, "cx");
   check_same_device(kFusedLstm, gi0, cx0);
@@ -237,10 +250,11 @@ Tensor rnn_relu_cell(const Tensor& input, const Tensor& hx, const Tensor& w_ih, 
   return elman_cell(kRnnReluCell, true, input, hx, w_ih, w_hh, b_ih, b_hh);
 }
 
-std::pair<Tensor, Tensor> lstm_cell(const Tensor& input0, const Tensor& hx0, const Tensor& cx, const Tensor& w_ih0,
+std::pair<Tensor, Tensor> lstm_cell(const Tensor& input0, const Tensor& hx0, const Tensor& cx0, const Tensor& w_ih0,
                                     const Tensor& w_hh0, const Tensor& b_ih0, const Tensor& b_hh0) {
   Tensor input = input0, hx = hx0, w_ih = w_ih0, w_hh = w_hh0, b_ih = b_ih0, b_hh = b_hh0;
-  OpScope scope(kLstmCell, input, hx, w_ih, w_hh, b_ih, b_hh);  // not cx: Note [Cell state precision]
+  OpScope scope(kLstmCell, input, hx, w_ih, w_hh, b_ih, b_hh);  // cx apart: Note [Cell state precision]
+  const Tensor cx = autocast_cell_state(scope, cx0);
   const int64_t hidden = check_cell(kLstmCell, 4, input, hx, w_ih, w_hh, b_ih, b_hh);
   check_defined(kLstmCell, cx, "cx");
   AG_CHECK(cx.shape() == hx.shape(), "lstm_cell: cx {} must be {} (hx's shape: {}hidden_size {}) for input {}",

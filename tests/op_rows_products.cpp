@@ -44,10 +44,12 @@ std::vector<Row> product_rows() {
       row("index_add", "dim 1", {nrm({3, N}), In{{2}, distinct(N)}, nrm({3, 2})},
           [](const V& v) { return ag::index_add(v[0], 1, v[1], v[2]); })
           .at_sizes({2, 7, 1023}, 4),
+      // index_copy takes one dtype (no autocast action, as PyTorch 2.11's): the source is cast
+      // to the input's first, which the autocast check's 16-bit source needs.
       row("index_copy", "dim 0", {nrm({5, N}), In{{3}, distinct(5)}, nrm({3, N})},
-          [](const V& v) { return ag::index_copy(v[0], 0, v[1], v[2]); }),
+          [](const V& v) { return ag::index_copy(v[0], 0, v[1], v[2].to(v[0].dtype())); }),
       row("index_copy", "dim 1 of a transpose", {nrm({N, 4}), In{{2}, distinct(N)}, nrm({4, 2})},
-          [](const V& v) { return ag::index_copy(v[0].t(), 1, v[1], v[2]); })
+          [](const V& v) { return ag::index_copy(v[0].t(), 1, v[1], v[2].to(v[0].dtype())); })
           .at_sizes({2, 7, 1023}, 4),
       row("gather", "dim 1", {nrm({3, N}), In{{3, 5}, indices(N)}}, [](const V& v) { return ag::gather(v[0], 1, v[1]); }),
       row("gather", "dim 0, smaller index", {nrm({4, N}), In{{6, 2}, indices(4)}}, [](const V& v) { return ag::gather(v[0], 0, v[1]); })

@@ -396,6 +396,35 @@ TEST_CASE("the trace records ops, casts, cache hits and dtypes", "[amp]") {
   CHECK(r[4].output_dtype == ag::kFloat32);
 }
 
+// Two rules as PyTorch 2.11's: index_copy is on no autocast list, so a float16 input and a
+// float32 source are refused under autocast as outside it; lstm_cell casts a 16-bit cell state
+// of the other 16-bit dtype (a float32 one stays float32, Note [Cell state precision]).
+TEST_CASE("index_copy and lstm_cell under autocast, as PyTorch 2.11", "[amp]") {
+  const ag::Tensor a16 = ag::randn({4, 3}).to(ag::kFloat16), b32 = ag::randn({2, 3});
+  const ag::Tensor idx = ag::tensor(std::vector<int64_t>{0, 2});
+  {
+    ag::amp::AutocastGuard guard(ag::kCPU, ag::kBFloat16);
+    CHECK_THROWS_WITH(ag::index_copy(a16, 0, idx, b32),
+                      Catch::Contains("index_copy: input float16 [4, 3] on cpu and source float32 [2, 3] on cpu must "
+                                      "have the same dtype"));
+    CHECK(ag::index_copy(a16, 0, idx, b32.to(ag::kFloat16)).dtype() == ag::kFloat16);  // no cast either way
+  }
+  ag::manual_seed(3);
+  const ag::Tensor x = ag::randn({2, 5}), hx = ag::randn({2, 4}), w_ih = ag::randn({16, 5}), w_hh = ag::randn({16, 4});
+  const ag::Tensor cx16 = ag::randn({2, 4}).to(ag::kFloat16), cx32 = ag::randn({2, 4});
+  ag::amp::AutocastGuard guard(ag::kCPU, ag::kBFloat16);
+  const auto [hy, cy] = ag::lstm_cell(x, hx, cx16, w_ih, w_hh);
+  CHECK(hy.dtype() == ag::kBFloat16);
+  CHECK(cy.dtype() == ag::kBFloat16);
+  // The same as with the state cast by hand.
+  const auto [hy_ref, cy_ref] = ag::lstm_cell(x, hx, cx16.to(ag::kBFloat16), w_ih, w_hh);
+  CHECK(hy.to_vector<double>() == hy_ref.to_vector<double>());
+  CHECK(cy.to_vector<double>() == cy_ref.to_vector<double>());
+  const auto [hy32, cy32] = ag::lstm_cell(x, hx, cx32, w_ih, w_hh);
+  CHECK(hy32.dtype() == ag::kBFloat16);
+  CHECK(cy32.dtype() == ag::kFloat32);  // the state keeps float32
+}
+
 // A program's own op, defined as ampgrad defines its own (Note [Defining an op] in
 // ops/define_op.h): its record's category is all autocast needs.
 namespace {
