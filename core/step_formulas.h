@@ -115,10 +115,10 @@ template <class A> AG_HOST_DEVICE inline AdamCorrections<A> adam_corrections(con
 // Adam and AdamW (torch.optim.Adam, AdamW) on one element: the gradient g (times inv_scale),
 // the parameter x, the moments m and v (and under amsgrad the largest v so far, vmax), as
 // stored, updated in place -> the new parameter. The caller stores the moments rounded to their
-// dtype; the update uses them as computed.
-template <class A>
-AG_HOST_DEVICE inline A adam_update(A g, A x, A& m, A& v, A& vmax, const AdamHyper& h, AdamCorrections<A> c,
-                                    A inv_scale) {
+// dtype; the update uses them as computed. H is AdamHyper, or a type with the same fields some of
+// which are constants (the fast CPU loop's common cases, so they vectorize).
+template <class A, class H>
+AG_HOST_DEVICE inline A adam_update(A g, A x, A& m, A& v, A& vmax, const H& h, AdamCorrections<A> c, A inv_scale) {
   const A lr = static_cast<A>(h.lr), wd = static_cast<A>(h.weight_decay), beta1 = static_cast<A>(h.beta1),
           beta2 = static_cast<A>(h.beta2), eps = static_cast<A>(h.eps);
   g = g * inv_scale;

@@ -58,6 +58,12 @@ struct PlainMomentum {
   static constexpr bool nesterov = false, maximize = false;
 };
 
+// AdamHyper's fields for the common steps, amsgrad and maximize constant (step_formulas::adam_update).
+template <bool kDecoupled> struct PlainAdam {
+  double lr, beta1, beta2, eps, weight_decay;
+  static constexpr bool decoupled_weight_decay = kDecoupled, amsgrad = false, maximize = false;
+};
+
 const Tensor& working_of(const FusedStep& s, size_t k) {
   static const Tensor none;
   return s.working.empty() ? none : s.working[k];
@@ -158,13 +164,39 @@ void adam_step(const FusedStep& s, const std::vector<Tensor>& exp_avgs, const st
         float* pv = static_cast<float*>(exp_avg_sqs[k].data_ptr());
         float* px = h.amsgrad ? static_cast<float*>(max_exp_avg_sqs[k].data_ptr()) : nullptr;
         W* pw = w.defined() ? static_cast<W*>(w.data_ptr()) : nullptr;
-        parallel_for(s.params[k].numel(), kGrain, [&](int64_t b, int64_t e) {
+        // Adam and AdamW without amsgrad, not maximizing: the same formula with those flags
+        // constant, over restrict pointers, so the loop vectorizes.
+        auto common = [&](auto plain, int64_t b, int64_t e) {
+          float* __restrict__ x = pp;
+          float* __restrict__ m = pm;
+          float* __restrict__ v = pv;
+          const G* __restrict__ g = pg;
           for (int64_t i = b; i < e; ++i) {
-            float vmax = px ? px[i] : 0.0f;
-            const float xn = step_formulas::adam_update(static_cast<float>(pg[i]), pp[i], pm[i], pv[i], vmax, h, c, inv);
-            if (px) px[i] = vmax;
-            pp[i] = xn;
-            if (pw) pw[i] = static_cast<W>(xn);
+            float mi = m[i], vi = v[i], unused = 0.0f;
+            x[i] = step_formulas::adam_update(static_cast<float>(g[i]), x[i], mi, vi, unused, plain, c, inv);
+            m[i] = mi;
+            v[i] = vi;
+          }
+        };
+        parallel_for(s.params[k].numel(), kGrain, [&](int64_t b, int64_t e) {
+          if (!h.amsgrad && !h.maximize && h.decoupled_weight_decay) {
+            common(PlainAdam<true>{h.lr, h.beta1, h.beta2, h.eps, h.weight_decay}, b, e);
+          } else if (!h.amsgrad && !h.maximize) {
+            common(PlainAdam<false>{h.lr, h.beta1, h.beta2, h.eps, h.weight_decay}, b, e);
+          } else {
+            for (int64_t i = b; i < e; ++i) {
+              float mi = pm[i], vi = pv[i], vmax = px ? px[i] : 0.0f;
+              const float xn = step_formulas::adam_update(static_cast<float>(pg[i]), pp[i], mi, vi, vmax, h, c, inv);
+              pm[i] = mi;
+              pv[i] = vi;
+              if (px) px[i] = vmax;
+              pp[i] = xn;
+            }
+          }
+          if (pw) {
+            W* __restrict__ wo = pw;
+            const float* __restrict__ x = pp;
+            for (int64_t i = b; i < e; ++i) wo[i] = static_cast<W>(x[i]);
           }
         });
       });

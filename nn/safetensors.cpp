@@ -282,7 +282,7 @@ SafetensorsFile load_safetensors(const std::string& path) {
     read(t.data_ptr(), t.nbytes(), ("tensor '" + e.name + "'").c_str());
     if (e.dtype == kBool) {  // any other byte would be undefined behaviour as a C++ bool
       const uint8_t* b = static_cast<const uint8_t*>(t.data_ptr());
-      for (int64_t i = 0; i < t.numel(); ++i)
+      for (int64_t i = 0, count = t.numel(); i < count; ++i)
         AG_CHECK(b[i] <= 1, "load_safetensors: {}: tensor '{}': BOOL element {} is {}, not 0 or 1", path, e.name, i,
                  int{b[i]});
     }

@@ -105,7 +105,7 @@ void pointwise_loss(LossKind k, const Tensor& x, const Tensor& y, const Tensor& 
       const T* px = static_cast<const T*>(x.data_ptr());
       const T* py = static_cast<const T*>(y.data_ptr());
       T* po = static_cast<T*>(out.data_ptr());
-      for (int64_t i = 0; i < x.numel(); ++i)
+      for (int64_t i = 0, n = x.numel(); i < n; ++i)
         po[i] = static_cast<T>(loss_op<kind.value, A>(static_cast<A>(px[i]), static_cast<A>(py[i]), static_cast<A>(a),
                                                       static_cast<A>(b)));
     });
@@ -121,7 +121,7 @@ void pointwise_loss_sum(LossKind k, const Tensor& x, const Tensor& y, const Tens
       const T* px = static_cast<const T*>(x.data_ptr());
       const T* py = static_cast<const T*>(y.data_ptr());
       double total = 0;
-      for (int64_t i = 0; i < x.numel(); ++i)
+      for (int64_t i = 0, n = x.numel(); i < n; ++i)
         total += static_cast<double>(
             loss_op<kind.value, A>(static_cast<A>(px[i]), static_cast<A>(py[i]), static_cast<A>(a), static_cast<A>(b)));
       *static_cast<T*>(out.data_ptr()) = from_double<T>(total * scale);
@@ -142,7 +142,7 @@ void pointwise_loss_backward(LossKind k, const Tensor& g, const Tensor& x, const
       T* pgy = gy.defined() ? static_cast<T*>(gy.data_ptr()) : nullptr;
       const bool reduced = g.dim() == 0;
       const A sa = static_cast<A>(a), sb = static_cast<A>(b), sc = static_cast<A>(scale);
-      for (int64_t i = 0; i < x.numel(); ++i) {
+      for (int64_t i = 0, n = x.numel(); i < n; ++i) {
         const A vg = static_cast<A>(pg[reduced ? 0 : i]) * sc, vx = static_cast<A>(px[i]), vy = static_cast<A>(py[i]);
         if (pgx) pgx[i] = static_cast<T>(loss_grad_x<kind.value, A>(vg, vx, vy, sa, sb));
         if (pgy) pgy[i] = static_cast<T>(loss_grad_y<kind.value, A>(vg, vx, vy, sa, sb));

@@ -154,7 +154,7 @@ void anomaly_check(const Tensor& t, const Tensor& flags, int64_t check) {
   visit_floating(t, "anomaly_check", [&](auto tag) {
     using T = decltype(tag);
     const T* p = static_cast<const T*>(t.data_ptr());
-    for (int64_t i = 0; i < t.numel(); ++i) {
+    for (int64_t i = 0, n = t.numel(); i < n; ++i) {
       const double v = to_double(p[i]);
       nan += std::isnan(v);
       inf += std::isinf(v);

@@ -78,7 +78,7 @@ void amp_check_and_unscale(const std::vector<Tensor>& grads, const Tensor& found
       using A = decltype(a);
       const A inv = write_back ? static_cast<A>(read1(inv_scale)) : A(1);
       const Elems<A> e = elems<A>(g);
-      for (int64_t i = 0; i < g.numel(); ++i) {
+      for (int64_t i = 0, n = g.numel(); i < n; ++i) {
         const A v = step_formulas::unscale(e[i], inv, found);
         if (write_back) e.put(i, v);
       }

@@ -16,8 +16,12 @@ leaves its section as a line naming the command that fills it:
                    the llm.c and PyTorch anchors ("llmc VARIANT B=.. r=.. ms=.. tok/s=.. mfu=..
                    dev_mem_mb=..", "torch MODE B=.. ms=.. tok/s=.. mfu=.. peak_mb=.."); a line
                    "$ COMMAND" names the command of the lines below it
-  speedups.txt     free text, included as it is in the Speed-ups section
+  speedups.txt     free text, included as it is in the Speed-ups section (gpu_run.sh speedups)
   card.txt         one line: the card and its driver
+  torch_cpu.md     /usr/bin/python3 benchmarks/compare_torch_cpu.py --threads 1,2 --rounds 3 (Debian's
+                   PyTorch on the same CPU; included as it is, under the CPU section)
+  cpu_card.txt     one line: the CPU the CPU rows ran on
+  note.txt         free text for the page's first section (what this run covers)
 
 Python 3's standard library only. The JSON rows are those `ampgrad bench` writes (cli/bench.cpp,
 cli/bench_step.cpp, cli/bench_attention.cpp); a field a row lacks prints as "-".
@@ -419,7 +423,10 @@ def speedups_section(d):
     return text
 
 
-def cpu_section(cpu):
+TORCH_CPU_CMD = "/usr/bin/python3 benchmarks/compare_torch_cpu.py --threads 1,2 --rounds 3"
+
+
+def cpu_section(cpu, d):
     if not cpu:
         return missing("CPU rows", CPU_ALL)
     cmd = bench_command(cpu, CPU_ALL)
@@ -435,13 +442,25 @@ def cpu_section(cpu):
                                 ("Optimizer step", "optim", lambda rs: render_optim(rs, cmd))):
         rows = suite(cpu, name)
         parts.append(f"### {title}\n\n" + (render(rows) if rows else missing(f"CPU {name} rows", CPU_ALL)))
+    # Debian's PyTorch on the same CPU, at the same thread counts, in turns (torch_cpu.md).
+    torch_cpu = read_text(os.path.join(d, "torch_cpu.md"))
+    if torch_cpu:
+        parts.append(f"### Training steps beside PyTorch\n\n```sh\n{TORCH_CPU_CMD}\n```\n\n{torch_cpu.strip()}")
+    else:
+        parts.append(f"### Training steps beside PyTorch\n\nNo PyTorch rows in this run: `{TORCH_CPU_CMD}` "
+                     "(Debian's python3-torch) fills this table, as torch_cpu.md.")
+    cpu_name = read_text(os.path.join(d, "cpu_card.txt"))
+    if cpu_name:
+        parts.insert(0, f"Measured on {cpu_name.strip()}.")
     return "\n\n".join(parts)
 
 
-def reproduce(card):
+def reproduce(card, note):
     lines = []
     if card:
         lines.append(f"Measured on one {card}.")
+    if note:
+        lines.append(note.strip())
     lines.append(
         "Every table below comes from one run and is preceded by the command that produced it; "
         "`python3 scripts/bench_report.py --in DIR` writes this page from that run's result files "
@@ -467,7 +486,7 @@ def main():
     cmd = bench_command(gpu)
 
     sections = [
-        ("How to reproduce", reproduce(card)),
+        ("How to reproduce", reproduce(card, read_text(os.path.join(d, "note.txt")))),
         ("Matmul", section_from_rows(gpu, "matmul", "matmul rows", cmd, lambda rs, c: render_matmul(rs, c, "TFLOP/s"))),
         ("Convolution", section_from_rows(gpu, "conv", "convolution rows", cmd, lambda rs, c: render_conv(rs, c, "TFLOP/s"))),
         ("Attention", section_from_rows(gpu, "attention", "attention rows", cmd,
@@ -477,7 +496,7 @@ def main():
         ("GPT-2 124M", gpt2_section(d)),
         ("FP8", fp8_section(gpu, fp8, d)),
         ("Speed-ups", speedups_section(d)),
-        ("CPU", cpu_section(cpu)),
+        ("CPU", cpu_section(cpu, d)),
     ]
     page = "# Benchmarks\n\n" + "\n\n".join(f"## {title}\n\n{body}" for title, body in sections) + "\n"
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)

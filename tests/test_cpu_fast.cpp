@@ -417,8 +417,10 @@ TEST_CASE("fast optimizer steps match the reference", "[cpu_fast]") {
       opt = std::make_unique<ag::optim::SGD>(ps, ag::optim::SGDOptions(0.1).momentum(0.9).nesterov(true).weight_decay(0.01));
     else if (which == "sgd plain")  // the fast path's float-math loop
       opt = std::make_unique<ag::optim::SGD>(ps, ag::optim::SGDOptions(0.1).momentum(0.9));
-    else if (which == "adam")
+    else if (which == "adam")  // amsgrad: the general loop
       opt = std::make_unique<ag::optim::Adam>(ps, ag::optim::AdamOptions(0.01).amsgrad(true).weight_decay(0.01));
+    else if (which == "adam plain")  // the common loop, L2 weight decay (AdamW: the decoupled one)
+      opt = std::make_unique<ag::optim::Adam>(ps, ag::optim::AdamOptions(0.01).weight_decay(0.01));
     else
       opt = std::make_unique<ag::optim::AdamW>(ps, ag::optim::AdamWOptions(0.01));
     if (d != ag::kFloat32) opt->use_master_weights();
@@ -431,7 +433,7 @@ TEST_CASE("fast optimizer steps match the reference", "[cpu_fast]") {
   };
   // Equal bits, except plain SGD momentum in float math (one float rounding per operation
   // against the reference's double; a 16-bit copy may then round the other way).
-  for (const char* which : {"sgd", "sgd plain", "adam", "adamw"})
+  for (const char* which : {"sgd", "sgd plain", "adam", "adam plain", "adamw"})
     for (ag::DType d : {ag::kFloat32, ag::kBFloat16, ag::kFloat16}) {
       auto [fast, ref] = fast_and_reference([&] { return run(which, d); });
       const bool plain = std::string(which) == "sgd plain";
