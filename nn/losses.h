@@ -1,6 +1,6 @@
 // The loss modules, as torch.nn's: each holds its options (public fields, as PyTorch's module
-// attributes) and calls its op (ops/nn_ops.h). MultiMarginLoss's weight is a buffer, so it
-// moves with the module and is saved in its state_dict.
+// attributes) and calls its op (ops/nn_ops.h). The class weights of CrossEntropyLoss, NLLLoss
+// and MultiMarginLoss are buffers, so they move with the module and are saved in its state_dict.
 #pragma once
 
 #include <ampgrad/nn/module.h>
@@ -126,19 +126,34 @@ class BCELoss : public Loss {
 class CrossEntropyLoss : public Loss {
  public:
   explicit CrossEntropyLoss(int64_t ignore_index = -100, double label_smoothing = 0.0)
-      : Loss("CrossEntropyLoss"), ignore_index(ignore_index), label_smoothing(label_smoothing) {}
-  Tensor forward(const Tensor& input, const Tensor& target) override {
-    return cross_entropy(input, target, label_smoothing, ignore_index);
+      : CrossEntropyLoss(Tensor(), ignore_index, Reduction::Mean, label_smoothing) {}
+  explicit CrossEntropyLoss(Tensor weight, int64_t ignore_index = -100, Reduction reduction = Reduction::Mean,
+                            double label_smoothing = 0.0)
+      : Loss("CrossEntropyLoss"), ignore_index(ignore_index), reduction(reduction), label_smoothing(label_smoothing) {
+    if (weight.defined()) this->weight = register_buffer("weight", std::move(weight));
   }
+  Tensor forward(const Tensor& input, const Tensor& target) override {
+    return cross_entropy(input, target, weight, ignore_index, reduction, label_smoothing);
+  }
+  Tensor weight;
   int64_t ignore_index;
+  Reduction reduction;
   double label_smoothing;
 };
 
 class NLLLoss : public Loss {
  public:
-  explicit NLLLoss(int64_t ignore_index = -100) : Loss("NLLLoss"), ignore_index(ignore_index) {}
-  Tensor forward(const Tensor& input, const Tensor& target) override { return nll_loss(input, target, ignore_index); }
+  explicit NLLLoss(int64_t ignore_index = -100) : NLLLoss(Tensor(), ignore_index) {}
+  explicit NLLLoss(Tensor weight, int64_t ignore_index = -100, Reduction reduction = Reduction::Mean)
+      : Loss("NLLLoss"), ignore_index(ignore_index), reduction(reduction) {
+    if (weight.defined()) this->weight = register_buffer("weight", std::move(weight));
+  }
+  Tensor forward(const Tensor& input, const Tensor& target) override {
+    return nll_loss(input, target, weight, ignore_index, reduction);
+  }
+  Tensor weight;
   int64_t ignore_index;
+  Reduction reduction;
 };
 
 class MultiMarginLoss : public Loss {

@@ -111,9 +111,19 @@ Tensor dropout(const Tensor& x, double p, bool training = true);
 // (PyTorch's backward fails on an integer one); a wrong shape or dtype is an ag::Error.
 enum class Reduction { None, Mean, Sum, BatchMean };
 
+// nll_loss and cross_entropy take input [N, C] with target [N] (int64 class indices), [C] with
+// a 0-dim target, or [N, C, d1, ...] with target [N, d1, ...] (a loss per position:
+// segmentation). weight [C] (optional, the input's dtype) scales each class's losses, and Mean
+// then divides by the counted rows' total weight, as PyTorch's. Rows whose target is
+// ignore_index count for nothing. cross_entropy's label_smoothing mixes the target with the
+// uniform distribution over classes.
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target, int64_t ignore_index = -100);
+Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const Tensor& weight, int64_t ignore_index = -100,
+                Reduction reduction = Reduction::Mean);
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, double label_smoothing = 0.0,
                      int64_t ignore_index = -100);
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, const Tensor& weight, int64_t ignore_index = -100,
+                     Reduction reduction = Reduction::Mean, double label_smoothing = 0.0);
 Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean);
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean);
 // Quadratic where |input - target| < beta, linear outside; beta = 0 is l1_loss.

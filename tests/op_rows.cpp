@@ -539,6 +539,30 @@ const std::vector<Row>& rows() {
       row("cross_entropy", "ignore_index -1, label smoothing 0.2", {nrm({N, 3}), In{{N}, targets(3, -1)}},
           [](const V& v) { return ag::cross_entropy(v[0], v[1], 0.2, -1); })
           .tolerance(Tol::normalized),
+      // Class weights (a constant, in the input's dtype as PyTorch wants it), the reductions and
+      // the spatial and one-sample shapes (Note [Classification shapes] in ops/loss.cpp).
+      row("nll_loss", "spatial [2, 5, N], class weights, rows ignored", {nrm({2, 5, N}), In{{2, N}, targets(5, -100)}, fixed(pos({5}))},
+          [](const V& v) { return ag::nll_loss(v[0], v[1], v[2].to(v[0].dtype())); })
+          .tolerance(Tol::normalized),
+      row("nll_loss", "reduction None, ignore_index -1", {nrm({N, 5}), In{{N}, targets(5, -1)}},
+          [](const V& v) { return ag::nll_loss(v[0], v[1], ag::Tensor(), -1, ag::Reduction::None); }),
+      row("nll_loss", "reduction Sum, class weights", {nrm({N, 4}), In{{N}, indices(4)}, fixed(pos({4}))},
+          [](const V& v) { return ag::nll_loss(v[0], v[1], v[2].to(v[0].dtype()), -100, ag::Reduction::Sum); })
+          .tolerance(Tol::normalized),
+      row("nll_loss", "one sample [N]", {nrm({N}), In{{}, indices(N)}}, [](const V& v) { return ag::nll_loss(v[0], v[1]); }),
+      row("cross_entropy", "spatial [N, 3, 2, 2], rows ignored", {nrm({N, 3, 2, 2}), In{{N, 2, 2}, targets(3, -100)}},
+          [](const V& v) { return ag::cross_entropy(v[0], v[1]); })
+          .tolerance(Tol::normalized),
+      row("cross_entropy", "class weights, label smoothing 0.1", {nrm({N, 4}), In{{N}, targets(4, -100)}, fixed(pos({4}))},
+          [](const V& v) { return ag::cross_entropy(v[0], v[1], v[2].to(v[0].dtype()), -100, ag::Reduction::Mean, 0.1); })
+          .tolerance(Tol::normalized),
+      row("cross_entropy", "spatial [2, 3, N], class weights, reduction None, label smoothing 0.2",
+          {nrm({2, 3, N}), In{{2, N}, targets(3, -1)}, fixed(pos({3}))},
+          [](const V& v) { return ag::cross_entropy(v[0], v[1], v[2].to(v[0].dtype()), -1, ag::Reduction::None, 0.2); })
+          .tolerance(Tol::normalized),
+      row("cross_entropy", "reduction Sum", {nrm({N, 3}), In{{N}, indices(3)}},
+          [](const V& v) { return ag::cross_entropy(v[0], v[1], ag::Tensor(), -100, ag::Reduction::Sum); })
+          .tolerance(Tol::normalized),
       row("mse_loss", "", {nrm({3, N}), nrm({3, N})}, [](const V& v) { return ag::mse_loss(v[0], v[1]); }).tolerance(Tol::normalized),
       row("binary_cross_entropy_with_logits", "logits away from 0, soft targets", {In{{3, N}, away({0}, 3)}, uni({3, N}, 0, 1)},
           [](const V& v) { return ag::binary_cross_entropy_with_logits(v[0], v[1]); })

@@ -134,6 +134,86 @@ TEST_CASE("gradcheck of the nn ops in float64", "[nn]") {
   }
 }
 
+// nll_loss and cross_entropy in every form against loops in float64: logits [N, C, D] (D = 1
+// stands for the [N, C] form), class weights, ignore_index, the three reductions, smoothing.
+TEST_CASE("nll_loss and cross_entropy with class weights, reductions and spatial inputs match float64", "[nn]") {
+  ag::manual_seed(fresh_seed());
+  const int64_t n = 3, c = 4, d = 5;
+  const ag::Tensor x = ag::randn({n, c, d}, ag::kFloat64) * 2;
+  std::vector<int64_t> tv(static_cast<size_t>(n * d));
+  for (size_t i = 0; i < tv.size(); ++i) tv[i] = static_cast<int64_t>((i * 7 + 3) % c);
+  tv[4] = -1;  // one ignored position
+  const ag::Tensor target = ag::tensor(tv, {n, d}), weight = ag::rand({c}, ag::kFloat64) + 0.5;
+  const std::vector<double> xv = x.to_vector<double>(), wv = weight.to_vector<double>();
+  auto lp = [&](int64_t i, int64_t k, int64_t j) {
+    double m = -INFINITY, s = 0;
+    for (int64_t q = 0; q < c; ++q) m = std::max(m, xv[(i * c + q) * d + j]);
+    for (int64_t q = 0; q < c; ++q) s += std::exp(xv[(i * c + q) * d + j] - m);
+    return xv[(i * c + k) * d + j] - m - std::log(s);
+  };
+  using R = ag::Reduction;
+  for (bool weighted : {false, true}) {
+    for (R red : {R::None, R::Sum, R::Mean}) {
+      for (double e : {0.0, 0.3}) {
+        INFO("weighted " << weighted << ", reduction " << static_cast<int>(red) << ", smoothing " << e);
+        std::vector<double> nll(tv.size(), 0.0), smooth(tv.size(), 0.0);
+        double total = 0;
+        for (int64_t i = 0; i < n; ++i)
+          for (int64_t j = 0; j < d; ++j) {
+            const int64_t t = tv[static_cast<size_t>(i * d + j)];
+            if (t == -1) continue;
+            const double wt = weighted ? wv[static_cast<size_t>(t)] : 1.0;
+            nll[static_cast<size_t>(i * d + j)] = -wt * lp(i, t, j);
+            for (int64_t k = 0; k < c; ++k)
+              smooth[static_cast<size_t>(i * d + j)] -= (weighted ? wv[static_cast<size_t>(k)] : 1.0) * lp(i, k, j);
+            total += wt;
+          }
+        std::vector<double> want(tv.size());
+        for (size_t q = 0; q < tv.size(); ++q) want[q] = (1 - e) * nll[q] + e / c * smooth[q];
+        if (red != R::None) {
+          double s = 0;
+          for (double v : want) s += v;
+          want = {red == R::Mean ? s / total : s};
+        }
+        const ag::Tensor w = weighted ? weight : ag::Tensor();
+        const ag::Tensor got = ag::cross_entropy(x, target, w, -1, red, e);
+        CHECK(got.shape() == (red == R::None ? ag::Shape{n, d} : ag::Shape{}));
+        check_close(got, want, 1e-12, 1e-12);
+        if (e == 0) check_close(ag::nll_loss(ag::log_softmax(x, 1), target, w, -1, red), want, 1e-12, 1e-12);
+        // The [N, C] form: the positions as rows.
+        const ag::Tensor rows = ag::permute(x, {0, 2, 1}).reshape({n * d, c});
+        check_close(ag::cross_entropy(rows, target.reshape({n * d}), w, -1, red, e), want, 1e-12, 1e-12);
+      }
+    }
+  }
+  // One sample: [C] with a 0-dim target.
+  const ag::Tensor one = ag::select(ag::select(x, 2, 0), 0, 0);
+  const ag::Tensor t0 = ag::tensor(std::vector<int64_t>{2}).reshape({});
+  CHECK(ag::cross_entropy(one, t0).item<double>() == Approx(-lp(0, 2, 0)).epsilon(1e-12));
+  CHECK(ag::cross_entropy(one, t0, ag::Tensor(), -100, ag::Reduction::None).dim() == 0);
+  // Gradients of the new forms.
+  auto leaf = ag::randn({2, 3, 4}, ag::kFloat64).requires_grad_();
+  const ag::Tensor t3 = ag::tensor(std::vector<int64_t>{0, 2, -100, 1, 1, 0, 2, 2}, {2, 4});
+  const ag::Tensor w3 = ag::rand({3}, ag::kFloat64) + 0.5;
+  for (R red : {R::None, R::Sum, R::Mean}) {
+    const auto r = ag::autograd::gradcheck(
+        [&](const std::vector<ag::Tensor>& v) { return ag::cross_entropy(v[0], t3, w3, -100, red, 0.1); }, {leaf});
+    INFO(r.message);
+    CHECK(r.ok);
+  }
+  // Errors: the target's shape, the weight's shape and dtype, a reduction the loss has not.
+  CHECK_THAT(error_message([&] { ag::cross_entropy(x, target.reshape({n * d})); }),
+             Catch::Contains("cross_entropy: expected an int64 target [3, 5]") && Catch::Contains("got int64 [15]"));
+  CHECK_THAT(error_message([&] { ag::nll_loss(x, target, ag::ones({3}, ag::kFloat64)); }),
+             Catch::Contains("nll_loss: expected a floating weight [4] (one per class)"));
+  CHECK_THAT(error_message([&] { ag::nll_loss(x, target, ag::ones({4})); }),
+             Catch::Contains("nll_loss: expected weight") && Catch::Contains("in the input's dtype float64"));
+  CHECK_THAT(error_message([&] { ag::nll_loss(x, target, ag::Tensor(), -1, ag::Reduction::BatchMean); }),
+             Catch::Contains("nll_loss: reduction BatchMean is kl_div's"));
+  CHECK_THAT(error_message([&] { ag::cross_entropy(x, ag::full({n, d}, 4, ag::kInt64)); }),
+             Catch::Contains("target 4 is out of range for 4 classes"));
+}
+
 TEST_CASE("losses and norms match float64 references", "[nn]") {
   ag::Tensor logits = ag::tensor({1.f, 2.f, 0.5f, -1.f, 0.f, 3.f}, {2, 3});
   ag::Tensor target = ag::tensor(std::vector<int64_t>{1, 2});
@@ -534,6 +614,10 @@ TEST_CASE("nn: loss modules call their ops with their options", "[nn][loss]") {
   same(ag::nn::BCELoss()(ag::sigmoid(x), ag::sigmoid(y)), ag::binary_cross_entropy(ag::sigmoid(x), ag::sigmoid(y)));
   same(ag::nn::CrossEntropyLoss(-100, 0.1)(x, cls), ag::cross_entropy(x, cls, 0.1));
   same(ag::nn::NLLLoss()(ag::log_softmax(x, 1), cls), ag::nll_loss(ag::log_softmax(x, 1), cls));
+  const ag::Tensor cw = ag::rand({5}) + 0.5;
+  same(ag::nn::CrossEntropyLoss(cw, 1, R::Sum, 0.1)(x, cls), ag::cross_entropy(x, cls, cw, 1, R::Sum, 0.1));
+  same(ag::nn::NLLLoss(cw, -100, R::None)(x, cls), ag::nll_loss(x, cls, cw, -100, R::None));
+  CHECK(ag::nn::CrossEntropyLoss(cw).named_buffers().size() == 1);
   same(ag::nn::MultiLabelMarginLoss()(x, ag::full({4, 5}, -1, ag::kInt64)),
        ag::multilabel_margin_loss(x, ag::full({4, 5}, -1, ag::kInt64)));
   const ag::Tensor a = ag::randn({4}), b = ag::randn({4}), l4 = ag::sign(ag::randn({4}));
