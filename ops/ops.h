@@ -190,6 +190,16 @@ Tensor vdot(const Tensor& a, const Tensor& b);
 Tensor tensordot(const Tensor& a, const Tensor& b, const Shape& dims_a, const Shape& dims_b);
 Tensor tensordot(const Tensor& a, const Tensor& b, int64_t dims = 2);
 Tensor cross(const Tensor& a, const Tensor& b, std::optional<int64_t> dim = std::nullopt);
+// Sums of products named by subscripts, as torch.einsum: "ij,jk->ik" (matmul), "bhqd,bhkd->bhqk",
+// "ii->i" (a diagonal), "...ij->...ji"; without "->" the output is the subscripts that appear
+// once, sorted. A composite (Note [einsum] in ops/einsum.cpp): its contractions are bmm calls
+// (autocast `lower`), its other steps sums and products, so autocast treats it as PyTorch's.
+Tensor einsum(std::string_view equation, const std::vector<Tensor>& operands);
+namespace linalg {
+// sum(x * y, dim) of two floating tensors of one dtype, broadcasting, as torch.linalg.vecdot
+// (real tensors: no conjugate).
+Tensor vecdot(const Tensor& x, const Tensor& y, int64_t dim = -1);
+}  // namespace linalg
 // relu(linear(x, weight, bias)) as one op: the relu in the GEMM's epilogue (Note [Linear + ReLU]).
 Tensor linear_relu(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
 // gelu(linear(x, weight, bias), approximate="tanh") as one op: the gelu in the GEMM's epilogue

@@ -1,6 +1,7 @@
-// Products composed of matrix products and elementwise ops: dot, vdot, tensordot, bilinear and
-// cross. Each is one record (category promote, as PyTorch's autocast lists: the inputs are
-// cast to the widest dtype, never lowered); autograd differentiates the ops inside.
+// Products composed of matrix products and elementwise ops: dot, vdot, tensordot, bilinear,
+// cross and linalg::vecdot. Each is one record (dot to cross: category promote, as PyTorch's
+// autocast lists: the inputs are cast to the widest dtype, never lowered; vecdot: on no list);
+// autograd differentiates the ops inside.
 #include <numeric>
 
 #include <ampgrad/ops/internal.h>
@@ -19,6 +20,8 @@ const OpInfo kVdot{"vdot", Category::promote, true, "mixes two inputs: both are 
 const OpInfo kTensordot{"tensordot", Category::promote, true, "mixes two inputs: both are cast to the wider dtype"};
 const OpInfo kBilinear{"bilinear", Category::promote, true, "mixes three inputs: all are cast to the widest dtype"};
 const OpInfo kCross{"cross", Category::promote, true, "mixes two inputs: both are cast to the wider dtype"};
+const OpInfo kVecdot{"linalg_vecdot", Category::passthrough, true,
+                     "on no autocast list (PyTorch's is a product and a sum): both inputs must share a dtype"};
 
 Tensor dot_impl(const OpInfo& op, Tensor a, Tensor b) {
   OpScope scope(op, a, b);
@@ -132,6 +135,21 @@ Tensor cross(const Tensor& a0, const Tensor& b0, std::optional<int64_t> dim) {
   return scope.finish(stack({c(x, 1) * c(y, 2) - c(x, 2) * c(y, 1), c(x, 2) * c(y, 0) - c(x, 0) * c(y, 2),
                              c(x, 0) * c(y, 1) - c(x, 1) * c(y, 0)},
                             d));
+}
+
+Tensor linalg::vecdot(const Tensor& x0, const Tensor& y0, int64_t dim) {
+  Tensor x = x0, y = y0;
+  OpScope scope(kVecdot, x, y);
+  check_defined(kVecdot, x, "x");
+  check_defined(kVecdot, y, "y");
+  check_same_device(kVecdot, x, y);
+  AG_CHECK(x.dtype() == y.dtype(), "linalg_vecdot: expected x and y to have the same dtype, got {} and {}", x.desc(),
+           y.desc());
+  AG_CHECK(is_floating(x.dtype()), "linalg_vecdot: expected floating tensors, got {} and {}", x.desc(), y.desc());
+  const Shape shape = broadcast_shapes(kVecdot.name, x.shape(), y.shape());
+  AG_CHECK(!shape.empty(), "linalg_vecdot: expected tensors of at least one dim, got {} and {}", x.desc(), y.desc());
+  const int64_t d = wrap_dim(kVecdot.name, dim, static_cast<int64_t>(shape.size()));
+  return scope.finish(sum(x * y, {d}));
 }
 
 }  // namespace ampgrad

@@ -32,6 +32,11 @@ std::vector<Row> product_rows() {
               [](const V& v) { return ag::bilinear(v[0], v[1], v[2]); })
           .tolerance(Tol::sum, 3),
       row("cross", "dim -1", {nrm({N, 3}), nrm({N, 3})}, [](const V& v) { return ag::cross(v[0], v[1], -1); }),
+      // vecdot takes one dtype, as PyTorch's (the autocast check's mixed row brings 16 bits in).
+      sum_row("linalg_vecdot", "dim -1, broadcast", {nrm({3, N}), nrm({N})},
+              [](const V& v) { return ag::linalg::vecdot(v[0], v[1].to(v[0].dtype())); }),
+      sum_row("linalg_vecdot", "dim 0", {nrm({N, 3}), nrm({N, 1})},
+              [](const V& v) { return ag::linalg::vecdot(v[0], v[1].to(v[0].dtype()), 0); }),
       row("cross", "first dim of size 3, broadcast", {nrm({3, N}), nrm({3, 1})}, [](const V& v) { return ag::cross(v[0], v[1]); }),
 
       // ---- Writes by index ----------------------------------------------------------------
