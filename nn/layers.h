@@ -11,6 +11,7 @@
 
 #include <ampgrad/nn/conv.h>  // Conv1d, Conv2d, Conv3d, ConvTranspose1d/2d/3d
 #include <ampgrad/nn/module.h>
+#include <ampgrad/ops/nn_ops.h>  // InterpolateOptions
 
 namespace ampgrad::nn {
 
@@ -142,6 +143,15 @@ class Flatten : public Module {
 
  private:
   int64_t start_, end_;
+};
+
+// Resamples [N, C, d1, ...] as interpolate(x, options) does (ops/nn_ops.h), as torch.nn.Upsample:
+// Upsample(InterpolateOptions().scale_factor({2}).mode(InterpolateMode::bilinear)).
+class Upsample : public Module {
+ public:
+  explicit Upsample(InterpolateOptions options) : Module("Upsample"), options(std::move(options)) {}
+  Tensor forward(const Tensor& x) override { return interpolate(x, options); }
+  InterpolateOptions options;
 };
 
 // Running statistics and the affine parameters are float32 whatever the input dtype, so

@@ -198,6 +198,27 @@ enum class GridPadding { zeros, border, reflection };
 Tensor grid_sample(const Tensor& input, const Tensor& grid, GridMode mode = GridMode::bilinear,
                    GridPadding padding = GridPadding::zeros, bool align_corners = false);
 
+// Resampling of input [N, C, d1, ...] (1 to 3 spatial dims) to `size` or by `scale_factor`
+// (one value for every spatial dim, or one per dim), as torch.nn.functional.interpolate
+// (ops/interpolate.cpp): nearest (PyTorch's default), nearest_exact (pixel centres, as
+// Pillow), linear (3-D input), bilinear and bicubic (4-D), trilinear (5-D), area (4-D: an
+// adaptive average pool). align_corners (linear modes only; default false): the corner
+// pixels' centres map to each other. A given scale_factor maps coordinates unless
+// recompute_scale_factor asks for input / output sizes instead, as PyTorch's.
+enum class InterpolateMode { nearest, nearest_exact, linear, bilinear, bicubic, trilinear, area };
+struct InterpolateOptions {
+  InterpolateOptions& size(Shape v) { size_ = std::move(v); return *this; }
+  InterpolateOptions& scale_factor(std::vector<double> v) { scale_factor_ = std::move(v); return *this; }
+  InterpolateOptions& mode(InterpolateMode v) { mode_ = v; return *this; }
+  InterpolateOptions& align_corners(bool v) { align_corners_ = v; return *this; }
+  InterpolateOptions& recompute_scale_factor(bool v) { recompute_scale_factor_ = v; return *this; }
+  std::optional<Shape> size_;
+  std::optional<std::vector<double>> scale_factor_;
+  InterpolateMode mode_ = InterpolateMode::nearest;
+  std::optional<bool> align_corners_, recompute_scale_factor_;
+};
+Tensor interpolate(const Tensor& input, const InterpolateOptions& options);
+
 // Memory formats (ops/memory_format.cpp).
 bool is_channels_last(const Tensor& t);  // 4-D with NHWC strides
 Tensor empty_channels_last(const Shape& shape, TensorOptions options);

@@ -167,6 +167,32 @@ std::vector<Row> nn_rows() {
       sum_row("renorm", "p 2, dim 0, maxnorm 1.5", {nrm({3, N})}, [](const V& v) { return ag::renorm(v[0], 2, 0, 1.5); }),
       sum_row("renorm", "p 1, dim 1, maxnorm 2", {nrm({3, N})}, [](const V& v) { return ag::renorm(v[0], 1, 1, 2.0); }),
 
+      // ---- interpolate (Note [Interpolation] in ops/interpolate.cpp) --------------------------
+      image_row("interpolate", "nearest, scale 2", {nrm({2, 3, N, N})},
+                [](const V& v) { return ag::interpolate(v[0], ag::InterpolateOptions().scale_factor({2.0})); }),
+      image_row("interpolate", "nearest-exact, size 7 x 3", {nrm({2, 3, N, N})},
+                [](const V& v) {
+                  return ag::interpolate(v[0], ag::InterpolateOptions().size({7, 3}).mode(ag::InterpolateMode::nearest_exact));
+                }),
+      image_row("interpolate", "bilinear, size 7 x 5", {nrm({2, 3, N, N})},
+                [](const V& v) {
+                  return ag::interpolate(v[0], ag::InterpolateOptions().size({7, 5}).mode(ag::InterpolateMode::bilinear));
+                }),
+      image_row("interpolate", "bicubic, align_corners, scale 1.5", {nrm({2, 3, N, N})},
+                [](const V& v) {
+                  return ag::interpolate(
+                      v[0], ag::InterpolateOptions().scale_factor({1.5}).mode(ag::InterpolateMode::bicubic).align_corners(true));
+                }),
+      row("interpolate", "linear, scale 2", {nrm({2, 3, N})},
+          [](const V& v) {
+            return ag::interpolate(v[0], ag::InterpolateOptions().scale_factor({2.0}).mode(ag::InterpolateMode::linear));
+          }),
+      row("interpolate", "trilinear, size 3 x 5 x 4", {nrm({1, 2, 2, N, 3})},
+          [](const V& v) {
+            return ag::interpolate(v[0], ag::InterpolateOptions().size({3, 5, 4}).mode(ag::InterpolateMode::trilinear));
+          })
+          .at_sizes({1, 7, 1023}, 2),
+
       // ---- grid_sample -------------------------------------------------------------------------
       image_row("grid_sample", "bilinear, zeros, some points outside", {nrm({2, 3, N, N}), uni({2, 4, 5, 2}, -1.15, 1.15)},
                 [](const V& v) { return ag::grid_sample(v[0], v[1]); }),
