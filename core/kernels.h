@@ -156,7 +156,7 @@ AG_DECLARE_KERNEL(sdpa_tile_backward,
 // Every value of index (Int64, contiguous) in [low, high), else an ag::Error naming `op` (a
 // literal): on the CPU at once; on CUDA recorded by the device and raised at the next host
 // synchronization (Note [Device-side errors] in cuda/device_error.h).
-AG_DECLARE_KERNEL(check_index, void(const Tensor& index, int64_t low, int64_t high, const char* op));
+AG_DECLARE_KERNEL(check_index, void(const Tensor& index, int64_t low, int64_t high, const char* op, const char* what));
 // x contiguous [outer, d, inner], index Int64 contiguous [n] -> out contiguous [outer, n, inner].
 AG_DECLARE_KERNEL(index_select, void(const Tensor& x, const Tensor& index, const Tensor& out));
 // embedding's adjoint (its forward is index_select's gather), deterministic (Note [Embedding backward] in ops/embedding.cpp): out contiguous

@@ -243,12 +243,12 @@ void scatter_add(const Tensor& out, const Tensor& index, const Tensor& src, int6
   AG_CHECK(false, "scatter_add on cuda: dtype {} is not supported (no atomic add)", dtype_name(out.dtype()));
 }
 
-void check_index(const Tensor& index, int64_t low, int64_t high, const char* op) {
+void check_index(const Tensor& index, int64_t low, int64_t high, const char* op, const char* what) {
   const int64_t n = index.numel();
   if (n == 0) return;
   KernelContext ctx(index);
   launch(ctx, check_index_kernel, ctx.grid_stride_blocks(n), kBlockSize, 0, ptr<const int64_t>(index), n, low, high,
-         device_error_record(ctx.device), error_site(op, "index", {{"index", &index}}));
+         device_error_record(ctx.device), error_site(op, what, {{what, &index}}));
 }
 
 AG_REGISTER_KERNEL(kernel::check_index, kCUDA, check_index);

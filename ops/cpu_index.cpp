@@ -30,11 +30,11 @@ void index_copy(const Tensor& out, const Tensor& index, const Tensor& src) {
       std::memcpy(po + ((o * d + idx[j]) * inner) * es, ps + ((o * n + j) * inner) * es, inner * es);
 }
 
-void check_index(const Tensor& index, int64_t low, int64_t high, const char* op) {
+void check_index(const Tensor& index, int64_t low, int64_t high, const char* op, const char* what) {
   const int64_t* idx = static_cast<const int64_t*>(index.data_ptr());
-  for (int64_t i = 0; i < index.numel(); ++i)
-    AG_CHECK(idx[i] >= low && idx[i] < high, "{}: index {} is out of range [{}, {}) at position {} of the index (index {})",
-             op, idx[i], low, high, i, shape_str(index.shape()));
+  for (int64_t i = 0, n = index.numel(); i < n; ++i)
+    AG_CHECK(idx[i] >= low && idx[i] < high, "{}: {} {} is out of range [{}, {}) at position {} of the {} ({} {})", op,
+             what, idx[i], low, high, i, what, what, shape_str(index.shape()));
 }
 
 void gather(const Tensor& x, const Tensor& index, const Tensor& out, int64_t dim) {

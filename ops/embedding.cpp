@@ -50,7 +50,7 @@ Tensor embedding(const Tensor& input0, const Tensor& weight0, std::optional<int6
     pad = *padding_idx < 0 ? *padding_idx + num : *padding_idx;
   }
   const Tensor idx = contiguous(input.to(kInt64)).reshape({-1});
-  if (idx.is_cpu()) kernel::check_index(idx.device(), idx, 0, num, "embedding");
+  if (idx.is_cpu()) kernel::check_index(idx.device(), idx, 0, num, "embedding", "index");
   Shape out_shape = input.shape();
   out_shape.push_back(dim);
   Tensor out = empty(out_shape, weight.options());

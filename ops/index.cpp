@@ -207,7 +207,7 @@ Tensor index_put(const Tensor& self0, const std::vector<Tensor>& indices0, const
     } else {
       // On the device: one out of range would pick another valid row of the flattened rows
       // (Note [Device-side errors] in cuda/device_error.h).
-      kernel::check_index(idx.device(), contiguous(idx), -size, size, "index_put");
+      kernel::check_index(idx.device(), contiguous(idx), -size, size, "index_put", "index");
     }
     idx = where(lt(idx, 0), idx + size, idx);  // negative indices count from the end, as PyTorch's
     flat = flat * size + idx;

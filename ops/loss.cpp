@@ -72,10 +72,13 @@ Rows as_rows(const OpInfo& op, const Tensor& input, const Tensor& target, const 
 // The negative log-likelihood of each row's target, times its class weight, as PyTorch's
 // nll_loss computes it: 0 for an ignored row. Also the sum of the counted rows' weights (their
 // count without a weight), which reduction Mean divides by.
-std::pair<Tensor, Tensor> weighted_nll_rows(const Tensor& lp, const Tensor& target, const Tensor& weight,
-                                            int64_t ignore_index) {
+std::pair<Tensor, Tensor> weighted_nll_rows(const OpInfo& op, const Tensor& lp, const Tensor& target,
+                                            const Tensor& weight, int64_t ignore_index) {
   const Tensor counted = ne(target, ignore_index);
   const Tensor safe = where(counted, target, 0);  // an ignored row reads class 0, then weighs 0
+  // A CUDA target out of range is raised at the next synchronization naming this op, as the
+  // fused kernels do (the CPU's targets were checked on the host).
+  if (!safe.is_cpu()) kernel::check_index(safe.device(), safe, 0, lp.size(1), op.name.data(), "target");
   Tensor w = counted.to(lp.dtype());
   if (weight.defined()) w = index_select(weight.to(lp.dtype()), 0, safe) * w;
   const Tensor picked = squeeze(gather(lp, 1, unsqueeze(safe, 1)), 1);
@@ -152,7 +155,7 @@ Tensor nll_loss(const Tensor& log_probs0, const Tensor& target0, const Tensor& w
   // The common form by its own kernels; weights and the other reductions as PyTorch writes them.
   if (!weight.defined() && reduction == Reduction::Mean)
     return scope.finish(nll_mean(rows.input, rows.target, ignore_index));
-  auto [per_row, weight_sum] = weighted_nll_rows(rows.input, rows.target, weight, ignore_index);
+  auto [per_row, weight_sum] = weighted_nll_rows(kNllLoss, rows.input, rows.target, weight, ignore_index);
   return scope.finish(reduce_rows(per_row, weight_sum, reduction, rows.target_shape, kNllLoss));
 }
 
@@ -180,7 +183,7 @@ Tensor cross_entropy(const Tensor& logits0, const Tensor& target0, const Tensor&
   if (!weight.defined() && reduction == Reduction::Mean) {
     loss = nll_mean(lp, rows.target, ignore_index);
   } else {
-    auto [per_row, total] = weighted_nll_rows(lp, rows.target, weight, ignore_index);
+    auto [per_row, total] = weighted_nll_rows(kCrossEntropy, lp, rows.target, weight, ignore_index);
     loss = reduce_rows(per_row, total, reduction, rows.target_shape, kCrossEntropy);
     weight_sum = total;
   }

@@ -565,6 +565,13 @@ TEST_CASE("cuda: an index or target out of range is raised at the next synchroni
        "cross_entropy: target 12 is out of range [0, 10) at position 1 of the target (inputs [4, 10], [4];"},
       {"nll_loss", [&](bool b) { return ag::nll_loss(ag::log_softmax(logits, 1), b ? bad_t : good_t); },
        "nll_loss: target 12 is out of range [0, 10) at position 1 of the target"},
+      // The composite forms (class weights, other reductions, spatial) check their targets too.
+      {"cross_entropy, class weights",
+       [&](bool b) { return ag::cross_entropy(logits, b ? bad_t : good_t, ag::ones({10}, on), -100, ag::Reduction::Sum); },
+       "cross_entropy: target 12 is out of range [0, 10) at position 1 of the target"},
+      {"nll_loss, reduction None",
+       [&](bool b) { return ag::nll_loss(logits, b ? bad_t : good_t, ag::Tensor(), -100, ag::Reduction::None); },
+       "nll_loss: target 12 is out of range [0, 10) at position 1 of the target"},
   };
   // Each synchronizing route in turn.
   const std::vector<std::pair<const char*, std::function<void(const ag::Tensor&)>>> routes = {
