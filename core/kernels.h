@@ -96,6 +96,11 @@ AG_DECLARE_KERNEL(softmax_backward, void(const Tensor& g, const Tensor& y, const
 // flags[0] = check and flags[1], flags[2] count t's NaN and inf elements; else nothing changes.
 AG_DECLARE_KERNEL(anomaly_check, void(const Tensor& t, const Tensor& flags, int64_t check));
 
+// Exponent histograms (Note [Exponent histograms] in core/exponent_bins.h): adds the count of
+// t's values (floating, non-overlapping and dense) in each bin to `counts`, a contiguous int64
+// [exponent_bins::kBins] tensor on t's device.
+AG_DECLARE_KERNEL(exponent_histogram, void(const Tensor& t, const Tensor& counts));
+
 // ---- Matrix products ------------------------------------------------------------------------
 
 // out[b] = alpha * a[b] @ bm[b] + beta * out[b]; a [B, M, K], bm [B, K, N] of out's dtype,

@@ -4,6 +4,7 @@
 #include <limits>
 #include <type_traits>
 
+#include <ampgrad/core/exponent_bins.h>
 #include <ampgrad/core/kernels.h>
 #include <ampgrad/ops/cpu_values.h>
 
@@ -166,9 +167,20 @@ void anomaly_check(const Tensor& t, const Tensor& flags, int64_t check) {
   f[2] += inf;
 }
 
+void exponent_histogram(const Tensor& t, const Tensor& counts) {
+  int64_t* c = static_cast<int64_t*>(counts.data_ptr());
+  visit_floating(t, "exponent_histogram", [&](auto tag) {
+    using T = decltype(tag);
+    using A = std::conditional_t<std::is_same_v<T, double>, double, float>;  // 16-bit values widen exactly
+    const T* p = static_cast<const T*>(t.data_ptr());
+    for (int64_t i = 0, n = t.numel(); i < n; ++i) ++c[exponent_bins::bin_of(static_cast<A>(p[i]))];
+  });
+}
+
 AG_REGISTER_KERNEL(kernel::reduce, kCPU, reduce);
 AG_REGISTER_KERNEL(kernel::softmax, kCPU, softmax);
 AG_REGISTER_KERNEL(kernel::softmax_backward, kCPU, softmax_backward);
 AG_REGISTER_KERNEL(kernel::anomaly_check, kCPU, anomaly_check);
+AG_REGISTER_KERNEL(kernel::exponent_histogram, kCPU, exponent_histogram);
 
 }  // namespace ampgrad::cpu

@@ -7,6 +7,7 @@
 #include <ampgrad/amp/fp8.h>
 #include <ampgrad/amp/grad_health.h>
 #include <ampgrad/amp/grad_scaler.h>
+#include <ampgrad/amp/numerics.h>
 #include <ampgrad/speedups/speedups.h>
 #include <ampgrad/amp/op_table.h>
 #include <ampgrad/amp/trace.h>
